@@ -1,0 +1,29 @@
+# Setup on a fresh CPU machine: `make demo` runs the main job, `make test` the test suite.
+# Both create .venv with the pinned stack first (once; redone when pyproject.toml changes).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints-cpu.txt
+	$(PYTHON) -m venv $(VENV)
+	# torch first, by exact version: it resolves to the local CPU build; a bare `torch` pulls CUDA.
+	$(BIN)/pip install --quiet torch==2.13.0
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -c constraints-cpu.txt -e '.[train,serve,dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/kgreasoner demo $(ARGS)
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q $(ARGS)
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/kg_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,169 @@
+"""The QA example schema (DESIGN.md, Data) and its JSONL reading and writing.
+
+One example per line:
+`{"id", "question", "topic_entities": [{"id", "name"}], "answers": [{"id", "name", "aliases"}],
+"gold_paths": [[relation, ...]], "hops", "source", "split"}`.
+A relation in a gold path starting with `^` is walked backwards (object to subject).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+SPLITS = ("train", "dev", "test", "")
+
+
+class SchemaError(ValueError):
+    """A QA record does not follow the schema; the message names the file, line and field."""
+
+
+@dataclass(frozen=True)
+class TopicEntity:
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Answer:
+    id: str
+    name: str
+    aliases: tuple[str, ...] = ()
+
+    def surface_forms(self) -> list[str]:
+        """Name, aliases and id: every string that counts as this answer."""
+        forms = [self.name, *self.aliases]
+        if self.id and self.id not in forms:
+            forms.append(self.id)
+        return forms
+
+
+@dataclass(frozen=True)
+class QAExample:
+    """A question with its topic entities, gold answers and (optionally) gold relation paths."""
+
+    id: str
+    question: str
+    topic_entities: tuple[TopicEntity, ...]
+    answers: tuple[Answer, ...]
+    gold_paths: tuple[tuple[str, ...], ...] = ()
+    hops: int = 0
+    source: str = ""
+    split: str = ""
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise SchemaError("field 'id': must be a non-empty string")
+        if not self.question.strip():
+            raise SchemaError(f"example {self.id}: field 'question' is empty")
+        if not self.topic_entities:
+            raise SchemaError(f"example {self.id}: field 'topic_entities' is empty")
+        if not self.answers:
+            raise SchemaError(f"example {self.id}: field 'answers' is empty")
+        if self.split not in SPLITS:
+            raise SchemaError(f"example {self.id}: field 'split' must be one of train/dev/test, got {self.split!r}")
+        if self.hops < 0:
+            raise SchemaError(f"example {self.id}: field 'hops' must be >= 0")
+
+    @property
+    def answer_names(self) -> list[str]:
+        return [a.name for a in self.answers]
+
+    def with_split(self, split: str) -> "QAExample":
+        return QAExample(**{**self.__dict__, "split": split})
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["gold_paths"] = [list(p) for p in self.gold_paths]
+        for answer in data["answers"]:
+            answer["aliases"] = list(answer["aliases"])
+        if not data["extra"]:
+            del data["extra"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "QAExample":
+        """Build from a parsed JSON object; a missing or mistyped field raises SchemaError."""
+        if not isinstance(data, dict):
+            raise SchemaError(f"expected a JSON object, got {type(data).__name__}")
+        for name, kind in (("id", (str, int)), ("question", str), ("topic_entities", list), ("answers", list)):
+            if name not in data:
+                raise SchemaError(f"missing field '{name}'")
+            if not isinstance(data[name], kind):
+                raise SchemaError(f"field '{name}' has type {type(data[name]).__name__}")
+        topics = tuple(_topic(t, i) for i, t in enumerate(data["topic_entities"]))
+        answers = tuple(_answer(a, i) for i, a in enumerate(data["answers"]))
+        paths = data.get("gold_paths") or []
+        if not isinstance(paths, list) or not all(
+            isinstance(p, list) and all(isinstance(r, str) and r for r in p) for p in paths
+        ):
+            raise SchemaError("field 'gold_paths' must be a list of lists of relation strings")
+        hops = data.get("hops")
+        if hops is None:
+            hops = min((len(p) for p in paths), default=0)
+        if not isinstance(hops, int):
+            raise SchemaError(f"field 'hops' has type {type(hops).__name__}")
+        known = {"id", "question", "topic_entities", "answers", "gold_paths", "hops", "source", "split"}
+        return cls(
+            id=str(data["id"]),
+            question=data["question"],
+            topic_entities=topics,
+            answers=answers,
+            gold_paths=tuple(tuple(p) for p in paths),
+            hops=hops,
+            source=str(data.get("source", "")),
+            split=str(data.get("split", "") or ""),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+def _topic(value: Any, index: int) -> TopicEntity:
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str) or not value["id"]:
+        raise SchemaError(f"field 'topic_entities[{index}]' needs a string 'id'")
+    return TopicEntity(id=value["id"], name=str(value.get("name") or value["id"]))
+
+
+def _answer(value: Any, index: int) -> Answer:
+    if isinstance(value, str):
+        return Answer(id=value, name=value)
+    if not isinstance(value, dict) or not (value.get("name") or value.get("id")):
+        raise SchemaError(f"field 'answers[{index}]' needs an 'id' or a 'name'")
+    aliases = value.get("aliases") or []
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise SchemaError(f"field 'answers[{index}].aliases' must be a list of strings")
+    name = str(value.get("name") or value["id"])
+    return Answer(id=str(value.get("id") or name), name=name, aliases=tuple(aliases))
+
+
+def read_jsonl(path: str | Path) -> list[QAExample]:
+    """Read QA examples; a bad line raises SchemaError naming the file and line."""
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | Path) -> Iterator[QAExample]:
+    path = Path(path)
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield QAExample.from_dict(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise SchemaError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+            except SchemaError as err:
+                raise SchemaError(f"{path}:{number}: {err}") from err
+
+
+def write_jsonl(examples: Iterable[QAExample], path: str | Path) -> int:
+    """Write examples one per line; returns how many were written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with open(path, "w", encoding="utf-8") as handle:
+        for example in examples:
+            handle.write(json.dumps(example.to_dict(), ensure_ascii=False) + "\n")
+            count += 1
+    return count

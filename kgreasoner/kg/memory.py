@@ -1,0 +1,293 @@
+"""The embedded default backend: the whole graph in numpy CSR arrays, both directions.
+
+Nodes and relations are interned to integers once at load; `neighbors` is then two array
+slices. A name index maps labels (exact, and normalised on first use) to node ids.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
+
+
+class MemoryKG(KnowledgeGraph):
+    """An in-memory graph built from (subject, relation, object) id triples.
+
+    Args:
+        triples: the edges, as three equal-length sequences of strings or an iterable of tuples.
+        names: optional id -> label map. When given, every non-literal node missing from it is
+            an unnamed (mediator) node; without it, ids are their own labels.
+    """
+
+    def __init__(
+        self,
+        subjects: Sequence[str],
+        relations: Sequence[str],
+        objects: Sequence[str],
+        names: dict[str, str] | None = None,
+    ) -> None:
+        subjects = np.asarray(subjects, dtype=object)
+        relations = np.asarray(relations, dtype=object)
+        objects = np.asarray(objects, dtype=object)
+        if not (len(subjects) == len(relations) == len(objects)):
+            raise ValueError("subjects, relations and objects must have the same length")
+        codes, nodes = pd.factorize(np.concatenate([subjects, objects]), sort=False)
+        rel_codes, rels = pd.factorize(relations, sort=False)
+        n = len(subjects)
+        src = codes[:n].astype(np.int64)
+        dst = codes[n:].astype(np.int64)
+        rel_codes = rel_codes.astype(np.int32)
+
+        self._nodes: list[str] = list(nodes)
+        self._rels: list[str] = list(rels)
+        self._node_index = {node: i for i, node in enumerate(self._nodes)}
+        self._rel_index = {rel: i for i, rel in enumerate(self._rels)}
+        num_nodes = len(self._nodes)
+        self.num_triples = n
+
+        self._out = _csr(src, dst, rel_codes, num_nodes)
+        self._in = _csr(dst, src, rel_codes, num_nodes)
+
+        self._is_literal = np.fromiter((is_literal_id(x) for x in self._nodes), dtype=bool, count=num_nodes)
+        if names is None:
+            self._labels = [literal_value(x) if lit else x for x, lit in zip(self._nodes, self._is_literal)]
+            self._unnamed = np.zeros(num_nodes, dtype=bool)
+        else:
+            self._labels = []
+            unnamed = np.zeros(num_nodes, dtype=bool)
+            for i, (node, lit) in enumerate(zip(self._nodes, self._is_literal)):
+                if lit:
+                    self._labels.append(literal_value(node))
+                elif node in names:
+                    self._labels.append(names[node])
+                else:
+                    self._labels.append(node)
+                    unnamed[i] = True
+            self._unnamed = unnamed
+        self._exact_index: dict[str, list[int]] | None = None
+        self._norm_index: dict[str, list[int]] | None = None
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_triples(cls, triples: Iterable[tuple[str, str, str]], names: dict[str, str] | None = None) -> "MemoryKG":
+        rows = list(triples)
+        if not rows:
+            return cls([], [], [], names)
+        s, r, o = zip(*rows)
+        return cls(s, r, o, names)
+
+    @classmethod
+    def from_file(cls, path: str | Path, names: str | Path | dict[str, str] | None = None) -> "MemoryKG":
+        """Load TSV (`subject \\t relation \\t object`) or N-Triples (`.nt`), with optional names.
+
+        For a TSV, `names` may be a `names.tsv` path (`id \\t label`); when omitted, a
+        `names.tsv` next to the triples file is used if present. In N-Triples, `rdfs:label`
+        triples become names instead of edges.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"KG file not found: {path}")
+        if path.suffix == ".nt":
+            return cls._from_ntriples(path)
+        subjects, relations, objects = read_tsv_triples(path)
+        if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
+            names = path.parent / "names.tsv"
+        if isinstance(names, (str, Path)):
+            names = read_names(Path(names))
+        return cls(subjects, relations, objects, names)
+
+    @classmethod
+    def _from_ntriples(cls, path: Path) -> "MemoryKG":
+        s_list, r_list, o_list = [], [], []
+        names: dict[str, str] = {}
+        for s, r, o in iter_ntriples_as_ids(path):
+            if r == RDFS_LABEL:
+                names[s] = literal_value(o)
+            else:
+                s_list.append(s)
+                r_list.append(r)
+                o_list.append(o)
+        return cls(s_list, r_list, o_list, names or None)
+
+    # --- KnowledgeGraph -----------------------------------------------------------------------
+    def neighbors(
+        self,
+        entity: str,
+        direction: Direction = "out",
+        relations: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Edge]:
+        check_direction(direction)
+        node = self._node_index.get(entity)
+        if node is None or limit == 0:
+            return []
+        rel_filter = None
+        if relations is not None:
+            rel_filter = np.array([self._rel_index[r] for r in relations if r in self._rel_index], dtype=np.int32)
+            if rel_filter.size == 0:
+                return []
+        edges: list[Edge] = []
+        for side in (("out", "in") if direction == "both" else (direction,)):
+            indptr, other, rel = self._out if side == "out" else self._in
+            lo, hi = indptr[node], indptr[node + 1]
+            others, rel_ids = other[lo:hi], rel[lo:hi]
+            if rel_filter is not None:
+                keep = np.isin(rel_ids, rel_filter)
+                others, rel_ids = others[keep], rel_ids[keep]
+            if limit is not None:
+                room = limit - len(edges)
+                others, rel_ids = others[:room], rel_ids[:room]
+            for nb, r in zip(others.tolist(), rel_ids.tolist()):
+                edges.append(self._edge(node, r, nb, side))
+            if limit is not None and len(edges) >= limit:
+                break
+        return edges
+
+    def _edge(self, node: int, rel: int, nb: int, side: str) -> Edge:
+        s, o = (node, nb) if side == "out" else (nb, node)
+        return Edge(
+            subject=self._nodes[s],
+            relation=self._rels[rel],
+            object=self._nodes[o],
+            subject_label=self._labels[s],
+            object_label=self._labels[o],
+            direction=side,  # type: ignore[arg-type]
+            object_is_literal=bool(self._is_literal[o]),
+            subject_unnamed=bool(self._unnamed[s]),
+            object_unnamed=bool(self._unnamed[o]),
+        )
+
+    def label(self, entity: str) -> str:
+        node = self._node_index.get(entity)
+        if node is None:
+            return literal_value(entity)
+        return self._labels[node]
+
+    def resolve(self, name: str) -> list[str]:
+        if self._exact_index is None:
+            self._exact_index = defaultdict(list)
+            for i, lab in enumerate(self._labels):
+                if not self._unnamed[i]:
+                    self._exact_index[lab].append(i)
+        hits = list(self._exact_index.get(name, ()))
+        if name in self._node_index and self._node_index[name] not in hits:
+            hits.insert(0, self._node_index[name])
+        if not hits:
+            if self._norm_index is None:
+                self._norm_index = defaultdict(list)
+                for lab, ids in self._exact_index.items():
+                    self._norm_index[normalize_answer(lab)].extend(ids)
+            hits = list(self._norm_index.get(normalize_answer(name), ()))
+        return [self._nodes[i] for i in hits]
+
+    def degree(self, entity: str, direction: Direction = "both") -> int:
+        check_direction(direction)
+        node = self._node_index.get(entity)
+        if node is None:
+            return 0
+        out = int(self._out[0][node + 1] - self._out[0][node])
+        inc = int(self._in[0][node + 1] - self._in[0][node])
+        return {"out": out, "in": inc, "both": out + inc}[direction]
+
+    def is_unnamed(self, entity: str) -> bool:
+        node = self._node_index.get(entity)
+        return bool(self._unnamed[node]) if node is not None else False
+
+    def __contains__(self, entity: str) -> bool:
+        return entity in self._node_index
+
+    @property
+    def entities(self) -> list[str]:
+        return self._nodes
+
+    @property
+    def relation_types(self) -> list[str]:
+        return self._rels
+
+    def triples(self) -> Iterable[tuple[str, str, str]]:
+        """Every edge as (subject, relation, object) ids, grouped by subject."""
+        indptr, other, rel = self._out
+        for node in range(len(self._nodes)):
+            for i in range(indptr[node], indptr[node + 1]):
+                yield self._nodes[node], self._rels[rel[i]], self._nodes[other[i]]
+
+    def names(self) -> dict[str, str]:
+        """id -> label of every named, non-literal node."""
+        return {
+            node: lab
+            for node, lab, lit, un in zip(self._nodes, self._labels, self._is_literal, self._unnamed)
+            if not lit and not un
+        }
+
+
+def _csr(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_nodes: int):
+    """Sort edges by source (stable, so file order is kept within a node) into CSR arrays."""
+    order = np.argsort(src, kind="stable")
+    counts = np.bincount(src, minlength=num_nodes)
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, dst[order], rel[order]
+
+
+def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read a 3-column TSV; a malformed line raises a ValueError naming file and line."""
+    try:
+        frame = pd.read_csv(
+            path,
+            sep="\t",
+            header=None,
+            names=["s", "r", "o"],
+            dtype=str,
+            quoting=csv.QUOTE_NONE,
+            keep_default_na=False,
+            na_filter=False,
+            engine="c",
+            on_bad_lines="error",
+            skip_blank_lines=True,
+        )
+    except pd.errors.EmptyDataError:
+        return (np.array([], dtype=object),) * 3  # type: ignore[return-value]
+    except pd.errors.ParserError as err:
+        raise ValueError(f"{path}: malformed triples file ({err}); expected 'subject<TAB>relation<TAB>object'") from err
+    bad = (frame["s"] == "") | (frame["r"] == "") | (frame["o"] == "")
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        line = _physical_line(path, row)
+        raise ValueError(f"{path}:{line}: expected 3 tab-separated non-empty fields (subject, relation, object)")
+    return frame["s"].to_numpy(object), frame["r"].to_numpy(object), frame["o"].to_numpy(object)
+
+
+def _physical_line(path: Path, row: int) -> int:
+    """1-based line number of the `row`-th non-blank line."""
+    seen = -1
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            if text.strip():
+                seen += 1
+                if seen == row:
+                    return number
+    return row + 1
+
+
+def read_names(path: Path) -> dict[str, str]:
+    """Read `id \\t label` lines; a malformed line raises a ValueError naming file and line."""
+    names: dict[str, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, text in enumerate(handle, start=1):
+            text = text.rstrip("\n")
+            if not text:
+                continue
+            parts = text.split("\t")
+            if len(parts) != 2 or not parts[0] or not parts[1]:
+                raise ValueError(f"{path}:{number}: expected 'id<TAB>label'")
+            names[parts[0]] = parts[1]
+    return names
