@@ -1,0 +1,111 @@
+"""YAML recipes mapped onto documented dataclasses, with `--set key=value` overrides.
+
+Every trainer has one config dataclass whose fields carry `metadata={"help": ...}`; this module
+reads a YAML file into it, rejects unknown keys by name, and converts override strings to the
+field's type.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or override does not fit its dataclass; the message names file and key."""
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None) -> T:
+    """Build `cls` from a YAML file (optional) and `key=value` overrides (dotted keys for nesting)."""
+    data: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ConfigError(f"config file not found: {path}")
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of field names to values")
+        data = loaded or {}
+        source = str(path)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like key=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    return from_dict(cls, data, source)
+
+
+def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
+    """Instantiate a (possibly nested) config dataclass, naming the offending key on error."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}")
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for name, value in data.items():
+        kind = hints[name]
+        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+            value = from_dict(kind, value, f"{source}: {name}")
+        kwargs[name] = _coerce(value, kind, f"{source}: {name}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"{source}: {err}") from err
+
+
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    """Loose YAML scalars into the annotated type (int -> float, str path -> str, ...)."""
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if value is None:
+            return None
+        if len(args) == 1:
+            return _coerce(value, args[0], where)
+        return value
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind in (int, float, str, bool) and not isinstance(value, kind):
+        raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
+    if origin in (list, tuple) and isinstance(value, (list, tuple)):
+        return origin(value)
+    return value
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    for part in parts[:-1]:
+        data = data.setdefault(part, {})
+    data[parts[-1]] = value
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `--config FILE` and `--set key=value` flags every entry point takes."""
+    parser.add_argument("--config", type=Path, help="YAML recipe")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override one field (repeatable; dotted keys for nested configs)",
+    )
+
+
+def describe(cls: type) -> str:
+    """A field table (name, default, help) for `--help` texts and docs."""
+    rows = []
+    for f in dataclasses.fields(cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
+        )
+        rows.append(f"  {f.name} = {default!r}: {f.metadata.get('help', '')}")
+    return "\n".join(rows)
