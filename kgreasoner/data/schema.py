@@ -77,6 +77,9 @@ class QAExample:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        # asdict keeps tuples; lists make the dict what from_dict and JSON expect.
+        data["topic_entities"] = list(data["topic_entities"])
+        data["answers"] = list(data["answers"])
         data["gold_paths"] = [list(p) for p in self.gold_paths]
         for answer in data["answers"]:
             answer["aliases"] = list(answer["aliases"])
@@ -116,8 +119,19 @@ class QAExample:
             hops=hops,
             source=str(data.get("source", "")),
             split=str(data.get("split", "") or ""),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra=_extra(data, known),
         )
+
+
+def _extra(data: dict[str, Any], known: set[str]) -> dict[str, Any]:
+    """Unknown top-level fields; an `extra` object (as `to_dict` writes it) is merged, not nested."""
+    extra = {k: v for k, v in data.items() if k not in known and k != "extra"}
+    nested = data.get("extra")
+    if isinstance(nested, dict):
+        extra = {**nested, **extra}
+    elif nested is not None:
+        extra["extra"] = nested
+    return extra
 
 
 def _topic(value: Any, index: int) -> TopicEntity:

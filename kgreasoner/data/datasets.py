@@ -1,0 +1,186 @@
+"""One entry point for every dataset: `load_dataset(name_or_path)`, and the KG it runs on.
+
+`name_or_path` may be:
+- a PathQuestion set, any case: `PQ-2H`, `pq-3h`, `PQL-2H`, `PQL-3H`, `PQL-3H_more`;
+- `pathquestion`: the four published sets (PQ-2H, PQ-3H, PQL-2H, PQL-3H), each with its own KB,
+  so only `load_datasets` takes it and returns one Dataset per set;
+- a ToG benchmark name (`cwq`, `webqsp`, `grailqa`, `simpleqa`): its file in the data folder `tog/`;
+- a dataset folder (`kb.tsv` or `kb.nt`, optional `names.tsv`, `questions.jsonl`);
+- a JSONL file in our schema, or a ToG JSON file (`.json`).
+
+Examples without a split get a seeded 80/10/10 one (`scheme` random or grouped); examples that
+have one keep it, and the Dataset says `split_scheme="given"`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from kgreasoner.data.pathquestion import PATHQUESTION_SETS, load_pathquestion, pathquestion_set_name
+from kgreasoner.data.paths import find_data_dir
+from kgreasoner.data.schema import QAExample, SchemaError, read_jsonl
+from kgreasoner.data.splits import SCHEMES, SPLIT_NAMES, assign_splits
+from kgreasoner.data.tog_json import TOG_FILES, TOG_FORMATS, load_tog_json
+
+if TYPE_CHECKING:
+    from kgreasoner.kg.memory import MemoryKG
+
+GROUPS: dict[str, tuple[str, ...]] = {"pathquestion": PATHQUESTION_SETS}
+KB_FILES = ("kb.tsv", "kb.nt")
+
+
+@dataclass
+class Dataset:
+    """Questions plus where their KG lives.
+
+    Attributes:
+        name: the set's name (`PQ-2H`, `CWQ`, a folder or file stem).
+        examples: every example, with `split` set (all of them, whatever `split` was asked for,
+            unless `load_dataset(split=...)` filtered them).
+        kb_path: the triples file, or None when the KG is external (Freebase for ToG benchmarks).
+        names_path: an `id \\t label` file for the KB, when there is one.
+        split_scheme: `random` / `grouped` when this loader made the split, `given` when the data had it.
+        seed: the split's seed (None for `given`).
+    """
+
+    name: str
+    examples: list[QAExample]
+    kb_path: Path | None
+    names_path: Path | None = None
+    split_scheme: str = "given"
+    seed: int | None = None
+
+    def split(self, name: str) -> list[QAExample]:
+        """The examples of one split (`train`, `dev` or `test`)."""
+        if name not in SPLIT_NAMES:
+            raise ValueError(f"split must be one of {SPLIT_NAMES}, got {name!r}")
+        return [e for e in self.examples if e.split == name]
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __iter__(self) -> Iterator[QAExample]:
+        return iter(self.examples)
+
+
+def load_dataset(
+    name_or_path: str | Path,
+    split: str | None = None,
+    scheme: str = "random",
+    seed: int = 0,
+    root: str | Path | None = None,
+) -> Dataset:
+    """Load one dataset (see the module docstring for what `name_or_path` may be).
+
+    `split` keeps only that split's examples; `root` is the data root (or the benchmark's own
+    folder) for named benchmarks, instead of the default lookup of `find_data_dir`.
+    """
+    if scheme not in SCHEMES:
+        raise ValueError(f"split scheme must be one of {SCHEMES}, got {scheme!r}")
+    if split is not None and split not in SPLIT_NAMES:
+        raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
+    key = str(name_or_path).strip().lower()
+    if key in GROUPS:
+        raise ValueError(
+            f"{name_or_path!r} holds {len(GROUPS[key])} sets with their own KBs ({', '.join(GROUPS[key])}): "
+            "use load_datasets() for all of them, or name one set"
+        )
+    dataset = _load_unsplit(name_or_path, root)
+    dataset = _with_splits(dataset, scheme, seed)
+    if split is not None:
+        dataset.examples = dataset.split(split)
+    return dataset
+
+
+def load_datasets(
+    name_or_path: str | Path,
+    split: str | None = None,
+    scheme: str = "random",
+    seed: int = 0,
+    root: str | Path | None = None,
+) -> list[Dataset]:
+    """Every set a name stands for (`pathquestion` -> four Datasets), or a one-element list.
+
+    Each set is split on its own, so its examples keep their own source, KB and split.
+    """
+    names = GROUPS.get(str(name_or_path).strip().lower(), (name_or_path,))
+    return [load_dataset(name, split=split, scheme=scheme, seed=seed, root=root) for name in names]
+
+
+def open_dataset_kg(dataset: Dataset) -> "MemoryKG":
+    """The dataset's KB in the embedded in-memory store."""
+    # Imported here: kgreasoner.kg.memory imports kgreasoner.data (normalize) at module level.
+    from kgreasoner.kg.memory import MemoryKG
+
+    if dataset.kb_path is None:
+        raise ValueError(
+            f"dataset {dataset.name!r} has no KB file (its KG is external, e.g. Freebase over SPARQL); "
+            "open it with the sparql backend"
+        )
+    return MemoryKG.from_file(dataset.kb_path, names=dataset.names_path)
+
+
+def _load_unsplit(name_or_path: str | Path, root: str | Path | None) -> Dataset:
+    text = str(name_or_path)
+    pq_name = pathquestion_set_name(text)
+    if pq_name is not None:
+        examples, kb_path = load_pathquestion(pq_name, root)
+        return Dataset(name=pq_name, examples=examples, kb_path=kb_path)
+    if text.strip().lower() in TOG_FORMATS:
+        return _load_tog_benchmark(text.strip().lower(), root)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return _load_folder(path)
+    if path.is_file():
+        if path.suffix == ".jsonl":
+            return Dataset(name=path.stem, examples=read_jsonl(path), kb_path=None)
+        if path.suffix == ".json":
+            return Dataset(name=path.stem, examples=load_tog_json(path), kb_path=None)
+        raise ValueError(f"{path}: unsupported file type; expected .jsonl (our schema) or .json (ToG)")
+    known = [*PATHQUESTION_SETS, "PQL-3H_more", *GROUPS, *TOG_FORMATS]
+    raise FileNotFoundError(f"{name_or_path!r} is neither a known dataset ({', '.join(known)}) nor an existing path")
+
+
+def _load_folder(folder: Path) -> Dataset:
+    questions = folder / "questions.jsonl"
+    if not questions.is_file():
+        raise FileNotFoundError(f"{folder}: a dataset folder needs questions.jsonl (and kb.tsv)")
+    kb_path = next((folder / f for f in KB_FILES if (folder / f).is_file()), None)
+    if kb_path is None:
+        raise FileNotFoundError(f"{folder}: a dataset folder needs a KB file ({' or '.join(KB_FILES)})")
+    names = folder / "names.tsv"
+    return Dataset(
+        name=folder.resolve().name,
+        examples=read_jsonl(questions),
+        kb_path=kb_path,
+        names_path=names if names.is_file() else None,
+    )
+
+
+def _load_tog_benchmark(fmt: str, root: str | Path | None) -> Dataset:
+    folder = find_data_dir("tog", root)
+    candidates = [name for name, f in TOG_FILES.items() if f == fmt]
+    by_lower = {p.name.lower(): p for p in folder.iterdir() if p.is_file()}
+    for candidate in candidates:
+        if candidate in by_lower:
+            return Dataset(name=TOG_FORMATS[fmt], examples=load_tog_json(by_lower[candidate], fmt), kb_path=None)
+    raise FileNotFoundError(f"{folder}: no file for {fmt} (looked for {', '.join(candidates)}, any case)")
+
+
+def _with_splits(dataset: Dataset, scheme: str, seed: int) -> Dataset:
+    """Split examples that have none; keep a given split; refuse a partly split dataset."""
+    missing = sum(1 for e in dataset.examples if not e.split)
+    if missing == 0:
+        dataset.split_scheme, dataset.seed = "given", None
+    elif missing == len(dataset.examples):
+        dataset.examples = assign_splits(dataset.examples, scheme, seed)
+        dataset.split_scheme, dataset.seed = scheme, seed
+    else:
+        first = next(e.id for e in dataset.examples if not e.split)
+        raise SchemaError(
+            f"dataset {dataset.name!r}: {missing} of {len(dataset.examples)} examples have no split "
+            f"(first: {first}); give every example a split or none"
+        )
+    return dataset

@@ -1,0 +1,93 @@
+"""QA schema errors name file, line and field; answers normalise the same way everywhere."""
+
+import json
+
+import pytest
+
+from kgreasoner.data import QAExample, SchemaError, normalize_answer, read_jsonl, write_jsonl
+
+GOOD = {
+    "id": "q1",
+    "question": "what timezone is utah in",
+    "topic_entities": [{"id": "m.07srw", "name": "Utah"}],
+    "answers": [{"id": "m.02hczc", "name": "Mountain Time Zone", "aliases": ["MST"]}],
+    "gold_paths": [["location.location.time_zones"]],
+    "split": "test",
+}
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def test_round_trip_keeps_every_field_and_extra(tmp_path):
+    example = QAExample.from_dict({**GOOD, "path_entities": ["m.07srw", "m.02hczc"]})
+    assert example.hops == 1 and example.extra == {"path_entities": ["m.07srw", "m.02hczc"]}
+    assert QAExample.from_dict(example.to_dict()) == example
+    assert QAExample.from_dict(example.to_dict()).extra == example.extra
+    path = tmp_path / "q.jsonl"
+    assert write_jsonl([example, example.with_split("train")], path) == 2
+    back = read_jsonl(path)
+    assert [e.split for e in back] == ["test", "train"]
+    assert back[0] == example and back[0].extra == example.extra
+
+
+def test_bad_json_names_file_and_line(tmp_path):
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps(GOOD), "", '{"id": "q2", "question": '])
+    with pytest.raises(SchemaError, match=rf"^{tmp_path}/q.jsonl:3: not valid JSON"):
+        read_jsonl(path)
+
+
+def test_missing_field_names_file_line_and_field(tmp_path):
+    record = {k: v for k, v in GOOD.items() if k != "answers"}
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps(GOOD), json.dumps(record)])
+    with pytest.raises(SchemaError, match=rf"^{tmp_path}/q.jsonl:2: missing field 'answers'$"):
+        read_jsonl(path)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"question": 7}, "field 'question' has type int"),
+        ({"topic_entities": "Utah"}, "field 'topic_entities' has type str"),
+        ({"topic_entities": [{"name": "Utah"}]}, "field 'topic_entities[0]' needs a string 'id'"),
+        ({"answers": [{"aliases": ["x"]}]}, "field 'answers[0]' needs an 'id' or a 'name'"),
+        ({"answers": [{"name": "A", "aliases": "B"}]}, "field 'answers[0].aliases' must be a list of strings"),
+        ({"gold_paths": ["location.location.time_zones"]}, "field 'gold_paths' must be a list of lists"),
+        ({"hops": "2"}, "field 'hops' has type str"),
+        ({"split": "validation"}, "field 'split' must be one of train/dev/test, got 'validation'"),
+    ],
+)
+def test_wrong_type_names_file_line_and_field(tmp_path, change, message):
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps({**GOOD, **change})])
+    with pytest.raises(SchemaError) as err:
+        read_jsonl(path)
+    assert str(err.value).startswith(f"{path}:1: ")
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("United Kingdom", "united kingdom"),  # case
+        ("united_kingdom", "United Kingdom"),  # underscores vs spaces
+        ("Washington, D.C.", "washington d c"),  # punctuation
+        ("PG_(USA)", "pg usa"),  # PathQuestion names with parentheses
+        ("The Beatles", "beatles"),  # leading article
+        ("Gone with the Wind", "gone with wind"),  # inner article
+        ("Beyoncé Knowles", "beyonce knowles"),  # accents
+        ("São Paulo", "Sao_Paulo"),
+        ("  A   Tale ", "tale"),  # whitespace
+    ],
+)
+def test_normalize_answer_equates(a, b):
+    assert normalize_answer(a) == normalize_answer(b)
+
+
+def test_normalize_answer_exact_outputs_and_distinctions():
+    assert normalize_answer("The_United-Kingdom!") == "united kingdom"
+    assert normalize_answer("Ångström") == "angstrom"
+    assert normalize_answer("Hard_Times_(live)") == "hard times live"
+    assert normalize_answer("Hard_Times_(live)") != normalize_answer("Hard_Times")
+    assert normalize_answer("Theatre") == "theatre"  # 'the' only as a whole word
