@@ -1,0 +1,353 @@
+"""The `oxigraph` backend: a pyoxigraph store on disk, bulk-loaded once and reopened read-only.
+
+Layout of a store built by `OxigraphKG.build` (the same one `kgreasoner kg load` writes and
+`kgreasoner kg serve` publishes over SPARQL):
+
+- default graph: every edge, ids mapped to IRIs by `kgreasoner.kg.rdf` (literals stay literals),
+  plus one `rdfs:label` triple per named node. This is all a plain SPARQL client sees.
+- named graph `INDEX_GRAPH`: a lookup index for `resolve` — one IRI per exact label and one per
+  normalised label (`normalize_answer`), each pointing at the nodes that carry it, and a marker
+  that records whether names were given (then a node without a label is unnamed, a mediator).
+  It lives outside the default graph so neighbour queries never see it.
+
+The semantics are those of `MemoryKG` on the same input; only the order of edges within one
+direction differs (store index order instead of file order).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import pyoxigraph as ox
+
+from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.memory import read_names, read_tsv_triples
+from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, iter_ntriples_as_ids, term_to_id, to_iri
+
+INDEX_NS = "http://kgreasoner.local/index/"
+INDEX_GRAPH = INDEX_NS + "graph"
+INDEX_NODE = INDEX_NS + "node"  # predicate: label key -> node carrying that label
+INDEX_STORE = INDEX_NS + "store"  # subject of the store-level facts below
+INDEX_FORMAT = INDEX_NS + "format"
+INDEX_HAS_NAMES = INDEX_NS + "hasNames"
+STORE_FORMAT = "kgreasoner-oxigraph-1"
+_CHUNK_LINES = 20_000
+
+
+def exact_label_key(label: str) -> str:
+    """The index IRI under which nodes labelled exactly `label` are listed."""
+    return to_iri(label, INDEX_NS + "label/")
+
+
+def normalized_label_key(label: str) -> str:
+    """The index IRI under which nodes whose normalised label equals `normalize_answer(label)` are listed."""
+    return to_iri(normalize_answer(label), INDEX_NS + "norm/")
+
+
+class OxigraphKG(KnowledgeGraph):
+    """A graph in an on-disk pyoxigraph store built by `OxigraphKG.build`.
+
+    Args:
+        store_dir: the store's directory. It is opened read-only, so several processes (and an
+            `oxigraph serve-read-only`) may read it at once.
+    """
+
+    def __init__(self, store_dir: str | Path) -> None:
+        self.store_dir = Path(store_dir)
+        if not self.store_dir.is_dir() or not any(self.store_dir.iterdir()):
+            raise FileNotFoundError(
+                f"no oxigraph store at {self.store_dir}; build one with `kgreasoner kg load INPUT --store {self.store_dir}`"
+            )
+        try:
+            self._store = ox.Store.read_only(str(self.store_dir))
+        except OSError as err:
+            raise ValueError(f"{self.store_dir}: cannot open as an oxigraph store ({err})") from err
+        self._init_from_store()
+
+    @classmethod
+    def _from_store(cls, store: ox.Store, store_dir: Path) -> "OxigraphKG":
+        kg = cls.__new__(cls)
+        kg.store_dir = store_dir
+        kg._store = store
+        kg._init_from_store()
+        return kg
+
+    def _init_from_store(self) -> None:
+        self._default = ox.DefaultGraph()
+        self._index = ox.NamedNode(INDEX_GRAPH)
+        self._label_pred = ox.NamedNode(RDFS_LABEL)
+        self._index_pred = ox.NamedNode(INDEX_NODE)
+        store_node = ox.NamedNode(INDEX_STORE)
+        formats = [q.object.value for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_FORMAT), None, self._index)]
+        if formats != [STORE_FORMAT]:
+            raise ValueError(
+                f"{self.store_dir}: not a kgreasoner store (format marker {formats or 'missing'}); "
+                "build it with `kgreasoner kg load`"
+            )
+        flags = [q.object.value for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_HAS_NAMES), None, self._index)]
+        self.has_names = flags == ["true"]
+
+    # --- construction -------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        triples: str | Path | Iterable[tuple[str, str, str]],
+        store_dir: str | Path,
+        names: str | Path | dict[str, str] | None = None,
+    ) -> "OxigraphKG":
+        """Bulk-load triples into a new store at `store_dir` and return it opened.
+
+        `triples` is a TSV file, an N-Triples file (`.nt`; `rdfs:label` triples become names),
+        a dataset folder holding `kb.tsv` (and maybe `names.tsv`), or an iterable of id triples.
+        `names` is a `names.tsv` path or an id -> label dict; for a TSV without it, a
+        `names.tsv` beside the file is used, as `MemoryKG.from_file` does.
+        """
+        store_dir = Path(store_dir)
+        if store_dir.exists() and (not store_dir.is_dir() or any(store_dir.iterdir())):
+            raise ValueError(f"{store_dir}: store directory exists and is not empty; remove it or choose another")
+        source, subjects, relations, objects, names = _read_input(triples, names)
+        store_dir.mkdir(parents=True, exist_ok=True)
+        store = ox.Store(str(store_dir))
+        store.bulk_load(
+            input=_ChunkReader(_nquads(source, subjects, relations, objects, names)),
+            format=ox.RdfFormat.N_QUADS,
+            lenient=True,  # every term was built and validated by pyoxigraph already
+        )
+        store.flush()
+        store.optimize()
+        kg = cls._from_store(store, store_dir)
+        kg.num_triples_loaded = len(subjects)
+        return kg
+
+    # --- KnowledgeGraph -----------------------------------------------------------------------
+    def neighbors(
+        self,
+        entity: str,
+        direction: Direction = "out",
+        relations: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Edge]:
+        check_direction(direction)
+        term = _term_or_none(entity)
+        if term is None or limit == 0:
+            return []
+        predicates: list[ox.NamedNode | None] = [None] if relations is None else [
+            ox.NamedNode(to_iri(r, RELATION_NS)) for r in dict.fromkeys(relations)
+        ]
+        edges: list[Edge] = []
+        for side in (("out", "in") if direction == "both" else (direction,)):
+            if side == "out" and isinstance(term, ox.Literal):
+                continue  # a literal is never a subject
+            for predicate in predicates:
+                for quad in self._side_quads(term, predicate, side):
+                    if quad.predicate == self._label_pred:
+                        continue
+                    edges.append(self._edge(quad, side))
+                    if limit is not None and len(edges) >= limit:
+                        return edges
+        return edges
+
+    def _side_quads(self, term, predicate, side: str) -> Iterator[ox.Quad]:
+        if side == "out":
+            return self._store.quads_for_pattern(term, predicate, None, self._default)
+        return self._store.quads_for_pattern(None, predicate, term, self._default)
+
+    def _edge(self, quad: ox.Quad, side: str) -> Edge:
+        subject_label, subject_unnamed = self._term_label(quad.subject)
+        object_label, object_unnamed = self._term_label(quad.object)
+        return Edge(
+            subject=term_to_id(quad.subject),
+            relation=term_to_id(quad.predicate, RELATION_NS),
+            object=term_to_id(quad.object),
+            subject_label=subject_label,
+            object_label=object_label,
+            direction=side,  # type: ignore[arg-type]
+            object_is_literal=isinstance(quad.object, ox.Literal),
+            subject_unnamed=subject_unnamed,
+            object_unnamed=object_unnamed,
+        )
+
+    def _term_label(self, term) -> tuple[str, bool]:
+        """(label, unnamed) of a node term that is known to be in the graph."""
+        if isinstance(term, ox.Literal):
+            return term.value, False
+        for quad in self._store.quads_for_pattern(term, self._label_pred, None, self._default):
+            return quad.object.value, False
+        return term_to_id(term), self.has_names
+
+    def label(self, entity: str) -> str:
+        term = _term_or_none(entity)
+        if term is None or not self._contains(term):
+            return literal_value(entity)
+        return self._term_label(term)[0]
+
+    def resolve(self, name: str) -> list[str]:
+        hits = self._index_lookup(exact_label_key(name))
+        term = _term_or_none(name)
+        if term is not None and name not in hits and self._contains(term):
+            hits.insert(0, name)
+        if not hits:
+            hits = self._index_lookup(normalized_label_key(name))
+        return hits
+
+    def _index_lookup(self, key: str) -> list[str]:
+        quads = self._store.quads_for_pattern(ox.NamedNode(key), self._index_pred, None, self._index)
+        return [term_to_id(q.object) for q in quads]
+
+    def degree(self, entity: str, direction: Direction = "both") -> int:
+        check_direction(direction)
+        term = _term_or_none(entity)
+        if term is None:
+            return 0
+        count = 0
+        for side in (("out", "in") if direction == "both" else (direction,)):
+            if side == "out" and isinstance(term, ox.Literal):
+                continue
+            count += sum(1 for q in self._side_quads(term, None, side) if q.predicate != self._label_pred)
+        return count
+
+    def is_unnamed(self, entity: str) -> bool:
+        term = _term_or_none(entity)
+        if term is None or isinstance(term, ox.Literal) or not self._contains(term):
+            return False
+        return self._term_label(term)[1]
+
+    def _contains(self, term) -> bool:
+        """True when `term` is the subject or object of some edge (labels alone do not count)."""
+        if not isinstance(term, ox.Literal):
+            for quad in self._store.quads_for_pattern(term, None, None, self._default):
+                if quad.predicate != self._label_pred:
+                    return True
+        for quad in self._store.quads_for_pattern(None, None, term, self._default):
+            if quad.predicate != self._label_pred:
+                return True
+        return False
+
+    def __contains__(self, entity: str) -> bool:
+        term = _term_or_none(entity)
+        return term is not None and self._contains(term)
+
+    def query(self, sparql: str):
+        """Run a read-only SPARQL query on the store (for statistics and debugging)."""
+        return self._store.query(sparql)
+
+    def close(self) -> None:
+        # pyoxigraph closes the store when the last reference goes away.
+        self._store = None  # type: ignore[assignment]
+
+
+def _term_or_none(entity: str):
+    """The RDF term of an id, or None when no node can have that id (e.g. a malformed literal)."""
+    try:
+        return id_to_term(entity)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _read_input(triples, names):
+    """(source description, subjects, relations, objects, names or None) from any accepted input."""
+    if isinstance(triples, (str, Path)):
+        path = Path(triples)
+        if path.is_dir():
+            kb = path / "kb.tsv"
+            if not kb.exists():
+                raise FileNotFoundError(f"{path}: dataset folder has no kb.tsv")
+            path = kb
+        if not path.exists():
+            raise FileNotFoundError(f"KG file not found: {path}")
+        if path.suffix == ".nt":
+            subjects, relations, objects, nt_names = [], [], [], {}
+            for s, r, o in iter_ntriples_as_ids(path):
+                if r == RDFS_LABEL:
+                    nt_names[s] = literal_value(o)
+                else:
+                    subjects.append(s)
+                    relations.append(r)
+                    objects.append(o)
+            if names is None:
+                names = nt_names or None
+        else:
+            subjects, relations, objects = read_tsv_triples(path)
+            if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
+                names = path.parent / "names.tsv"
+        source = str(path)
+    else:
+        rows = list(triples)
+        subjects, relations, objects = (list(col) for col in zip(*rows)) if rows else ([], [], [])
+        source = "triples"
+    if isinstance(names, (str, Path)):
+        names = read_names(Path(names))
+    return source, subjects, relations, objects, names
+
+
+def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | None) -> Iterator[bytes]:
+    """The store's content as N-Quads, in chunks of lines (edges, labels, then the index graph)."""
+    n = len(subjects)
+    codes, nodes = pd.factorize(np.concatenate([np.asarray(subjects, dtype=object), np.asarray(objects, dtype=object)]), sort=False)
+    rel_codes, rels = pd.factorize(np.asarray(relations, dtype=object), sort=False)
+    node_terms = [_node_term(node, source) for node in nodes]
+    rel_terms = [f"<{to_iri(r, RELATION_NS)}>" for r in rels]
+    src, dst = codes[:n].tolist(), codes[n:].tolist()
+    rel_list = rel_codes.tolist()
+    for start in range(0, n, _CHUNK_LINES):
+        stop = min(n, start + _CHUNK_LINES)
+        yield "".join(
+            f"{node_terms[src[i]]} {rel_terms[rel_list[i]]} {node_terms[dst[i]]} .\n" for i in range(start, stop)
+        ).encode("utf-8")
+
+    label_pred, index_pred, index_graph = f"<{RDFS_LABEL}>", f"<{INDEX_NODE}>", f"<{INDEX_GRAPH}>"
+    lines: list[str] = []
+    for node, term in zip(nodes, node_terms):
+        if is_literal_id(node):
+            label = literal_value(node)
+        elif names is None:
+            label = node
+        elif node in names:
+            label = names[node]
+            lines.append(f"{term} {label_pred} {ox.Literal(label)} .\n")
+        else:
+            continue  # unnamed (mediator) node: no label, not resolvable by name
+        lines.append(f"<{exact_label_key(label)}> {index_pred} {term} {index_graph} .\n")
+        lines.append(f"<{normalized_label_key(label)}> {index_pred} {term} {index_graph} .\n")
+        if len(lines) >= _CHUNK_LINES:
+            yield "".join(lines).encode("utf-8")
+            lines = []
+    store = f"<{INDEX_STORE}>"
+    lines.append(f'{store} <{INDEX_FORMAT}> "{STORE_FORMAT}" {index_graph} .\n')
+    lines.append(f'{store} <{INDEX_HAS_NAMES}> "{"true" if names is not None else "false"}" {index_graph} .\n')
+    yield "".join(lines).encode("utf-8")
+
+
+def _node_term(node: str, source: str) -> str:
+    """A node id as an N-Triples term; a malformed literal raises a ValueError naming the source."""
+    try:
+        return str(id_to_term(node))
+    except (SyntaxError, ValueError) as err:
+        raise ValueError(f"{source}: cannot store node {node!r} ({err})") from err
+
+
+class _ChunkReader(io.RawIOBase):
+    """A binary stream over an iterator of byte chunks, so bulk_load never sees the whole input."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = memoryview(chunk)
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
