@@ -1,9 +1,27 @@
 """The trajectory protocol: tags, system prompt and parsing. The single source of truth.
 
 Every piece of code that writes or reads these tags imports them from here.
+
+A trajectory (what the model writes, with the tool's blocks inserted)::
+
+    <think> I need Utah's time zone. <search>Utah</search>
+    <triples>
+    (Utah, time zone, Mountain Time Zone)
+    </triples>
+    Utah is in the Mountain Time Zone. </think>
+    <answer>Mountain Time Zone</answer>
+
+- `build_prompt` writes the paper's prompt (its Appendix C) with the question and topic entities;
+  the prompt ends where the assistant starts, so the model's first word is `<think>`.
+- `format_tool_block` wraps the tool's text; `parse_trajectory` reads searches, tool blocks,
+  answers and thoughts back; `check_format` is the strict checker behind the format reward.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"
@@ -20,3 +38,245 @@ ANSWER_SEPARATOR = "|"
 
 HANDLE_PREFIX = "E"
 """Entity handles (DESIGN.md): `E1`, `E2`, ... assigned per session in order of appearance."""
+
+STOP_TAGS = (SEARCH_CLOSE, ANSWER_CLOSE)
+"""Where generation pauses (`</search>`: run the tool) or ends (`</answer>`)."""
+
+TOPIC_SEPARATOR = ", "
+"""Joins several topic entity names in the prompt."""
+
+INSTRUCTIONS = (
+    "The User asks a question, and the Assistant solves it. The Assistant first thinks about the "
+    "reasoning process in the mind and then provides the User with the final answer. The output "
+    "format of reasoning process and final answer are enclosed within <think> </think> and "
+    "<answer> </answer> tags, respectively, i.e., \"<think> reasoning process here </think> "
+    "<answer> final answer here </answer>\". During the thinking process, the Assistant can "
+    "perform searching for uncertain knowledge from a knowledge graph if necessary with the format "
+    "of \"<search> search query (only one entity) </search>\". The entity must be involved in the "
+    "searched triples or topic entities. Then, the system will provide the Assistant with helpful "
+    "information with the format of \"<triples> ...search results... </triples>\". If a searched "
+    "entity turns out to be a dead end, the Assistant can write \"<search> entity | backtrack "
+    "</search>\" to return to the previous entity and see its next candidate triples."
+)
+"""The paper's system prompt (Appendix C) plus one sentence for backtracking."""
+
+PROMPT_TEMPLATE = INSTRUCTIONS + " User: {question} Topic Entity: {topics} Assistant:"
+"""The whole prompt as plain text, for tokenizers without a chat template (paper's layout)."""
+
+USER_TEMPLATE = "{question} Topic Entity: {topics}"
+"""The user turn when the tokenizer has a chat template; INSTRUCTIONS go in the system turn."""
+
+
+def topic_names(topic_entities: Sequence[Any]) -> list[str]:
+    """Names of topic entities given as `TopicEntity`, `{"id", "name"}` dicts or plain strings."""
+    names = []
+    for topic in topic_entities:
+        if isinstance(topic, str):
+            names.append(topic)
+        elif isinstance(topic, dict):
+            names.append(str(topic.get("name") or topic.get("id") or ""))
+        else:
+            names.append(str(getattr(topic, "name", "") or getattr(topic, "id", "")))
+    return [n for n in names if n]
+
+
+def build_prompt(question: str, topic_entities: Sequence[Any], tokenizer: Any = None) -> str:
+    """The prompt text, ending where the assistant's first token (`<think>`) goes.
+
+    With a tokenizer that has a chat template: a system turn with INSTRUCTIONS and a user turn
+    with the question and topic entities, rendered with `add_generation_prompt=True`. Otherwise
+    (no tokenizer, or no template) the paper's plain layout `... User: Q Topic Entity: T Assistant:`.
+    Tokenise the result with `add_special_tokens=False`: the template already wrote any BOS.
+    """
+    topics = TOPIC_SEPARATOR.join(topic_names(topic_entities))
+    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+        messages = [
+            {"role": "system", "content": INSTRUCTIONS},
+            {"role": "user", "content": USER_TEMPLATE.format(question=question, topics=topics)},
+        ]
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return PROMPT_TEMPLATE.format(question=question, topics=topics)
+
+
+def format_tool_block(text: str) -> str:
+    """The tool's text as it is inserted after `</search>`: `\\n<triples>\\n{text}\\n</triples>\\n`."""
+    return f"\n{TRIPLES_OPEN}\n{text}\n{TRIPLES_CLOSE}\n"
+
+
+def split_search_query(query: str) -> tuple[str, bool]:
+    """`"NAME | backtrack"` -> `("NAME", True)`; `" NAME "` -> `("NAME", False)`."""
+    head, sep, tail = query.rpartition(QUERY_SEPARATOR)
+    if sep and tail.strip().lower() == BACKTRACK_MARK:
+        return head.strip(), True
+    return query.strip(), False
+
+
+def split_answers(text: str) -> list[str]:
+    """`"A | B"` -> `["A", "B"]`; empty parts are dropped."""
+    return [part.strip() for part in text.split(ANSWER_SEPARATOR) if part.strip()]
+
+
+@dataclass(frozen=True)
+class SearchCall:
+    """One `<search>` block: the raw text inside the tags, the entity part and the backtrack flag."""
+
+    raw: str
+    query: str
+    is_backtrack: bool
+
+
+@dataclass
+class ParsedTrajectory:
+    """What `parse_trajectory` finds, in order of appearance."""
+
+    searches: list[SearchCall] = field(default_factory=list)
+    triples: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    thinks: list[str] = field(default_factory=list)
+    answer_text: str | None = None
+    """The raw content of the first closed `<answer>` block (None when there is none)."""
+
+    @property
+    def first_answer(self) -> str | None:
+        return self.answers[0] if self.answers else None
+
+
+def _block_pattern(open_tag: str, close_tag: str) -> re.Pattern[str]:
+    return re.compile(re.escape(open_tag) + r"(.*?)" + re.escape(close_tag), re.DOTALL)
+
+
+_SEARCH_RE = _block_pattern(SEARCH_OPEN, SEARCH_CLOSE)
+_TRIPLES_RE = _block_pattern(TRIPLES_OPEN, TRIPLES_CLOSE)
+_ANSWER_RE = _block_pattern(ANSWER_OPEN, ANSWER_CLOSE)
+_THINK_RE = re.compile(re.escape(THINK_OPEN) + r"(.*?)(?:" + re.escape(THINK_CLOSE) + r"|$)", re.DOTALL)
+_TAG_RE = re.compile("|".join(re.escape(t) for t in sorted(TAGS, key=len, reverse=True)))
+
+
+def parse_trajectory(text: str) -> ParsedTrajectory:
+    """Searches (in order, with backtracks), tool blocks, answers of the first answer block, thoughts.
+
+    Lenient: it reads whatever closed blocks exist; `check_format` judges the layout. A search
+    block's text stops at the first `</search>`, so a nested `<search>` stays inside the raw text.
+    """
+    parsed = ParsedTrajectory()
+    for match in _SEARCH_RE.finditer(text):
+        query, backtrack = split_search_query(match.group(1))
+        parsed.searches.append(SearchCall(raw=match.group(1), query=query, is_backtrack=backtrack))
+    parsed.triples = [m.group(1).strip("\n") for m in _TRIPLES_RE.finditer(text)]
+    answer = _ANSWER_RE.search(text)
+    if answer is not None:
+        parsed.answer_text = answer.group(1)
+        parsed.answers = split_answers(answer.group(1))
+    parsed.thinks = [m.group(1) for m in _THINK_RE.finditer(text)]
+    return parsed
+
+
+def last_open_search(turn_text: str) -> str | None:
+    """The query of a turn that ended with `</search>`: text after its last `<search>`.
+
+    None when the turn has no `<search>` before the closing tag (a malformed call).
+    """
+    body = turn_text[: turn_text.rfind(SEARCH_CLOSE)] if turn_text.endswith(SEARCH_CLOSE) else turn_text
+    start = body.rfind(SEARCH_OPEN)
+    if start < 0:
+        return None
+    return body[start + len(SEARCH_OPEN):]
+
+
+@dataclass(frozen=True)
+class FormatReport:
+    """`valid` is True when `errors` is empty; each error is one short sentence."""
+
+    valid: bool
+    errors: list[str]
+
+
+def check_format(text: str) -> FormatReport:
+    """The strict layout check behind the format reward (issue 4).
+
+    Valid means: `<think>` first (only whitespace before it); one think block; every `<search>`
+    inside the think block, non-empty, closed, and followed (after whitespace) by exactly one
+    `<triples>` block; no `<triples>` block without a search; `</think>` before `<answer>`; exactly
+    one non-empty answer block after `</think>`, separated from it by whitespace only; nothing but
+    whitespace after `</answer>`. Plain text is allowed inside think and triples blocks only.
+    """
+    errors: list[str] = []
+    state = "start"
+    position = 0
+    search_start = 0
+    for match in _TAG_RE.finditer(text):
+        tag, between = match.group(0), text[position:match.start()]
+        position = match.end()
+        if state == "start":
+            if between.strip():
+                errors.append("text before <think>")
+            if tag != THINK_OPEN:
+                errors.append(f"the trajectory must start with {THINK_OPEN}, found {tag}")
+                return FormatReport(False, errors)
+            state = "think"
+        elif state == "think":
+            if tag == SEARCH_OPEN:
+                state, search_start = "search", match.end()
+            elif tag == THINK_CLOSE:
+                state = "after_think"
+            elif tag == TRIPLES_OPEN:
+                errors.append(f"{TRIPLES_OPEN} block without a preceding search")
+                state = "triples"
+            elif tag == ANSWER_OPEN:
+                errors.append(f"{ANSWER_OPEN} before {THINK_CLOSE}")
+                state = "answer"
+            else:
+                errors.append(f"unexpected {tag} inside the think block")
+        elif state == "search":
+            if tag != SEARCH_CLOSE:
+                errors.append(f"unclosed {SEARCH_OPEN}: found {tag} before {SEARCH_CLOSE}")
+                return FormatReport(False, errors)
+            if not split_search_query(text[search_start:match.start()])[0]:
+                errors.append(f"empty {SEARCH_OPEN}")
+            state = "after_search"
+        elif state == "after_search":
+            if between.strip() or tag != TRIPLES_OPEN:
+                errors.append(f"{SEARCH_CLOSE} not followed by a {TRIPLES_OPEN} block")
+                return FormatReport(False, errors)
+            state = "triples"
+        elif state == "triples":
+            if tag != TRIPLES_CLOSE:
+                errors.append(f"unclosed {TRIPLES_OPEN}: found {tag} before {TRIPLES_CLOSE}")
+                return FormatReport(False, errors)
+            state = "think"
+        elif state == "after_think":
+            if tag == ANSWER_OPEN:
+                if between.strip():
+                    errors.append(f"text between {THINK_CLOSE} and {ANSWER_OPEN}")
+                state = "answer"
+            elif tag == SEARCH_OPEN:
+                errors.append(f"{SEARCH_OPEN} after {THINK_CLOSE}")
+                return FormatReport(False, errors)
+            else:
+                errors.append(f"unexpected {tag} after {THINK_CLOSE}")
+                return FormatReport(False, errors)
+        elif state == "answer":
+            if tag != ANSWER_CLOSE:
+                errors.append(f"unclosed {ANSWER_OPEN}: found {tag} before {ANSWER_CLOSE}")
+                return FormatReport(False, errors)
+            if not split_answers(between):
+                errors.append(f"empty {ANSWER_OPEN}")
+            state = "done"
+        elif state == "done":
+            errors.append(f"{tag} after {ANSWER_CLOSE}")
+            return FormatReport(False, errors)
+    rest = text[position:]
+    ending = {
+        "start": f"no {THINK_OPEN}",
+        "think": f"unclosed {THINK_OPEN}",
+        "search": f"unclosed {SEARCH_OPEN}",
+        "after_search": f"{SEARCH_CLOSE} not followed by a {TRIPLES_OPEN} block",
+        "triples": f"unclosed {TRIPLES_OPEN}",
+        "after_think": f"no {ANSWER_OPEN} block",
+        "answer": f"unclosed {ANSWER_OPEN}",
+    }
+    if state in ending:
+        errors.append(ending[state])
+    elif rest.strip():
+        errors.append(f"text after {ANSWER_CLOSE}")
+    return FormatReport(not errors, errors)

@@ -1,0 +1,110 @@
+"""The protocol: prompt building, tool blocks, parsing and the strict format checker."""
+
+import pytest
+
+from kgreasoner.data import TopicEntity
+from kgreasoner.protocol import (
+    INSTRUCTIONS,
+    build_prompt,
+    check_format,
+    format_tool_block,
+    last_open_search,
+    parse_trajectory,
+    split_search_query,
+)
+
+VALID = (
+    "<think> I need Utah's time zone. <search>Utah</search>\n<triples>\n"
+    "(Utah, time zone, Mountain Time Zone)\n(Utah, capital, Salt Lake City)\n</triples>\n"
+    "Utah is in the Mountain Time Zone. </think>\n<answer>Mountain Time Zone</answer>"
+)
+
+
+def test_plain_prompt_is_the_papers_layout_with_backtrack_sentence():
+    prompt = build_prompt("what timezone is utah in", [TopicEntity("m.07srw", "Utah")])
+    assert prompt.startswith("The User asks a question, and the Assistant solves it.")
+    assert prompt.endswith(" User: what timezone is utah in Topic Entity: Utah Assistant:")
+    assert '"<search> entity | backtrack </search>"' in prompt
+    assert build_prompt("q", ["A", {"id": "b", "name": "B"}]).endswith("Topic Entity: A, B Assistant:")
+
+
+class _TemplateTokenizer:
+    chat_template = "x"
+
+    def apply_chat_template(self, messages, tokenize, add_generation_prompt):
+        assert tokenize is False and add_generation_prompt is True
+        return "|".join(f"{m['role']}:{m['content']}" for m in messages) + "|assistant:"
+
+
+def test_chat_prompt_puts_instructions_in_system_turn():
+    prompt = build_prompt("who?", [TopicEntity("x", "X")], _TemplateTokenizer())
+    assert prompt == f"system:{INSTRUCTIONS}|user:who? Topic Entity: X|assistant:"
+
+
+def test_format_tool_block():
+    assert format_tool_block("(a, r, b)") == "\n<triples>\n(a, r, b)\n</triples>\n"
+
+
+def test_parse_trajectory_reads_searches_backtracks_answers():
+    text = (
+        "<think> a <search> Utah </search>\n<triples>\n(Utah, r, X)\n</triples>\n"
+        "<search>X | backtrack</search>\n<triples>\nnothing\n</triples>\n b </think>"
+        "<answer> Mountain Time | MST </answer>"
+    )
+    parsed = parse_trajectory(text)
+    assert [(s.query, s.is_backtrack) for s in parsed.searches] == [("Utah", False), ("X", True)]
+    assert parsed.triples == ["(Utah, r, X)", "nothing"]
+    assert parsed.answers == ["Mountain Time", "MST"]
+    assert parsed.first_answer == "Mountain Time"
+    assert len(parsed.thinks) == 1 and parsed.thinks[0].startswith(" a ")
+
+
+def test_parse_without_answer():
+    parsed = parse_trajectory("<think> no answer <search>Utah")
+    assert parsed.searches == [] and parsed.answers == [] and parsed.answer_text is None
+
+
+def test_split_search_query():
+    assert split_search_query(" E5 | backtrack ") == ("E5", True)
+    assert split_search_query("A | B") == ("A | B", False)
+    assert split_search_query("  ") == ("", False)
+
+
+def test_last_open_search():
+    assert last_open_search("x <search>Utah</search>") == "Utah"
+    assert last_open_search("<search>a</search> <search>b</search>") == "b"
+    assert last_open_search("no open</search>") is None
+
+
+def test_valid_trajectory_passes():
+    assert check_format(VALID) == check_format("  " + VALID + "\n")
+    report = check_format(VALID)
+    assert report.valid and report.errors == []
+    assert check_format("<think> direct </think> <answer>X</answer>").valid
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("<answer>X</answer>", "the trajectory must start with <think>, found <answer>"),
+        ("hello <think> a </think><answer>X</answer>", "text before <think>"),
+        ("<think> a <search>Utah </think><answer>X</answer>", "unclosed <search>: found </think> before </search>"),
+        ("<think> a <search>Utah</search> b </think><answer>X</answer>", "</search> not followed by a <triples> block"),
+        ("<think> a <search> </search><triples>x</triples></think><answer>X</answer>", "empty <search>"),
+        ("<think> a <answer>X</answer>", "<answer> before </think>"),
+        ("<think> a </think><answer>X</answer><answer>Y</answer>", "<answer> after </answer>"),
+        ("<think> a </think><answer>X</answer> more", "text after </answer>"),
+        ("<think> a </think>", "no <answer> block"),
+        ("<think> a </think><answer> | </answer>", "empty <answer>"),
+        ("<think> a </think> so <answer>X</answer>", "text between </think> and <answer>"),
+        ("<think> a </think><search>X</search>", "<search> after </think>"),
+        ("<think> a <triples>x</triples></think><answer>X</answer>", "<triples> block without a preceding search"),
+        ("<think> a <search>Utah", "unclosed <search>"),
+        ("<think> a </think><answer>X", "unclosed <answer>"),
+        ("just text", "no <think>"),
+    ],
+)
+def test_invalid_trajectories(text, error):
+    report = check_format(text)
+    assert not report.valid
+    assert error in report.errors
