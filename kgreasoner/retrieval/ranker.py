@@ -1,0 +1,190 @@
+"""The question-conditioned graph-attention ranker (paper, Section 4.2) and its inputs.
+
+For a question q and a candidate neighbour c of the searched entity, with c's own one-hop
+context {(r_i, t_i)} (relations and neighbours of c, the edge back to the searched entity left
+out) and h the candidate's own embedding:
+
+    s_i = a(W_q q ; W_c (t_i ⊙ r_i))             attention logit of context edge i
+    α_i = softmax_i(s_i)                         over c's context edges only
+    ĥ   = σ(W_h [h ‖ Σ_i α_i t_i])               σ = ELU; an empty context sums to 0
+    ŷ   = softmax(W_2 σ(W_1 ĥ + b_1) + b_2)      σ = ReLU; score = ŷ[1] ∈ (0, 1)
+
+Trained with cross-entropy on relevant / irrelevant labels. Our choices where the paper is silent:
+- Inputs are frozen text embeddings e(·) of dimension d (MiniLM: 384), conditioned on the
+  question by φ_q(v) = [v ‖ q ⊙ v] (the second half sums to cos(q, v)):
+  t_i = φ_q(e("relation_i neighbour_i")), r_i = φ_q(e("relation_i")),
+  h = [φ_q(e(relation to c)) ‖ φ_q(e(label of c))].
+- a(x ; y) = w_aᵀ LeakyReLU(A [x ‖ y ‖ x ⊙ y]). A linear `a` over the concatenation alone
+  would add the same question term to every s_i, which softmax cancels (GATv1's static
+  attention); the product term makes the weights depend on the question.
+- W_q (d → k) and W_c (2d → k) are separate because their inputs differ in size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import MessagePassing
+from torch_geometric.utils import softmax as segment_softmax
+
+
+@dataclass
+class RankerModelConfig:
+    """Sizes of the ranker network."""
+
+    dim: int = field(default=384, metadata={"help": "text embedding size d (MiniLM: 384)"})
+    hidden: int = field(default=128, metadata={"help": "attention and ĥ size k"})
+    head_hidden: int = field(default=64, metadata={"help": "hidden size of the MLP head (W_1)"})
+    dropout: float = field(default=0.1, metadata={"help": "dropout on ĥ and the head's hidden layer"})
+    negative_slope: float = field(default=0.2, metadata={"help": "LeakyReLU slope inside a(·)"})
+
+    def __post_init__(self) -> None:
+        if min(self.dim, self.hidden, self.head_hidden) < 1:
+            raise ValueError("ranker model sizes must be >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ranker dropout must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class RankerInputs:
+    """A batch of candidates of one or more questions, as tensors of text embeddings.
+
+    question: [Q, d]; cand_question: [C] index of each candidate's question;
+    cand_relation / cand_entity: [C, d] embeddings of the relation text leading to the candidate
+    and of its label; ctx_value / ctx_relation: [N, d] embeddings of each context edge's text
+    ("relation neighbour") and of its relation; ctx_target: [N] the candidate each context edge
+    belongs to (candidates may have none).
+    """
+
+    question: torch.Tensor
+    cand_question: torch.Tensor
+    cand_relation: torch.Tensor
+    cand_entity: torch.Tensor
+    ctx_value: torch.Tensor
+    ctx_relation: torch.Tensor
+    ctx_target: torch.Tensor
+
+    @property
+    def num_candidates(self) -> int:
+        return int(self.cand_question.shape[0])
+
+
+def condition(v: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """φ_q(v) = [v ‖ q ⊙ v]."""
+    return torch.cat([v, q * v], dim=-1)
+
+
+class QuestionConditionedAttention(MessagePassing):
+    """The attention layer: context edges (sources) -> candidates (targets), conditioned on q.
+
+    Computes ĥ = σ(W_h [h ‖ Σ_i α_i t_i]) with the α_i of the module docstring.
+    """
+
+    def __init__(self, dim: int, hidden: int, negative_slope: float = 0.2) -> None:
+        super().__init__(aggr="add", node_dim=0)
+        self.W_q = nn.Linear(dim, hidden, bias=False)
+        self.W_c = nn.Linear(2 * dim, hidden, bias=False)
+        self.A = nn.Linear(3 * hidden, hidden)
+        self.w_a = nn.Linear(hidden, 1, bias=False)
+        self.W_h = nn.Linear(4 * dim + 2 * dim, hidden)
+        self.negative_slope = negative_slope
+        self.last_attention: torch.Tensor | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for layer in (self.W_q, self.W_c, self.A, self.w_a, self.W_h):
+            layer.reset_parameters()
+
+    def forward(self, q_cand: torch.Tensor, h: torch.Tensor, t: torch.Tensor, r: torch.Tensor,
+                ctx_target: torch.Tensor) -> torch.Tensor:
+        """q_cand [C, d] the question per candidate, h [C, 4d], t and r [N, d], ctx_target [N]."""
+        num_ctx, num_cand = t.shape[0], h.shape[0]
+        edge_index = torch.stack([torch.arange(num_ctx, device=t.device), ctx_target])
+        pooled = self.propagate(edge_index, x=(t, None), r=r, q=q_cand, size=(num_ctx, num_cand))
+        return F.elu(self.W_h(torch.cat([h, pooled], dim=-1)))
+
+    def message(self, x_j: torch.Tensor, r: torch.Tensor, q_i: torch.Tensor, index: torch.Tensor,
+                ptr: torch.Tensor | None, size_i: int | None) -> torch.Tensor:
+        t_i, r_i = condition(x_j, q_i), condition(r, q_i)
+        x, y = self.W_q(q_i), self.W_c(t_i * r_i)
+        s = self.w_a(F.leaky_relu(self.A(torch.cat([x, y, x * y], dim=-1)), self.negative_slope))
+        alpha = segment_softmax(s, index, ptr, size_i)
+        self.last_attention = alpha.detach().squeeze(-1)
+        return alpha * t_i
+
+
+class GATRanker(nn.Module):
+    """Attention layer plus the two-layer head; `forward` gives logits [C, 2], `score` ŷ[1]."""
+
+    def __init__(self, config: RankerModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.attention = QuestionConditionedAttention(config.dim, config.hidden, config.negative_slope)
+        self.W_1 = nn.Linear(config.hidden, config.head_hidden)
+        self.W_2 = nn.Linear(config.head_hidden, 2)
+        self.dropout = nn.Dropout(config.dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.attention.reset_parameters()
+        self.W_1.reset_parameters()
+        self.W_2.reset_parameters()
+
+    def forward(self, inputs: RankerInputs) -> torch.Tensor:
+        q_cand = inputs.question[inputs.cand_question]
+        h = torch.cat([condition(inputs.cand_relation, q_cand), condition(inputs.cand_entity, q_cand)], dim=-1)
+        h_hat = self.attention(q_cand, h, inputs.ctx_value, inputs.ctx_relation, inputs.ctx_target)
+        hidden = self.dropout(F.relu(self.W_1(self.dropout(h_hat))))
+        return self.W_2(hidden)
+
+    @torch.no_grad()
+    def score(self, inputs: RankerInputs) -> torch.Tensor:
+        """ŷ[1] per candidate, in eval mode (no dropout)."""
+        was_training = self.training
+        self.eval()
+        try:
+            if inputs.num_candidates == 0:
+                return torch.zeros(0)
+            return torch.softmax(self.forward(inputs), dim=-1)[:, 1]
+        finally:
+            self.train(was_training)
+
+
+MODEL_FILE = "model.safetensors"
+CONFIG_FILE = "ranker.json"
+
+
+def save_ranker(model: GATRanker, folder: str | Path, meta: dict) -> Path:
+    """Weights as safetensors plus `ranker.json` (model config and whatever `meta` records)."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / MODEL_FILE))
+    (folder / CONFIG_FILE).write_text(json.dumps({"model": asdict(model.config), **meta}, indent=2) + "\n", encoding="utf-8")
+    return folder
+
+
+def load_ranker(folder: str | Path) -> tuple[GATRanker, dict]:
+    """A saved ranker in eval mode, and its `ranker.json` contents."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    for needed in (MODEL_FILE, CONFIG_FILE):
+        if not (folder / needed).is_file():
+            raise FileNotFoundError(f"{folder}: missing {needed}; train one with `python train/ranker.py --config configs/ranker.yaml`")
+    meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    try:
+        config = RankerModelConfig(**meta["model"])
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{folder / CONFIG_FILE}: field 'model' is missing or malformed ({err})") from err
+    model = GATRanker(config)
+    model.load_state_dict(load_file(str(folder / MODEL_FILE)))
+    model.eval()
+    return model, meta

@@ -1,0 +1,74 @@
+"""Encoders: relation humanising, the hashing encoder, the disk cache and the real MiniLM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kgreasoner.retrieval.encoder import (
+    CachedEncoder, EncoderConfig, HashingEncoder, MiniLMEncoder, build_encoder, humanize_relation,
+)
+
+
+@pytest.mark.parametrize("relation, words", [
+    ("people.person.nationality", "person nationality"),
+    ("^people.person.nationality", "person nationality"),
+    ("cause_of_death", "cause of death"),
+    ("location.location.time_zones", "location time zones"),
+    ("<http://www.wikidata.org/prop/direct/P19>", "p19"),
+    ("birthPlace", "birth place"),
+])
+def test_humanize_relation(relation, words):
+    assert humanize_relation(relation) == words
+
+
+def test_hashing_encoder_is_deterministic_and_normalised():
+    enc = HashingEncoder(64)
+    a = enc.encode(["time zone of utah", "time zone", "banana"])
+    assert a.shape == (3, 64) and a.dtype == np.float32
+    assert np.allclose(np.linalg.norm(a, axis=1), 1.0)
+    assert np.array_equal(a, HashingEncoder(64).encode(["time zone of utah", "time zone", "banana"]))
+    assert a[0] @ a[1] > a[0] @ a[2]
+
+
+class CountingEncoder(HashingEncoder):
+    def __init__(self):
+        super().__init__(32)
+        self.seen: list[str] = []
+
+    def encode(self, texts):
+        self.seen.extend(texts)
+        return super().encode(texts)
+
+
+def test_cache_in_memory_and_on_disk(tmp_path):
+    base = CountingEncoder()
+    cached = CachedEncoder(base, tmp_path)
+    first = cached.encode(["a b", "c", "a b"])
+    assert base.seen == ["a b", "c"]
+    cached.encode(["c"])
+    assert base.seen == ["a b", "c"] and cached.hits == 2 and cached.misses == 2
+    cached.flush()
+    again = CountingEncoder()
+    reloaded = CachedEncoder(again, tmp_path)
+    assert len(reloaded) == 2
+    assert np.array_equal(reloaded.encode(["a b", "c", "d"]), np.vstack([first[:2], HashingEncoder(32).encode(["d"])]))
+    assert again.seen == ["d"]
+
+
+def test_config_rejects_unknown_kind():
+    with pytest.raises(ValueError, match="encoder.kind must be one of"):
+        EncoderConfig(kind="word2vec")
+
+
+def test_real_minilm_offline():
+    encoder = build_encoder(EncoderConfig(kind="minilm", batch_size=2))
+    assert isinstance(encoder.encoder, MiniLMEncoder) and encoder.dim == 384
+    texts = ["location time zones", "what timezone is utah in", "banana bread recipe", "a much longer text about time zones"]
+    vectors = encoder.encode(texts)
+    assert vectors.shape == (4, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+    # Padding inside a batch must not change a text's vector.
+    alone = encoder.encoder.encode(["location time zones"])
+    assert np.allclose(alone[0], vectors[0], atol=1e-5)

@@ -1,0 +1,166 @@
+"""The search tool: resolution, handles, repeated search, backtracking and error texts."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgreasoner.data.schema import TopicEntity
+from kgreasoner.kg.base import KGError
+from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_query
+
+UTAH = [TopicEntity("m.utah", "Utah")]
+UTAH_LINES = [
+    "(Utah, location.location.time_zones, Mountain Time Zone)",
+    "(Utah, location.us_state.capital, Salt Lake City)",
+    "(Utah, location.location.contains, Provo)",
+    "(Utah, government.governmental_jurisdiction.governing_officials, m.cvt)",
+    "(m.cvt, government.government_position_held.office_holder, Spencer Cox)",
+    "(m.cvt, government.government_position_held.from, 2021-01-04)",
+    "(Salt Lake City, location.location.containedby, Utah)",
+]
+
+
+def session(kg, question="what timezone is utah in", topics=UTAH, **config):
+    return KGSearchTool(kg, ToolConfig(**config)).session(question, list(topics))
+
+
+def test_search_shows_kg_order_with_mediator_expanded(utah_kg):
+    s = session(utah_kg)
+    result = s.call("Utah")
+    assert result.error is None and result.entity == "m.utah" and not result.backtracked
+    assert result.text == "\n".join(UTAH_LINES)
+    # The mediator's first edge is printed once but belongs to both candidates through it.
+    assert len(result.edges) == 8
+    assert s.num_calls == 1 and s.num_backtracks == 0
+
+
+def test_handles_are_assigned_in_order_of_appearance_and_resolve(utah_kg):
+    s = session(utah_kg, entity_handles=True)
+    assert s.shown_entities() == [("E1", "Utah")]
+    text = s.call("E1").text.splitlines()
+    assert text[0] == "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)"
+    assert text[3] == "(E1 Utah, government.governmental_jurisdiction.governing_officials, E5 m.cvt)"
+    assert text[5] == "(E5 m.cvt, government.government_position_held.from, E7 2021-01-04)"
+    assert s.shown_entities()[:3] == [("E1", "Utah"), ("E2", "Mountain Time Zone"), ("E3", "Salt Lake City")]
+    # A handle, a handle with its label copied after it, and the bare name all resolve.
+    assert s.call("E2").text == "(E2 Mountain Time Zone, common.topic.alias, E8 MST)"
+    assert s.call("Mountain Time Zone").error == "exhausted"
+    assert s.call("E2 Mountain Time Zone").error == "exhausted"
+    assert s.resolve_answer("E2 | Salt Lake City | Ogden") == ["Mountain Time Zone", "Salt Lake City", "Ogden"]
+
+
+def test_handles_restart_in_every_session(utah_kg):
+    tool = KGSearchTool(utah_kg, ToolConfig(entity_handles=True))
+    first = tool.session("q", [TopicEntity("m.mtz", "Mountain Time Zone")])
+    assert first.call("E1").text.startswith("(E1 Mountain Time Zone, common.topic.alias, E2 MST)")
+    second = tool.session("q", UTAH)
+    assert second.call("E1").text.splitlines()[0] == "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)"
+    assert second.resolve_answer("E2") == ["Mountain Time Zone"]
+    # Handles off: "E2" is just an unknown name.
+    assert session(utah_kg).call("E2").error == "unknown_entity"
+
+
+def test_names_resolve_only_among_shown_entities(utah_kg):
+    s = session(utah_kg)
+    unknown = s.call("Spencer Cox")
+    assert unknown.error == "unknown_entity" and unknown.edges == []
+    assert unknown.text == (
+        'Unknown entity "Spencer Cox": it is not a topic entity or an entity shown so far. '
+        "Search a topic entity (Utah) or an entity from the triples above."
+    )
+    s.call("utah")  # normalised match on the topic entity
+    assert s.call("spencer  COX!").entity == "m.cox"  # normalised
+    assert s.call("Spencer Coxx").entity == "m.cox"  # fuzzy (and now exhausted)
+    close = s.call("Salt Lake")
+    assert close.error == "unknown_entity"
+    assert close.text == (
+        'Unknown entity "Salt Lake": it is not a topic entity or an entity shown so far. Close names: Salt Lake City.'
+    )
+    assert s.call("m.cvt").entity == "m.cvt"  # mediators are named by id
+    assert s.call("2021-01-04").entity == '"2021-01-04"'  # literals by value
+    assert s.call("Texas").error == "unknown_entity"
+
+
+def test_repeated_search_shows_next_best_unseen_then_exhausted(utah_kg):
+    s = session(utah_kg, top_k=2)
+    assert s.call("Utah").text.splitlines() == UTAH_LINES[:2]
+    assert s.call("Utah").text.splitlines() == UTAH_LINES[2:5]
+    # The mediator's edge is printed again: the new candidate goes through it too.
+    third = s.call("Utah")
+    assert third.text.splitlines() == [UTAH_LINES[3], UTAH_LINES[5], UTAH_LINES[6]]
+    assert [e.object for e in third.edges] == ["m.cvt", '"2021-01-04"', "m.utah"]
+    done = s.call("Utah")
+    assert done.error == "exhausted" and done.entity == "m.utah"
+    assert done.text == "All 6 neighbours of Utah have been shown. Search another entity or write `Utah | backtrack`."
+
+
+def test_empty_neighbourhoods_and_empty_queries(utah_kg):
+    s = session(utah_kg, topics=[TopicEntity("m.ghost", "Ghost"), UTAH[0]])
+    ghost = s.call("Ghost")
+    assert ghost.error == "no_neighbors"
+    assert ghost.text == "Ghost has no neighbours in the knowledge graph. Search another entity or write `Ghost | backtrack`."
+    s.call("Utah")
+    provo = s.call("Provo")
+    assert provo.error == "no_neighbors"
+    assert provo.text.startswith("Provo has no neighbours besides the triples already shown.")
+    assert s.call("   ").error == "empty_query"
+    blank_backtrack = s.call(" | backtrack")
+    assert blank_backtrack.error == "empty_query" and blank_backtrack.backtracked
+
+
+def test_backtracking_walks_the_papers_example(path_kg):
+    s = session(path_kg, question="q", topics=[TopicEntity("1", "1")], top_k=1)
+    assert [s.call(n).text for n in ("1", "2", "4", "5")] == ["(1, a, 2)", "(2, c, 4)", "(4, e, 5)", "(5, g, 8)"]
+    # 5 is a dead end: back to 4 and its next-best unseen candidate.
+    back = s.call("5 | backtrack")
+    assert (back.text, back.entity, back.backtracked, back.error) == ("(4, f, 7)", "4", True, None)
+    # 4 has nothing left: up to 2, then to the topic entity 1.
+    assert (s.call("5 | backtrack").text, s.call("5|BACKTRACK").text) == ("(2, d, 6)", "(1, b, 3)")
+    root = s.call("5 | backtrack")
+    assert root.error == "backtrack_at_root" and root.backtracked
+    assert root.text == ("Nothing left to backtrack to: every neighbour on the path from 5 back to the topic "
+                         "entity has been shown. Answer from the triples above.")
+    at_topic = s.call("1 | backtrack")
+    assert at_topic.error == "backtrack_at_root"
+    assert at_topic.text == "1 is a topic entity: there is nothing to backtrack to. Search one of the entities shown so far."
+    assert s.num_backtracks == 5 and s.num_calls == 9
+
+
+def test_max_chars_caps_output_without_wasting_handles(utah_kg):
+    s = session(utah_kg, max_chars=70, entity_handles=True)
+    first = s.call("Utah")
+    assert first.text == "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)"
+    assert s.shown_entities() == [("E1", "Utah"), ("E2", "Mountain Time Zone")]
+    assert s.call("Utah").text == "(E1 Utah, location.us_state.capital, E3 Salt Lake City)"
+
+
+class BrokenKG(MemoryKG):
+    def neighbors(self, entity, direction="out", relations=None, limit=None):
+        raise KGError("endpoint http://127.0.0.1:1/sparql refused the connection")
+
+
+def test_backend_failure_is_a_result_not_an_exception():
+    kg = BrokenKG.from_triples([("a", "r", "b")])
+    result = session(kg, topics=[TopicEntity("a", "a")]).call("a")
+    assert result.error == "kg_error" and result.entity == "a"
+    assert result.text == "The knowledge graph could not be queried: endpoint http://127.0.0.1:1/sparql refused the connection"
+
+
+def test_parse_query_and_config_validation():
+    assert parse_query("  Utah | backtrack ") == ("Utah", True)
+    assert parse_query("A | B") == ("A | B", False)
+    with pytest.raises(ValueError, match="ranking must be one of"):
+        ToolConfig(ranking="bm25")
+    with pytest.raises(ValueError, match="needs ranker_path"):
+        KGSearchTool(MemoryKG.from_triples([("a", "r", "b")]), ToolConfig(ranking="gat"))
+
+
+def test_embedding_ranking_puts_the_matching_relation_first(utah_kg):
+    from kgreasoner.retrieval.encoder import EncoderConfig
+
+    config = dict(ranking="embedding", encoder=EncoderConfig(kind="hashing"), top_k=1)
+    s = session(utah_kg, question="who is the office holder of utah government position", **config)
+    assert s.call("Utah").text.splitlines()[-1] == UTAH_LINES[4]
+    s = session(utah_kg, question="what time zones is utah in", **config)
+    assert s.call("Utah").text == UTAH_LINES[0]
