@@ -1,0 +1,170 @@
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen3ForCausalLM
+
+from kgreasoner.config import ConfigError, load_config
+from kgreasoner.models import (
+    TinyModelConfig, build_tiny, build_tiny_model, ensure_pad_token, load_model_and_tokenizer, main,
+    parameter_counts,
+)
+from kgreasoner.protocol import ANSWER_CLOSE
+from kgreasoner.tokenizer import EOS_TOKEN, PAD_TOKEN, TokenizerConfig, train_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+TEXTS = ["what timezone is Utah in", "Utah", "Mountain Time Zone", "time zone", "Salt Lake City"]
+SAMPLE = "<think> <search>Utah</search>\n<triples>\n(E1 Utah, time zone, E2 Mountain Time Zone)\n</triples>"
+
+
+def small(**changes) -> TinyModelConfig:
+    base = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
+                           intermediate_size=128, max_position_embeddings=256,
+                           tokenizer=TokenizerConfig(num_handles=16))
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(TEXTS, TokenizerConfig(num_handles=16))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    model, tokenizer = build_tiny(small(), TEXTS, out)
+    return out, model, tokenizer
+
+
+def test_saved_checkpoint_loads_with_auto_classes_and_same_logits(saved):
+    out, model, tokenizer = saved
+    assert (out / "model.safetensors").is_file() and not (out / "pytorch_model.bin").exists()
+    loaded = AutoModelForCausalLM.from_pretrained(out)
+    loaded_tok = AutoTokenizer.from_pretrained(out)
+    assert isinstance(loaded, Qwen3ForCausalLM)
+    ids = tokenizer.encode(SAMPLE, add_special_tokens=False)
+    assert loaded_tok.encode(SAMPLE, add_special_tokens=False) == ids
+    assert loaded_tok.decode(ids) == SAMPLE
+    assert loaded_tok.chat_template == tokenizer.chat_template
+    batch = torch.tensor([ids])
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(batch).logits, loaded(batch).logits)
+    assert loaded.generation_config.eos_token_id == [
+        tokenizer.convert_tokens_to_ids(EOS_TOKEN), tokenizer.convert_tokens_to_ids(ANSWER_CLOSE)]
+    assert loaded.generation_config.pad_token_id == tokenizer.convert_tokens_to_ids(PAD_TOKEN)
+    assert loaded.config.vocab_size == len(tokenizer)
+    recipe = yaml.safe_load((out / "tiny_model.yaml").read_text())
+    assert recipe["head_dim"] == 32 and recipe["tokenizer"]["num_handles"] == 16
+
+
+def test_load_model_and_tokenizer_from_a_local_path(saved):
+    out, _, tokenizer = saved
+    model, loaded_tok = load_model_and_tokenizer(out, dtype="bfloat16", padding_side="left")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert not model.training
+    assert loaded_tok.padding_side == "left"
+    assert loaded_tok.pad_token == PAD_TOKEN and model.config.pad_token_id == loaded_tok.pad_token_id
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        load_model_and_tokenizer(out, dtype="float8")
+    with pytest.raises(FileNotFoundError, match="cannot load model .*no-such-model"):
+        load_model_and_tokenizer(out.parent / "no-such-model")
+
+
+def test_ensure_pad_token_prefers_a_reserved_token_over_eos():
+    backend = train_tokenizer(["x"], TokenizerConfig(num_handles=0)).backend_tokenizer
+    fast = type(train_tokenizer(["x"], TokenizerConfig(num_handles=0)))
+    no_pad = fast(tokenizer_object=backend, eos_token=EOS_TOKEN)
+    assert no_pad.pad_token is None
+    assert ensure_pad_token(no_pad).pad_token == PAD_TOKEN
+    # the only candidate is the eos itself: fall back to eos
+    assert ensure_pad_token(fast(tokenizer_object=backend, eos_token=PAD_TOKEN)).pad_token == PAD_TOKEN
+    assert ensure_pad_token(fast(tokenizer_object=backend)).pad_token == PAD_TOKEN  # no eos at all
+    bare = fast(tokenizer_object=Tokenizer(WordLevel({"a": 0, "b": 1}, unk_token="a")))
+    with pytest.raises(ValueError, match="has neither a pad nor an eos token"):
+        ensure_pad_token(bare)
+
+
+def test_seeded_build_is_deterministic(tokenizer):
+    first = build_tiny_model(small(seed=3), tokenizer).state_dict()
+    second = build_tiny_model(small(seed=3), tokenizer).state_dict()
+    other = build_tiny_model(small(seed=4), tokenizer).state_dict()
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert not torch.equal(first["model.embed_tokens.weight"], other["model.embed_tokens.weight"])
+
+
+def test_forward_backward_step(tokenizer):
+    model = build_tiny_model(small(), tokenizer)
+    ids = torch.tensor([tokenizer.encode(SAMPLE, add_special_tokens=False)])
+    loss = model(input_ids=ids, labels=ids).loss
+    assert torch.isfinite(loss) and loss.item() > 0
+    loss.backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []
+
+
+def test_llama_architecture(tokenizer):
+    model = build_tiny_model(small(architecture="llama", tie_word_embeddings=False), tokenizer)
+    assert isinstance(model, LlamaForCausalLM)
+    assert model.config.head_dim == 32 and model.config.bos_token_id is None
+    logits = model(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, len(tokenizer))
+
+
+def test_parameter_counts_of_the_tiny_cpu_recipe(tokenizer):
+    config = load_config(TinyModelConfig, REPO / "configs/tiny-cpu/model.yaml")
+    assert (config.architecture, config.hidden_size, config.num_layers, config.num_heads,
+            config.num_kv_heads, config.head_dim, config.intermediate_size) == ("qwen3", 256, 4, 4, 2, 64, 768)
+    counts = parameter_counts(build_tiny_model(config, tokenizer))
+    # per layer: q 256x256, k and v 256x128, o 256x256, MLP 3x256x768, norms 2x256 + 2x64; final norm 256
+    assert counts["non_embedding"] == 4 * (65536 + 2 * 32768 + 65536 + 3 * 196608 + 512 + 128) + 256
+    assert counts["embeddings"] == len(tokenizer) * 256  # tied: counted once
+    assert counts["total"] == counts["non_embedding"] + counts["embeddings"]
+
+
+def test_small_head_dim_is_a_config_error_naming_the_field(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text("head_dim: 16\n")
+    with pytest.raises(ConfigError, match=r"model\.yaml: head_dim must be >= 32 .*got 16"):
+        load_config(TinyModelConfig, path)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"architecture": "gpt2"}, "architecture must be one of"),
+    ({"num_kv_heads": 3}, r"num_kv_heads \(3\) must divide num_heads \(4\)"),
+    ({"num_layers": 0}, "num_layers must be >= 1"),
+])
+def test_bad_model_settings_name_the_field(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        TinyModelConfig(**changes)
+
+
+def test_nested_tokenizer_settings_from_yaml(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text("tokenizer:\n  kind: bpe\n  vocab_size: 100\n")
+    with pytest.raises(ConfigError, match="tokenizer.vocab_size must exceed"):
+        load_config(TinyModelConfig, path)
+    path.write_text("tokenizer:\n  kind: bpe\n  vocab_size: 500\n")
+    assert load_config(TinyModelConfig, path).tokenizer == TokenizerConfig(kind="bpe", vocab_size=500)
+
+
+def test_cli_builds_a_checkpoint(tmp_path, capsys):
+    texts = tmp_path / "names.tsv"
+    texts.write_text("m.1\tUtah\nm.2\tMountain Time Zone\n", encoding="utf-8")
+    config = tmp_path / "model.yaml"
+    config.write_text(yaml.safe_dump({"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                                      "head_dim": 32, "intermediate_size": 64}))
+    out = tmp_path / "ckpt"
+    assert main(["build-tiny", "--config", str(config), "--set", "tokenizer.num_handles=4",
+                 "--texts", str(texts), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "without embeddings" in printed and f"saved to {out}" in printed
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.convert_ids_to_tokens(tok.encode("(E4 Utah", add_special_tokens=False)) == ["(", "E4", "ĠUtah"]
+    assert main(["build-tiny", "--texts", str(tmp_path / "missing.tsv"), "--out", str(out)]) == 1
+    assert "training text file not found" in capsys.readouterr().err
