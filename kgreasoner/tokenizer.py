@@ -66,6 +66,7 @@ tool's `<triples>`), not the end of a generation."""
 
 WORD_PATTERN = r" ?'?[\p{L}\p{N}_]+(?:[\-.][\p{L}\p{N}_]+)*| ?[^\s\p{L}\p{N}_]+|\s+(?!\S)|\s+"
 TOKENIZER_KINDS = ("word", "bpe")
+NAMES_FILE = "names.tsv"
 CHAT_ROLES = ("system", "user", "assistant")
 """Role names the chat template writes after `<|im_start|>`; the word vocabulary always has them."""
 BYTE_ALPHABET = tuple(sorted(pre_tokenizers.ByteLevel.alphabet()))
@@ -206,18 +207,32 @@ def read_training_texts(paths: Iterable[str | Path]) -> Iterator[str]:
 
     - `*.jsonl`: QA examples (the DESIGN.md schema): the question, topic entity names, answer
       names and aliases;
-    - anything else (kb.tsv, names.tsv, PathQuestion .txt, plain text): each tab-separated field
-      of each line. Pass names.tsv rather than kb.tsv when the KG's ids are not its labels.
+    - `*.nt`: N-Triples KG: `rdfs:label` values, relations and other literal values;
+    - a `*.tsv` KG with a `names.tsv` beside it (the KG loader's convention: ids are not labels):
+      per triple the subject label, the relation and the object label (literal values as written,
+      unnamed mediator nodes skipped);
+    - `names.tsv` (`id \\t label`): the labels;
+    - anything else (kb.tsv without names, PathQuestion .txt, plain text): each tab-separated
+      field of each line.
+    KG labels are read per triple, so a label counts as often as the tool would print it.
     """
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"training text file not found: {path}")
         if path.suffix == ".jsonl":
             yield from _qa_texts(path)
-            continue
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                yield from (f for f in line.rstrip("\r\n").split("\t") if f.strip())
+        elif path.suffix == ".nt":
+            yield from _ntriples_texts(path)
+        elif path.name == NAMES_FILE:
+            from kgreasoner.kg.memory import read_names
+
+            yield from read_names(path).values()
+        elif path.suffix == ".tsv" and (path.parent / NAMES_FILE).exists():
+            yield from _named_kg_texts(path, path.parent / NAMES_FILE)
+        else:
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    yield from (f for f in line.rstrip("\r\n").split("\t") if f.strip())
 
 
 def _qa_texts(path: Path) -> Iterator[str]:
@@ -229,6 +244,42 @@ def _qa_texts(path: Path) -> Iterator[str]:
         for answer in example.answers:
             yield answer.name
             yield from answer.aliases
+
+
+def _named_kg_texts(path: Path, names_path: Path) -> Iterator[str]:
+    from kgreasoner.kg.memory import read_names
+
+    names = read_names(names_path)
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            fields = line.rstrip("\r\n").split("\t")
+            if len(fields) != 3:
+                raise ValueError(f"{path}:{number}: expected 'subject<TAB>relation<TAB>object'")
+            subject, relation, obj = fields
+            yield from _node_label(subject, names)
+            yield relation
+            yield from _node_label(obj, names)
+
+
+def _node_label(node: str, names: dict[str, str]) -> Iterator[str]:
+    from kgreasoner.kg.base import is_literal_id, literal_value
+
+    label = literal_value(node) if is_literal_id(node) else names.get(node)
+    if label:
+        yield label
+
+
+def _ntriples_texts(path: Path) -> Iterator[str]:
+    from kgreasoner.kg.base import is_literal_id, literal_value
+    from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
+
+    for _, relation, obj in iter_ntriples_as_ids(path):
+        if relation != RDFS_LABEL:
+            yield relation
+        if is_literal_id(obj):
+            yield literal_value(obj)
 
 
 def tokenizer_summary(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:

@@ -198,3 +198,25 @@ def test_read_training_texts(tmp_path):
     ]
     with pytest.raises(FileNotFoundError, match="training text file not found: .*missing.txt"):
         list(read_training_texts([tmp_path / "missing.txt"]))
+
+
+def test_read_training_texts_maps_kg_ids_to_labels(tmp_path):
+    named = tmp_path / "named"
+    named.mkdir()
+    (named / "kb.tsv").write_text(
+        'm.1\ttime_zone\tm.2\nm.1\tpopulation\t"3.4e6"^^<http://www.w3.org/2001/XMLSchema#double>\n'
+        "m.1\tcontains\tm.9\n", encoding="utf-8")  # m.9: an unnamed mediator node
+    (named / "names.tsv").write_text("m.1\tUtah\nm.2\tMountain Time Zone\n", encoding="utf-8")
+    assert list(read_training_texts([named / "kb.tsv"])) == [
+        "Utah", "time_zone", "Mountain Time Zone", "Utah", "population", "3.4e6", "Utah", "contains"]
+    assert list(read_training_texts([named / "names.tsv"])) == ["Utah", "Mountain Time Zone"]
+    (named / "kb.tsv").write_text("m.1\ttime_zone\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"kb\.tsv:1: expected 'subject<TAB>relation<TAB>object'"):
+        list(read_training_texts([named / "kb.tsv"]))
+    nt = tmp_path / "kb.nt"
+    entity, relation = "http://kgreasoner.local/entity/", "http://kgreasoner.local/relation/"
+    nt.write_text(
+        f'<{entity}m.1> <http://www.w3.org/2000/01/rdf-schema#label> "Utah" .\n'
+        f"<{entity}m.1> <{relation}time_zone> <{entity}m.2> .\n"
+        f'<{entity}m.2> <http://www.w3.org/2000/01/rdf-schema#label> "Mountain Time Zone"@en .\n', encoding="utf-8")
+    assert list(read_training_texts([nt])) == ["Utah", "time_zone", "Mountain Time Zone"]
