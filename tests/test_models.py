@@ -6,7 +6,9 @@ import torch
 import yaml
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList, Qwen3ForCausalLM,
+)
 
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.models import (
@@ -168,3 +170,25 @@ def test_cli_builds_a_checkpoint(tmp_path, capsys):
     assert tok.convert_ids_to_tokens(tok.encode("(E4 Utah", add_special_tokens=False)) == ["(", "E4", "ĠUtah"]
     assert main(["build-tiny", "--texts", str(tmp_path / "missing.tsv"), "--out", str(out)]) == 1
     assert "training text file not found" in capsys.readouterr().err
+
+
+def test_generation_stops_right_after_answer_close(saved):
+    out, _, tokenizer = saved
+    model, tok = load_model_and_tokenizer(out)
+    script = tok.encode("<answer>E3</answer> Utah Utah", add_special_tokens=False)
+
+    class Forced(LogitsProcessor):
+        """Forces `script`, so the stop is decided by the saved generation config alone."""
+
+        def __call__(self, input_ids, scores):
+            step = input_ids.shape[1] - prompt.shape[1]
+            forced = torch.full_like(scores, float("-inf"))
+            forced[:, script[step]] = 0.0
+            return forced
+
+    prompt = torch.tensor([tok.apply_chat_template([{"role": "user", "content": "Utah"}],
+                                                   add_generation_prompt=True, tokenize=True, return_dict=True)
+                           ["input_ids"]])
+    generated = model.generate(prompt, logits_processor=LogitsProcessorList([Forced()]), max_new_tokens=8,
+                               do_sample=False)
+    assert tok.decode(generated[0, prompt.shape[1]:]) == "<answer>E3</answer>"
