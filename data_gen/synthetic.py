@@ -182,11 +182,11 @@ def named_entity_count(scale: float) -> int:
 
 
 def scale_for(num_entities: int | None = None, target_triples: int | None = None) -> float:
-    """The world scale that gives at least `num_entities` named entities and (about) `target_triples`.
+    """The world scale for `num_entities` named entities and (see `generate`) `target_triples` triples.
 
-    With neither, scale 1: about 2,800 named entities and 20k triples.
+    With neither, scale 1: about 2,800 named entities and 19k triples. With both, the larger.
     """
-    scale = 1.0
+    scales = []
     if num_entities is not None:
         if num_entities < MIN_NAMED_ENTITIES:
             raise ValueError(f"num_entities must be at least {MIN_NAMED_ENTITIES}, got {num_entities}")
@@ -194,17 +194,17 @@ def scale_for(num_entities: int | None = None, target_triples: int | None = None
         for _ in range(60):  # bisection: the count is monotone in the scale
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if named_entity_count(mid) < num_entities else (lo, mid)
-        scale = hi
+        scales.append(hi)
     if target_triples is not None:
         if target_triples <= 0:
             raise ValueError(f"target_triples must be positive, got {target_triples}")
-        by_triples = target_triples / TRIPLES_PER_SCALE
-        scale = max(scale, by_triples) if num_entities is not None else by_triples
-    if named_entity_count(scale) < MIN_NAMED_ENTITIES:
-        raise ValueError(
-            f"target_triples={target_triples} is too small: the world needs at least {MIN_NAMED_ENTITIES} named entities"
-        )
-    return scale
+        scales.append(target_triples / TRIPLES_PER_SCALE)
+        if named_entity_count(scales[-1]) < MIN_NAMED_ENTITIES:
+            raise ValueError(
+                f"target_triples={target_triples} is too small: "
+                f"a world has at least {MIN_NAMED_ENTITIES} named entities"
+            )
+    return max(scales, default=1.0)
 
 
 # --- names ---------------------------------------------------------------------------------------
@@ -261,7 +261,9 @@ class _NameMaker:
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
 
-    def words(self, count: int, min_syllables: int = 2, max_syllables: int = 3, endings: Sequence[str] = ("",)) -> list[str]:
+    def words(
+        self, count: int, min_syllables: int = 2, max_syllables: int = 3, endings: Sequence[str] = ("",)
+    ) -> list[str]:
         rng = self.rng
         lengths = rng.integers(min_syllables, max_syllables + 1, size=count)
         onsets = rng.integers(len(_ONSETS), size=(count, max_syllables))
@@ -300,7 +302,8 @@ class _NameMaker:
         return names
 
     def persons(self, count: int) -> list[str]:
-        firsts = self.unique_words(max(60, min(800, count // 4)), min_syllables=1, max_syllables=2, endings=_FIRST_ENDINGS)
+        num_firsts = max(60, min(800, count // 4))
+        firsts = self.unique_words(num_firsts, min_syllables=1, max_syllables=2, endings=_FIRST_ENDINGS)
         lasts = self.unique_words(max(200, count // 2), min_syllables=1, max_syllables=3, endings=_SURNAME_ENDINGS)
         fi = self.rng.integers(len(firsts), size=count)
         li = self.rng.integers(len(lasts), size=count)
@@ -432,6 +435,7 @@ class _WorldBuilder:
         self.country_language: np.ndarray | None = None  # country position -> first official language
         self.roles: np.ndarray | None = None  # person position -> 0 actor, 1 director, 2 athlete, 3 other
         self.birth_year: np.ndarray | None = None  # person position -> year of birth
+        self.team_city: np.ndarray | None = None  # team position -> city position
 
     def entities(self, kind: str, names: list[str]) -> np.ndarray:
         if self.mediator_ranges:
@@ -466,53 +470,59 @@ class _WorldBuilder:
 
 
 def _build_world(rng: np.random.Generator, scale: float) -> _WorldBuilder:
-    counts = type_counts(scale)
-    w = _WorldBuilder(rng)
-    nm = _NameMaker(rng)
+    world = _WorldBuilder(rng)
+    _name_entities(world, type_counts(scale))
+    _geography(world)
+    _people(world)
+    _institutions(world)
+    _films(world)
+    return world
 
-    # Named entities, type by type.
-    genders = w.entities("gender", ["Male", "Female"])
-    continents = w.entities("continent", nm.unique_words(counts["continent"], min_syllables=1, max_syllables=2, endings=("a", "ia")))
-    country_names = nm.unique_words(counts["country"], min_syllables=1, max_syllables=2, endings=_COUNTRY_ENDINGS)
-    countries = w.entities("country", country_names)
-    families = w.entities("language_family", [f"{s} languages" for s in nm.unique_words(counts["language_family"], endings=("ic",))])
-    languages = w.entities("language", nm.unique_words(counts["language"], min_syllables=1, max_syllables=2, endings=_LANGUAGE_ENDINGS))
-    zones = w.entities("time_zone", [f"{s} Standard Time" for s in nm.unique_words(counts["time_zone"], min_syllables=1, max_syllables=2)])
-    currencies = w.entities(
-        "currency", [f"{s} {u}" for s, u in zip(nm.unique_words(counts["currency"], min_syllables=1, max_syllables=2), nm.pick(_CURRENCY_UNITS, counts["currency"]))]
-    )
-    religions = w.entities("religion", [f"{s}ism" for s in nm.unique_words(counts["religion"], min_syllables=1, max_syllables=2)])
-    professions = w.entities("profession", list(_PROFESSIONS[: counts["profession"]]))
-    genres = w.entities("genre", list(_GENRES[: counts["genre"]]))
-    industries = w.entities("industry", list(_INDUSTRIES[: counts["industry"]]))
-    sports = w.entities("sport", list(_SPORTS[: counts["sport"]]))
-    positions = w.entities("position", list(_POSITIONS[: counts["position"]]))
-    city_names = nm.with_namesakes(nm.unique_words(counts["city"], min_syllables=1, max_syllables=3, endings=_CITY_ENDINGS), 0.04)
-    cities = w.entities("city", city_names)
+
+def _name_entities(w: _WorldBuilder, counts: dict[str, int]) -> None:
+    """Create every named entity, type by type (the order of `TYPE_SIZES`)."""
+    nm = _NameMaker(w.rng)
+
+    def coined(kind: str, form: str = "{}", **kwargs) -> None:
+        w.entities(kind, [form.format(x) for x in nm.unique_words(counts[kind], **kwargs)])
+
+    short = {"min_syllables": 1, "max_syllables": 2}
+    w.entities("gender", ["Male", "Female"])
+    coined("continent", endings=("a", "ia"), **short)
+    country_names = nm.unique_words(counts["country"], endings=_COUNTRY_ENDINGS, **short)
+    w.entities("country", country_names)
+    coined("language_family", "{} languages", endings=("ic",))
+    coined("language", endings=_LANGUAGE_ENDINGS, **short)
+    coined("time_zone", "{} Standard Time", **short)
+    units = nm.pick(_CURRENCY_UNITS, counts["currency"])
+    w.entities("currency", [f"{x} {u}" for x, u in zip(nm.unique_words(counts["currency"], **short), units)])
+    coined("religion", "{}ism", **short)
+    for kind, fixed in (("profession", _PROFESSIONS), ("genre", _GENRES), ("industry", _INDUSTRIES),
+                        ("sport", _SPORTS), ("position", _POSITIONS)):
+        w.entities(kind, list(fixed[: counts[kind]]))
+    cities = nm.unique_words(counts["city"], min_syllables=1, max_syllables=3, endings=_CITY_ENDINGS)
+    city_names = nm.with_namesakes(cities, 0.04)
+    w.entities("city", city_names)
     person_names = nm.persons(counts["person"])
-    persons = w.entities("person", person_names)
-    orgs = w.entities("organisation", nm.organisations(counts["organisation"]))
+    w.entities("person", person_names)
+    w.entities("organisation", nm.organisations(counts["organisation"]))
     surnames = [n.split(" ", 1)[1] for n in person_names]
-    universities = w.entities("university", nm.universities(counts["university"], city_names, surnames))
-    team_city = w.zipf(len(cities), counts["sports_team"], 0.8)
-    teams = w.entities("sports_team", nm.teams([city_names[c] for c in team_city.tolist()]))
-    awards = w.entities("award", nm.awards(counts["award"]))
-    films = w.entities("film", nm.films(counts["film"], city_names + country_names))
-    characters = w.entities("character", nm.characters(counts["character"], person_names))
-
-    _geography(w, continents, countries, families, languages, zones, currencies, cities)
-    country_of_city = w.city_country
-    _people(w, genders, countries, languages, religions, professions, cities, persons, country_of_city)
-    _institutions(w, industries, cities, persons, orgs, universities, awards, sports, positions, teams, team_city)
-    _films(w, countries, languages, genres, orgs, films, characters)
-    return w
+    w.entities("university", nm.universities(counts["university"], city_names, surnames))
+    w.team_city = w.zipf(len(city_names), counts["sports_team"], 0.8)
+    w.entities("sports_team", nm.teams([city_names[c] for c in w.team_city.tolist()]))
+    w.entities("award", nm.awards(counts["award"]))
+    w.entities("film", nm.films(counts["film"], city_names + country_names))
+    w.entities("character", nm.characters(counts["character"], person_names))
 
 
-def _geography(w, continents, countries, families, languages, zones, currencies, cities) -> None:
-    rng = w.rng
+def _geography(w: _WorldBuilder) -> None:
+    """Cities in countries on continents, time zones, capitals, languages, currencies, populations."""
+    rng, r = w.rng, w.ranges
+    continents, countries, families, languages = r["continent"], r["country"], r["language_family"], r["language"]
+    zones, currencies, cities = r["time_zone"], r["currency"], r["city"]
     n_countries, n_cities = len(countries), len(cities)
     # Every country gets at least one city (its first is the capital); the rest go Zipf-wise.
-    city_country = np.concatenate([np.arange(n_countries), w.zipf(n_countries, n_cities - n_countries)])[:n_cities]
+    city_country = np.concatenate([np.arange(n_countries), w.zipf(n_countries, max(0, n_cities - n_countries))])
     w.city_country = city_country
     capitals = np.arange(n_countries)
     w.add(CONTAINEDBY, cities, countries[city_country])
@@ -547,8 +557,12 @@ def _geography(w, continents, countries, families, languages, zones, currencies,
     w.add(LANGUAGE_FAMILY, languages, families[w.zipf(len(families), len(languages), 0.6)])
 
 
-def _people(w, genders, countries, languages, religions, professions, cities, persons, city_country) -> None:
-    rng = w.rng
+def _people(w: _WorldBuilder) -> None:
+    """Persons: roles, nationality, birth, professions, languages, religion, parents, marriages."""
+    rng, r = w.rng, w.ranges
+    genders, countries, languages, religions = r["gender"], r["country"], r["language"], r["religion"]
+    professions, cities, persons = r["profession"], r["city"], r["person"]
+    city_country = w.city_country
     n = len(persons)
     # Roles decide professions and who acts, directs or plays: fixed shares, at least one each.
     role_counts = np.maximum(1, (np.array([0.35, 0.06, 0.20]) * n).astype(np.int64))
@@ -616,8 +630,13 @@ def _people(w, genders, countries, languages, religions, professions, cities, pe
     w.birth_year = birth_year
 
 
-def _institutions(w, industries, cities, persons, orgs, universities, awards, sports, positions, teams, team_city) -> None:
-    rng = w.rng
+def _institutions(w: _WorldBuilder) -> None:
+    """Education, organisations, universities, awards won, sports teams and their rosters."""
+    rng, r = w.rng, w.ranges
+    industries, cities, persons, orgs = r["industry"], r["city"], r["person"], r["organisation"]
+    universities, awards, sports, positions, teams = (
+        r["university"], r["award"], r["sport"], r["position"], r["sports_team"])
+    team_city = w.team_city
     n = len(persons)
     roles, birth_year = w.roles, w.birth_year
 
@@ -628,7 +647,8 @@ def _institutions(w, industries, cities, persons, orgs, universities, awards, sp
     w.add(EDUCATION, persons[student], edu)
     w.add(EDU_INSTITUTION, edu, universities[w.zipf(len(universities), len(student), 0.8)])
     w.add(EDU_STUDENT, edu, persons[student])
-    w.add(EDU_END, edu, _dates(_days_of_year(np.minimum(birth_year[student] + rng.integers(21, 31, size=len(student)), 2024), rng)))
+    graduated = np.minimum(birth_year[student] + rng.integers(21, 31, size=len(student)), 2024)
+    w.add(EDU_END, edu, _dates(_days_of_year(graduated, rng)))
 
     # Organisations.
     founded = np.minimum(1850 + rng.integers(0, 171, size=len(orgs)), 2020)
@@ -646,7 +666,8 @@ def _institutions(w, industries, cities, persons, orgs, universities, awards, sp
 
     # Universities.
     w.add(CONTAINEDBY, universities, cities[w.zipf(len(cities), len(universities))])
-    w.add(DATE_FOUNDED, universities, _dates(_days_of_year(1100 + rng.integers(0, 911, size=len(universities)), rng)))
+    opened = 1100 + rng.integers(0, 911, size=len(universities))
+    w.add(DATE_FOUNDED, universities, _dates(_days_of_year(opened, rng)))
     w.add(UNDERGRADUATES, universities, _integers(rng.integers(500, 60_000, size=len(universities))))
 
     # Awards and who won them (CVT).
@@ -668,17 +689,21 @@ def _institutions(w, industries, cities, persons, orgs, universities, awards, sp
     roster = w.mediators("sports.sports_team_roster", len(stints))
     w.add(ROSTER, teams[w.zipf(len(teams), len(stints), 0.8)], roster)
     w.add(ROSTER_PLAYER, roster, persons[stints])
-    w.add(ROSTER_FROM, roster, _years(np.minimum(birth_year[stints] + rng.integers(18, 32, size=len(stints)), 2024)))
+    joined = np.minimum(birth_year[stints] + rng.integers(18, 32, size=len(stints)), 2024)
+    w.add(ROSTER_FROM, roster, _years(joined))
     w.add(ROSTER_POSITION, roster, positions[rng.integers(len(positions), size=len(stints))])
 
 
-def _films(w, countries, languages, genres, orgs, films, characters) -> None:
-    rng = w.rng
+def _films(w: _WorldBuilder) -> None:
+    """Films: direction, production, release, language, country, genres and performances."""
+    rng, r = w.rng, w.ranges
+    countries, languages, genres, orgs, films = r["country"], r["language"], r["genre"], r["organisation"], r["film"]
+    characters = r["character"]
     n = len(films)
     roles = w.roles
     directors = np.flatnonzero(roles == _DIRECTOR)
     actors = np.flatnonzero(roles == _ACTOR)
-    persons = w.ranges["person"]
+    persons = r["person"]
     w.add(DIRECTED_BY, films, persons[directors[w.zipf(len(directors), n, 0.8)]])
     co = w.some(n, 0.08)
     co_director = directors[w.zipf(len(directors), len(co), 0.8)]
@@ -693,7 +718,8 @@ def _films(w, countries, languages, genres, orgs, films, characters) -> None:
     second = w.some(n, 0.4)
     w.add(GENRE, films[second], genres[w.zipf(len(genres), len(second), 0.7)])
     # Performances (CVT): at least two per film, four on average, each a new character.
-    per_film = np.sort(np.concatenate([np.repeat(np.arange(n), 2), rng.integers(n, size=len(characters) - 2 * n)]))
+    extra = rng.integers(n, size=len(characters) - 2 * n)
+    per_film = np.sort(np.concatenate([np.repeat(np.arange(n), 2), extra]))
     perf = w.mediators("film.performance", len(per_film))
     w.add(STARRING, films[per_film], perf)
     w.add(PERF_ACTOR, perf, persons[actors[w.zipf(len(actors), len(perf), 0.9)]])
@@ -871,7 +897,8 @@ class SyntheticData:
         names: id -> label of every named entity (mediators and literals have none).
         examples: the questions, splits assigned (grouped scheme, seeded).
         nodes_by_type: entity type (`person`, `city`, ...) or mediator kind (`people.marriage`,
-            `film.performance`, ...) -> the ids of its nodes.
+            `film.performance`, ...) -> the ids of its nodes (every one has an edge).
+        mediator_kinds: the keys of `nodes_by_type` that are mediator kinds.
         seed, scale: what the world was generated from (`scale_for`).
     """
 
@@ -881,6 +908,7 @@ class SyntheticData:
     names: dict[str, str]
     examples: list[QAExample]
     nodes_by_type: dict[str, list[str]] = field(default_factory=dict)
+    mediator_kinds: tuple[str, ...] = ()
     seed: int = 0
     scale: float = 1.0
 
@@ -907,7 +935,7 @@ class SyntheticData:
             "triples": self.num_triples,
             "relation_types": len(set(self.relations.tolist())),
             "named_entities": len(self.names),
-            "mediators": int(len(nodes) - literal.sum()) - len(self.names),
+            "mediators": sum(len(self.nodes_by_type[kind]) for kind in self.mediator_kinds),
             "literals": int(literal.sum()),
             "max_degree": int(degrees[top]),
             "max_degree_entity": f"{nodes[top]} ({self.names.get(str(nodes[top]), '?')})",
@@ -1000,12 +1028,17 @@ def _make_questions(
 
 
 def _materialise(world: _WorldBuilder, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edge chunks as id triples in chunk order, each distinct triple once.
+
+    Independent draws (a co-director, a second genre, a second parent) may repeat an edge.
+    """
     subjects = np.concatenate([ids[s] for _, s, _ in world.chunks])
     relations = np.concatenate([np.full(len(s), r, dtype=object) for r, s, _ in world.chunks])
     objects = np.concatenate(
         [ids[o] if isinstance(o, np.ndarray) else np.asarray(o, dtype=object) for _, _, o in world.chunks]
     )
-    return subjects, relations, objects
+    keep = ~pd.DataFrame({"s": subjects, "r": relations, "o": objects}).duplicated().to_numpy()
+    return subjects[keep], relations[keep], objects[keep]
 
 
 def generate(
@@ -1018,7 +1051,9 @@ def generate(
 
     Args:
         seed: everything (names, edges, mids, questions, splits) follows from it.
-        num_entities: at least this many named entities (default: about 2,800).
+        num_entities: about this many named entities (default: about 2,800). The world is
+            sized for this many; the few drawn with no edge at all (an unused time zone, say)
+            are left out, up to 3% in the smallest worlds, under 1% from the default size up.
         target_triples: at least this many triples (default: about 20k); when both are given
             the larger world wins.
         num_questions: how many questions, a third per hop count (fewer when the world has too
@@ -1030,19 +1065,26 @@ def generate(
     while True:
         rng = np.random.default_rng(seed)
         world = _build_world(rng, scale)
-        total = sum(len(s) for _, s, _ in world.chunks)
-        if target_triples is None or total >= target_triples:
+        ids = make_mids(world.num_nodes, int(rng.integers(_MID_SPACE)))
+        subjects, relations, objects = _materialise(world, ids)
+        if target_triples is None or len(subjects) >= target_triples:
             break
-        scale *= 1.02 * target_triples / total  # rare: the estimate fell short; grow and redo
-    ids = make_mids(world.num_nodes, int(rng.integers(_MID_SPACE)))
-    subjects, relations, objects = _materialise(world, ids)
-    names = dict(zip(ids[: len(world.names)].tolist(), world.names))
+        scale *= 1.02 * target_triples / len(subjects)  # rare: the estimate fell short; grow and redo
+    # A few drawn entities (a time zone no city chose, say) have no edge: they are not in the KG.
+    used = np.zeros(world.num_nodes, dtype=bool)
+    for _, s, o in world.chunks:
+        used[s] = True
+        if isinstance(o, np.ndarray):
+            used[o] = True
+    names = {ids[i]: world.names[i] for i in np.flatnonzero(used[: len(world.names)]).tolist()}
     kg = MemoryKG(subjects, relations, objects, names)
     examples = _make_questions(world, ids, names, kg, num_questions, seed)
-    nodes_by_type = {kind: ids[idx].tolist() for kind, idx in world.ranges.items()}
+    nodes_by_type = {kind: ids[idx[used[idx]]].tolist() for kind, idx in world.ranges.items()}
     for kind, parts in world.mediator_ranges.items():
         nodes_by_type[kind] = ids[np.concatenate(parts)].tolist()
-    return SyntheticData(subjects, relations, objects, names, examples, nodes_by_type, seed, scale)
+    return SyntheticData(
+        subjects, relations, objects, names, examples, nodes_by_type, tuple(world.mediator_ranges), seed, scale
+    )
 
 
 def write_synthetic(
@@ -1077,17 +1119,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="dataset folder to write (kb.tsv, names.tsv, questions.jsonl)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the world and the questions")
     parser.add_argument("--target-triples", type=int, default=None, help="grow the KG to at least this many triples")
-    parser.add_argument("--num-entities", type=int, default=None, help="at least this many named entities")
+    parser.add_argument("--num-entities", type=int, default=None, help="about this many named entities")
     parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS, help="number of questions")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
-        data = generate(args.seed, num_entities=args.num_entities, target_triples=args.target_triples, num_questions=args.questions)
+        data = generate(
+            args.seed, num_entities=args.num_entities, target_triples=args.target_triples, num_questions=args.questions
+        )
     except ValueError as err:
         parser.error(str(err))
     generated = time.perf_counter()
     write_data(data, args.out)
-    print(f"wrote {args.out}: generated in {generated - started:.1f}s, written in {time.perf_counter() - generated:.1f}s")
+    written = time.perf_counter()
+    print(f"wrote {args.out}: generated in {generated - started:.1f}s, written in {written - generated:.1f}s")
     for key, value in data.stats().items():
         print(f"  {key}: {value}")
     return 0
