@@ -1,0 +1,94 @@
+"""Constrained decoding: after `<search>` or `<answer>`, only entities shown so far may follow.
+
+DESIGN.md (Constrained decoding) and issue 10 item 2. When a row's own tokens end with the
+token ids of `<search>` or `<answer>`, the row enters a constrained span: the next tokens must
+spell one of the allowed entity strings, followed by the closing tag (`<search>` also allows
+`NAME | backtrack`). Allowed strings are the topic entity names plus every handle and label the
+session has shown (`SearchSession.shown_entities()`), read at the moment the span starts.
+
+Each allowed string is tokenised alone, with and without a leading space, and the closing tag
+alone, exactly as the stop matcher sees it; the continuations form a trie over token ids, and
+`allowed()` lists the ids that keep the span inside the trie. Only one entity fits in a
+constrained answer (Hits@1 scores the first anyway). The rollout engine applies the mask to the
+logits before temperature, so sampled tokens and their logprobs come from the constrained
+distribution.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from kgreasoner.protocol import (
+    ANSWER_CLOSE, ANSWER_OPEN, BACKTRACK_MARK, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN,
+)
+
+_END = -1
+"""Trie key marking that a complete continuation ends at this node."""
+
+
+class ConstraintVocabulary:
+    """Token-id spellings of tags and entity names for one tokenizer, cached across rows."""
+
+    def __init__(self, encode: Callable[[str], list[int]]) -> None:
+        self._encode = encode
+        self._cache: dict[str, tuple[int, ...]] = {}
+        self.openers = {SEARCH_OPEN: self.variants(SEARCH_OPEN), ANSWER_OPEN: self.variants(ANSWER_OPEN)}
+        self.search_tails = [self.ids(SEARCH_CLOSE), self.ids(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}") + self.ids(SEARCH_CLOSE)]
+        self.answer_tails = [self.ids(ANSWER_CLOSE)]
+
+    def ids(self, text: str) -> tuple[int, ...]:
+        if text not in self._cache:
+            self._cache[text] = tuple(self._encode(text))
+        return self._cache[text]
+
+    def variants(self, text: str) -> list[tuple[int, ...]]:
+        """`text` and `" " + text` tokenised alone, without duplicates or empties."""
+        out = []
+        for spelled in (self.ids(text), self.ids(" " + text)):
+            if spelled and spelled not in out:
+                out.append(spelled)
+        return out
+
+    def trie(self, names: Sequence[str], tails: Sequence[tuple[int, ...]]) -> dict:
+        root: dict = {}
+        for name in dict.fromkeys(n for n in names if n.strip()):
+            for spelled in self.variants(name):
+                for tail in tails:
+                    node = root
+                    for token in spelled + tail:
+                        node = node.setdefault(token, {})
+                    node[_END] = {}
+        return root
+
+
+class RowConstraint:
+    """The constrained-span state of one row."""
+
+    def __init__(self, vocabulary: ConstraintVocabulary, allowed_names: Callable[[], list[str]]) -> None:
+        self.vocabulary = vocabulary
+        self.allowed_names = allowed_names
+        self.node: dict | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.node is not None
+
+    def allowed(self) -> list[int] | None:
+        """Token ids allowed next, or None outside a constrained span."""
+        if self.node is None:
+            return None
+        return [token for token in self.node if token != _END]
+
+    def observe(self, turn_ids: Sequence[int]) -> None:
+        """Advance with the last token the row wrote (`turn_ids[-1]`); open a span after a tag."""
+        if self.node is not None:
+            self.node = self.node.get(turn_ids[-1])
+            if self.node is not None and len(self.node) == 1 and _END in self.node:
+                self.node = None
+            return
+        for tag, tails in ((SEARCH_OPEN, self.vocabulary.search_tails), (ANSWER_OPEN, self.vocabulary.answer_tails)):
+            for opener in self.vocabulary.openers[tag]:
+                if len(turn_ids) >= len(opener) and tuple(turn_ids[-len(opener):]) == opener:
+                    trie = self.vocabulary.trie(self.allowed_names(), tails)
+                    self.node = trie or None
+                    return

@@ -1,0 +1,249 @@
+"""The transformers backend: one batched decode loop with a KV cache, tool blocks spliced in.
+
+Design (why it is correct and fast):
+
+- One `DynamicCache` for the whole batch, prompts padded on the left. Every forward passes an
+  explicit 2-D attention mask and explicit per-row `position_ids`, so a cache column is just
+  "a key at some position of some row": columns whose mask is 0 are invisible, and each row's
+  positions count only its own real tokens. Rows can therefore have different lengths and
+  holes without any change to the model.
+- Each step samples one token per row and hands it to `RolloutEngine.accept`. All live rows
+  then feed their token in one `(B, 1)` decode forward.
+- Rows that wrote `</search>` get their tool block right away: the block's ids (left-padded
+  among those rows) are run in one extra forward over those rows only — their slice of the
+  cache is taken, extended by the block, and written back into new columns that are masked
+  out for the other rows. The block's last position gives those rows' next logits; the rows
+  that did not call the tool are not touched and do not wait. No row ever re-runs its prefix.
+  When every live row calls the tool in the same step, the block runs on the full cache.
+- Holes (block columns of rows that did not call, finished rows) cost attention time, so the
+  cache is repacked — finished rows dropped, each row's real columns gathered to the right —
+  when a quarter of the rows are finished or holes exceed `compact_slack` columns. Keys are
+  stored after RoPE at their own positions, so moving columns does not change any result.
+- Sampling: logits processors (callables `(rows, logits) -> logits`, e.g. test scripts), then
+  the constrained-decoding mask, then temperature; the logprob is read from
+  `log_softmax(logits / T)` before top-k/top-p filtering (see `engine` for why); the token is
+  drawn from the filtered distribution with a seeded `torch.Generator`. Temperature 0 is greedy.
+
+Only full-attention decoder layers (`DynamicLayer`) are supported, which covers Qwen3 and LLaMA.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from kgreasoner.rollout.types import SamplingParams
+
+LogitsProcessor = Callable[[Sequence[Any], torch.Tensor], torch.Tensor]
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """The model's generation-config EOS ids plus the tokenizer's EOS id."""
+    ids: list[int] = []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in (configured, tokenizer.eos_token_id):
+        if value is None:
+            continue
+        for token in value if isinstance(value, (list, tuple)) else [value]:
+            if token not in ids:
+                ids.append(int(token))
+    return ids
+
+
+class HFBackend:
+    """A `transformers` causal LM as a step backend of `RolloutEngine`."""
+
+    kind = "step"
+    supports_constraints = True
+
+    def __init__(self, model: Any, tokenizer: Any, logits_processors: Sequence[LogitsProcessor] = (),
+                 autocast_dtype: torch.dtype | None = None) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
+        self.logits_processors = list(logits_processors)
+        self.autocast_dtype = autocast_dtype
+        self.device = next(model.parameters()).device
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    @torch.no_grad()
+    def generate(self, engine: Any, rows: list[Any], sampling: SamplingParams) -> None:
+        """Run every row to its finish, calling back into the engine per token."""
+        generator = None
+        if sampling.seed is not None:
+            generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        with self._autocast():
+            state = _Batch(self, rows)
+            logits = state.prefill()
+            while True:
+                tokens, logprobs = self._sample(engine, state.rows, logits, sampling, generator)
+                token_list, logprob_list = tokens.tolist(), logprobs.tolist()
+                waiting = []
+                for i, row in enumerate(state.rows):
+                    if not row.finished and engine.accept(row, token_list[i], logprob_list[i]):
+                        waiting.append(row)
+                inserted = engine.run_tools(waiting) if waiting else {}
+                if all(row.finished for row in state.rows):
+                    return
+                keep = state.repack_if_useful(engine.config.compact_slack)
+                if keep is not None:
+                    tokens = tokens[keep]
+                logits = state.decode(tokens)
+                if inserted:
+                    state.insert(inserted, logits)
+
+    def _sample(self, engine: Any, rows: list[Any], logits: torch.Tensor, sampling: SamplingParams,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = logits.float()
+        for processor in self.logits_processors:
+            logits = processor(rows, logits)
+        for i, row in enumerate(rows):
+            allowed = None if row.finished else engine.allowed_tokens(row)
+            if allowed:
+                mask = torch.full_like(logits[i], float("-inf"))
+                mask[allowed] = 0.0
+                logits[i] = logits[i] + mask
+        if sampling.temperature == 0:
+            tokens = logits.argmax(dim=-1)
+            logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+            return tokens, logprobs
+        scaled = logits / sampling.temperature
+        all_logprobs = torch.log_softmax(scaled, dim=-1)
+        filtered = _top_k_top_p(scaled, sampling.top_k, sampling.top_p)
+        probs = torch.softmax(filtered, dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        return tokens, all_logprobs.gather(1, tokens[:, None])[:, 0]
+
+
+def _top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the token crossing top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
+    return logits
+
+
+class _Batch:
+    """The live rows with their shared KV cache, attention mask and next positions."""
+
+    def __init__(self, backend: HFBackend, rows: list[Any]) -> None:
+        self.backend = backend
+        self.model = backend.model
+        self.rows = list(rows)
+        self.cache = DynamicCache()
+        self.attention: torch.Tensor | None = None
+        self.next_position: torch.Tensor | None = None
+
+    def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
+                 cache: DynamicCache) -> torch.Tensor:
+        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return out.logits[:, -1, :]
+
+    def prefill(self) -> torch.Tensor:
+        device, pad = self.backend.device, self.backend.pad_token_id
+        width = max(len(row.prompt_ids) for row in self.rows)
+        ids = torch.full((len(self.rows), width), pad, dtype=torch.long, device=device)
+        attention = torch.zeros((len(self.rows), width), dtype=torch.long, device=device)
+        for i, row in enumerate(self.rows):
+            n = len(row.prompt_ids)
+            ids[i, width - n:] = torch.tensor(row.prompt_ids, dtype=torch.long)
+            attention[i, width - n:] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+        logits = self._forward(ids, attention, positions, self.cache)
+        for layer in self.cache.layers:
+            if type(layer) is not DynamicLayer:
+                raise ValueError(f"the hf rollout backend supports full-attention layers only, got {type(layer).__name__}")
+        self.attention, self.next_position = attention, attention.sum(dim=1)
+        return logits
+
+    def decode(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Feed each row's sampled token (finished rows feed a masked pad)."""
+        live = torch.tensor([not row.finished for row in self.rows], dtype=torch.long, device=tokens.device)
+        tokens = torch.where(live.bool(), tokens, torch.full_like(tokens, self.backend.pad_token_id))
+        self.attention = torch.cat([self.attention, live[:, None]], dim=1)
+        logits = self._forward(tokens[:, None], self.attention, self.next_position[:, None], self.cache)
+        self.next_position = self.next_position + live
+        return logits
+
+    def insert(self, inserted: dict[int, list[int]], logits: torch.Tensor) -> None:
+        """Run the tool blocks of the rows in `inserted` (by row index); overwrite their logits."""
+        where = {row.index: i for i, row in enumerate(self.rows)}
+        members = [(where[index], ids) for index, ids in inserted.items() if ids and index in where]
+        if not members:
+            return
+        device, pad = self.backend.device, self.backend.pad_token_id
+        width = max(len(ids) for _, ids in members)
+        chunk = torch.full((len(members), width), pad, dtype=torch.long, device=device)
+        chunk_mask = torch.zeros((len(members), width), dtype=torch.long, device=device)
+        for j, (_, ids) in enumerate(members):
+            chunk[j, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            chunk_mask[j, width - len(ids):] = 1
+        select = torch.tensor([i for i, _ in members], dtype=torch.long, device=device)
+        start = self.next_position[select]
+        positions = (start[:, None] + chunk_mask.cumsum(dim=1) - 1).clamp(min=0)
+        length = self.attention.shape[1]
+        everyone = len(members) == len(self.rows)
+        if everyone:  # every row calls: run the block on the shared cache directly
+            order = select.argsort()
+            chunk, chunk_mask, positions = chunk[order], chunk_mask[order], positions[order]
+            self.attention = torch.cat([self.attention, chunk_mask], dim=1)
+            logits[:] = self._forward(chunk, self.attention, positions, self.cache)
+            self.next_position = self.next_position + chunk_mask.sum(dim=1)
+            return
+        sub = DynamicCache(ddp_cache_data=[(layer.keys[select], layer.values[select]) for layer in self.cache.layers])
+        sub_attention = torch.cat([self.attention[select], chunk_mask], dim=1)
+        logits[select] = self._forward(chunk, sub_attention, positions, sub).to(logits.dtype)
+        for layer, sub_layer in zip(self.cache.layers, sub.layers):
+            layer.keys = _grow(layer.keys, select, sub_layer.keys[:, :, length:])
+            layer.values = _grow(layer.values, select, sub_layer.values[:, :, length:])
+        grown = torch.zeros((len(self.rows), width), dtype=torch.long, device=device)
+        grown[select] = chunk_mask
+        self.attention = torch.cat([self.attention, grown], dim=1)
+        self.next_position = self.next_position + grown.sum(dim=1)
+
+    def repack_if_useful(self, slack: int) -> torch.Tensor | None:
+        """Drop finished rows and squeeze out holes when it pays; returns the kept row indices."""
+        live = [i for i, row in enumerate(self.rows) if not row.finished]
+        dropped = len(self.rows) - len(live)
+        real = self.attention.sum(dim=1)
+        longest = int(real[live].max()) if live else 0
+        holes = self.attention.shape[1] - longest
+        if dropped < max(1, len(self.rows) // 4) and holes < slack:
+            return None
+        keep = torch.tensor(live, dtype=torch.long, device=self.attention.device)
+        attention = self.attention[keep]
+        # Stable sort puts masked columns first and real ones after, each row's in order.
+        order = torch.argsort(attention, dim=1, stable=True)[:, attention.shape[1] - longest:]
+        for layer in self.cache.layers:
+            index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+            layer.keys = torch.gather(layer.keys[keep], 2, index)
+            layer.values = torch.gather(layer.values[keep], 2, index)
+        self.attention = attention.gather(1, order)
+        self.next_position = self.next_position[keep]
+        self.rows = [self.rows[i] for i in live]
+        return keep
+
+
+def _grow(tensor: torch.Tensor, select: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Append `new` columns for the `select` rows (zeros, i.e. masked holes, for the others)."""
+    batch, heads, length, dim = tensor.shape
+    grown = tensor.new_zeros((batch, heads, length + new.shape[2], dim))
+    grown[:, :, :length] = tensor
+    grown[select, :, length:] = new.to(tensor.dtype)
+    return grown
