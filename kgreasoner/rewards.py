@@ -1,0 +1,175 @@
+"""The composite GRPO reward (paper, Section 4.3) as TRL reward callables.
+
+Each function has TRL's signature `f(completions, **kwargs) -> list[float]`:
+
+- `search_reward`: `min(0.5 * n, 0.8)` with n the retrieval actions that returned triples.
+  A failed search (unknown or empty name, nothing left to backtrack to, no neighbours) does not
+  count: rewarding it would pay the policy for spamming names it has not seen. n comes from the
+  rollout's `num_searches` column when present (the engine counts calls whose result had no error
+  and at least one triple), else from the text: `<search>` blocks whose following `<triples>`
+  block holds at least one triple line `(...)`.
+- `format_reward`: 0.5 when `protocol.check_format` accepts the completion, else 0.
+- `answer_reward`: 1 when the FIRST answer, normalised with `kgreasoner.data.normalize_answer`,
+  equals a normalised gold answer name, alias or id; else 0 — or, with a judge, what the judge says.
+  The first answer is taken from `resolved_answers` (session-resolved labels, so `E5` counts as
+  the entity it names) when given, else from the text.
+- `total_reward`: the sum of the three.
+
+Completions may be strings or chat message lists; when the rollout provides `completion_text`
+(the engine's own decoding, which keeps tags that a tokenizer marks special) it is used instead.
+Gold answers come from the `answers` column (strings, `{"name", "aliases", "id"}` dicts or
+`Answer` objects) and an optional `answer_aliases` column (a list of strings per row).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.request
+from typing import Any, Callable, Sequence
+
+from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.protocol import SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, parse_trajectory
+
+SEARCH_STEP = 0.5
+SEARCH_CAP = 0.8
+FORMAT_SCORE = 0.5
+ANSWER_SCORE = 1.0
+
+_TRIPLE_LINE = re.compile(r"^\s*\(.+\)\s*$", re.MULTILINE)
+_SEARCH_THEN_BLOCK = re.compile(
+    re.escape(SEARCH_CLOSE) + r"\s*" + re.escape(TRIPLES_OPEN) + r"(.*?)" + re.escape(TRIPLES_CLOSE), re.DOTALL)
+
+
+def completion_texts(completions: Sequence[Any], completion_text: Sequence[str] | None = None) -> list[str]:
+    """Plain text per completion: the rollout's own text if given, else the completion itself."""
+    if completion_text is not None:
+        return [str(t) for t in completion_text]
+    texts = []
+    for completion in completions:
+        if isinstance(completion, str):
+            texts.append(completion)
+        elif isinstance(completion, (list, tuple)):
+            texts.append("".join(str(m.get("content", "")) for m in completion
+                                 if isinstance(m, dict) and m.get("role", "assistant") == "assistant"))
+        else:
+            texts.append(str(completion))
+    return texts
+
+
+def count_searches(text: str) -> int:
+    """Searches whose tool block shows at least one triple line (the text-only fallback for n)."""
+    return sum(bool(_TRIPLE_LINE.search(m.group(1))) for m in _SEARCH_THEN_BLOCK.finditer(text))
+
+
+def search_reward(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
+                  completion_text: Sequence[str] | None = None, **kwargs: Any) -> list[float]:
+    texts = completion_texts(completions, completion_text)
+    counts = list(num_searches) if num_searches is not None else [count_searches(t) for t in texts]
+    return [min(SEARCH_STEP * int(n), SEARCH_CAP) for n in counts]
+
+
+def format_reward(completions: Sequence[Any], completion_text: Sequence[str] | None = None,
+                  **kwargs: Any) -> list[float]:
+    return [FORMAT_SCORE if check_format(t).valid else 0.0 for t in completion_texts(completions, completion_text)]
+
+
+def gold_forms(answers: Any, aliases: Sequence[str] | None = None) -> set[str]:
+    """Normalised surface forms of one row's gold answers (names, aliases, ids)."""
+    forms: list[str] = []
+    items = answers if isinstance(answers, (list, tuple)) else [answers]
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, str):
+            forms.append(item)
+        elif isinstance(item, dict):
+            forms.extend(str(item[k]) for k in ("name", "id") if item.get(k))
+            forms.extend(str(a) for a in item.get("aliases") or [])
+        elif hasattr(item, "surface_forms"):
+            forms.extend(item.surface_forms())
+        else:
+            forms.append(str(item))
+    forms.extend(aliases or [])
+    return {normalize_answer(f) for f in forms if normalize_answer(f)}
+
+
+def first_answer(text: str, resolved: Sequence[str] | None = None) -> str | None:
+    """The answer Hits@1 scores: the first resolved answer, else the first answer in the text."""
+    if resolved:
+        return str(resolved[0])
+    return parse_trajectory(text).first_answer
+
+
+Judge = Callable[[str, str, list[str]], bool]
+"""`judge(question, prediction, gold_answers) -> correct?`"""
+
+
+def answer_reward(completions: Sequence[Any], answers: Sequence[Any] | None = None,
+                  answer_aliases: Sequence[Sequence[str]] | None = None,
+                  resolved_answers: Sequence[Sequence[str]] | None = None,
+                  completion_text: Sequence[str] | None = None, judge: Judge | None = None,
+                  question: Sequence[str] | None = None, **kwargs: Any) -> list[float]:
+    texts = completion_texts(completions, completion_text)
+    if answers is None:
+        raise ValueError("answer_reward needs the gold answers: a dataset column named 'answers'")
+    scores = []
+    for i, text in enumerate(texts):
+        prediction = first_answer(text, resolved_answers[i] if resolved_answers is not None else None)
+        gold = gold_forms(answers[i], answer_aliases[i] if answer_aliases is not None else None)
+        correct = prediction is not None and normalize_answer(prediction) in gold
+        if not correct and prediction and judge is not None:
+            correct = judge(question[i] if question is not None else "", prediction, sorted(gold))
+        scores.append(ANSWER_SCORE if correct else 0.0)
+    return scores
+
+
+def total_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    parts = (search_reward(completions, **kwargs), format_reward(completions, **kwargs),
+             answer_reward(completions, **kwargs))
+    return [sum(values) for values in zip(*parts)]
+
+
+class OpenAIJudge:
+    """An LLM judge behind any OpenAI-compatible `/v1/chat/completions` endpoint (off by default).
+
+    The paper scored answers with a 3B judge model. Asked only when the normalised match fails;
+    any failure of the endpoint counts as "not correct" rather than stopping training.
+    """
+
+    PROMPT = ("Question: {question}\nGold answers: {gold}\nPredicted answer: {prediction}\n"
+              "Does the predicted answer name the same thing as one of the gold answers? Reply yes or no.")
+
+    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 30.0) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+
+    def __call__(self, question: str, prediction: str, gold: list[str]) -> bool:
+        body = {"model": self.model, "temperature": 0, "max_tokens": 3, "messages": [
+            {"role": "user", "content": self.PROMPT.format(question=question, gold=" | ".join(gold), prediction=prediction)}]}
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                reply = json.loads(response.read())["choices"][0]["message"]["content"]
+        except Exception:
+            return False
+        return reply.strip().lower().startswith("yes")
+
+
+def reward_functions(judge: Judge | None = None) -> list[Callable[..., list[float]]]:
+    """The three components for TRL's `reward_funcs` (summed by the trainer), judge bound if given."""
+    if judge is None:
+        return [search_reward, format_reward, answer_reward]
+
+    def answer_reward_judged(completions, **kwargs):
+        return answer_reward(completions, judge=judge, **kwargs)
+
+    answer_reward_judged.__name__ = "answer_reward"
+    return [search_reward, format_reward, answer_reward_judged]

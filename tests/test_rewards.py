@@ -1,0 +1,98 @@
+"""Rewards on a table of hand-written trajectories."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from kgreasoner.data import Answer
+from kgreasoner.rewards import (
+    OpenAIJudge, answer_reward, count_searches, format_reward, reward_functions, search_reward, total_reward,
+)
+
+OK_BLOCK = "\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
+ERROR_BLOCK = "\n<triples>\nNo entity named 'Utha'. Close names: Utah.\n</triples>\n"
+
+# (completion, gold answers, search, format, answer)
+TABLE = [
+    ("<think> x <search>Utah</search>" + OK_BLOCK + "so </think>\n<answer>Mountain Time Zone</answer>",
+     ["Mountain Time Zone"], 0.5, 0.5, 1.0),
+    ("<think> <search>Utah</search>" + OK_BLOCK + "<search>Utah</search>" + OK_BLOCK + "<search>X</search>" + OK_BLOCK
+     + "</think><answer>the mountain-time zone | Pacific</answer>", ["Mountain Time Zone"], 0.8, 0.5, 1.0),
+    ("<think> <search>Utha</search>" + ERROR_BLOCK + "</think><answer>Utah</answer>", ["Mountain Time Zone"], 0.0, 0.5, 0.0),
+    ("<think> <search>Utha</search>" + ERROR_BLOCK + "<search>Utah</search>" + OK_BLOCK
+     + "</think><answer>MST</answer>", [{"name": "Mountain Time Zone", "aliases": ["MST"]}], 0.5, 0.5, 1.0),
+    ("<answer>Mountain Time Zone</answer>", ["Mountain Time Zone"], 0.0, 0.0, 1.0),
+    ("<think> no answer here </think>", ["Mountain Time Zone"], 0.0, 0.0, 0.0),
+    ("<think> a </think><answer>Pacific | Mountain Time Zone</answer>", ["Mountain Time Zone"], 0.0, 0.5, 0.0),
+    ("<think> <search>Utah</search></think><answer>Mountain Time Zone</answer>", ["Mountain Time Zone"], 0.0, 0.0, 1.0),
+]
+
+
+def _columns():
+    completions = [row[0] for row in TABLE]
+    answers = [row[1] for row in TABLE]
+    return completions, answers
+
+
+def test_reward_table():
+    completions, answers = _columns()
+    assert search_reward(completions) == [row[2] for row in TABLE]
+    assert format_reward(completions) == [row[3] for row in TABLE]
+    assert answer_reward(completions, answers=answers) == [row[4] for row in TABLE]
+    assert total_reward(completions, answers=answers) == [pytest.approx(sum(row[2:])) for row in TABLE]
+
+
+def test_failed_searches_do_not_count():
+    assert count_searches("<think> <search>Utha</search>" + ERROR_BLOCK) == 0
+    assert count_searches("<think> <search>Utha</search>" + ERROR_BLOCK + "<search>Utah</search>" + OK_BLOCK) == 1
+
+
+def test_rollout_columns_take_precedence():
+    chat = [[{"role": "assistant", "content": "<think> a </think><answer>E5</answer>"}]]
+    assert format_reward(chat) == [0.5]
+    assert search_reward(chat, num_searches=[1]) == [0.5]
+    assert search_reward(chat, num_searches=[5]) == [0.8]
+    # TRL's own decoding may have dropped special-token tags; the engine's text is used instead.
+    assert format_reward(["a E5"], completion_text=["<think> a </think><answer>E5</answer>"]) == [0.5]
+    gold = [[Answer(id="m.1", name="Mountain Time Zone", aliases=("MST",))]]
+    assert answer_reward(chat, answers=gold) == [0.0]
+    assert answer_reward(chat, answers=gold, resolved_answers=[["Mountain Time Zone"]]) == [1.0]
+    assert answer_reward(chat, answers=[["x"]], answer_aliases=[["E5"]]) == [1.0]
+    with pytest.raises(ValueError, match="column named 'answers'"):
+        answer_reward(chat)
+
+
+class _JudgeHandler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][0]["content"]
+        reply = "yes" if "Predicted answer: MT" in prompt else "no"
+        data = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_llm_judge_is_asked_only_when_the_match_fails():
+    server = HTTPServer(("127.0.0.1", 0), _JudgeHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        judge = OpenAIJudge(f"http://127.0.0.1:{server.server_port}/v1", "judge")
+        completions = ["<think></think><answer>MT</answer>", "<think></think><answer>Pacific</answer>"]
+        _, _, judged = reward_functions(judge)
+        assert judged.__name__ == "answer_reward"
+        assert judged(completions, answers=[["Mountain Time Zone"]] * 2, question=["q", "q"]) == [1.0, 0.0]
+        assert answer_reward(completions, answers=[["Mountain Time Zone"]] * 2) == [0.0, 0.0]
+        dead = OpenAIJudge("http://127.0.0.1:9/v1", "judge", timeout=1)
+        assert dead("q", "MT", ["x"]) is False
+    finally:
+        server.shutdown()
+        server.server_close()
