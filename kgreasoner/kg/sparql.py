@@ -1,0 +1,445 @@
+"""The `sparql` backend: any SPARQL 1.1 endpoint through SPARQLWrapper (JSON results).
+
+Dialects say how our string ids become RDF terms and which triples count as edges:
+
+- `generic`: the IRIs of `kgreasoner.kg.rdf` (ids percent-encoded under kgreasoner.local) and
+  `rdfs:label`, i.e. a store written by `kgreasoner kg load` and published by `kg serve`.
+- `freebase`: ids are Freebase mids (`m.07srw`) in the `ns:` namespace (written as full IRIs:
+  Oxigraph 0.5 rejects prefixed names with two dots, like `ns:type.object.name`); names are English
+  `ns:type.object.name`; a node without a name is a mediator (CVT); relations outside `ns:` and
+  those starting with `type.object.`, `common.` or `freebase.` are filtered by default. This is
+  the vocabulary ToG queries on a Virtuoso Freebase.
+- `wikidata`: items `Q123` and truthy claims `wdt:P31`; English `rdfs:label`.
+
+Safety: an id reaches a query only as a term built here — a percent-encoded IRI (generic), an
+IRI whose local part matched a strict pattern or that pyoxigraph validated, or a literal that
+pyoxigraph parsed and re-serialised with escapes. Anything else raises a ValueError naming the
+field. Names in `resolve` are always escaped literals. Every query is SELECT DISTINCT … LIMIT.
+
+Each neighbour query fetches the labels of the queried node and of its neighbours in the same
+request (OPTIONAL patterns), so a call costs one round trip per direction at most.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import re
+import socket
+import time
+import urllib.error
+from dataclasses import dataclass
+from typing import Sequence
+
+import pyoxigraph as ox
+from SPARQLWrapper import JSON, SPARQLWrapper
+from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
+
+from kgreasoner.kg.base import Direction, Edge, KGError, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.oxigraph_store import (
+    INDEX_GRAPH,
+    INDEX_HAS_NAMES,
+    INDEX_NODE,
+    INDEX_STORE,
+    exact_label_key,
+    normalized_label_key,
+)
+from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS, from_iri, id_to_term, to_iri
+
+log = logging.getLogger(__name__)
+
+DIALECTS = ("generic", "freebase", "wikidata")
+FREEBASE_NS = "http://rdf.freebase.com/ns/"
+FREEBASE_EXCLUDED_RELATIONS = ("type.object.", "common.", "freebase.")
+WIKIDATA_ENTITY_NS = "http://www.wikidata.org/entity/"
+WIKIDATA_DIRECT_NS = "http://www.wikidata.org/prop/direct/"
+_ABSOLUTE_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
+# Errors worth another attempt: the endpoint was unreachable, slow, or failed on its side.
+_TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException, EndPointInternalError)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How ids map to RDF terms and which predicates are edges, for one family of endpoints."""
+
+    name: str
+    label_predicate: str  # SPARQL term of the naming predicate
+    label_languages: tuple[str, ...]  # accepted label languages; "" = no language tag
+    entity_ns: str | None = None  # strict dialects: namespace of ids that match entity_pattern
+    entity_pattern: re.Pattern | None = None
+    relation_ns: str = RELATION_NS
+    relation_pattern: re.Pattern | None = None
+    excluded_relation_prefixes: tuple[str, ...] = ()
+
+    # --- ids -> SPARQL terms ------------------------------------------------------------------
+    def entity_term(self, entity: str) -> str:
+        if not isinstance(entity, str) or not entity:
+            raise ValueError(f"entity: expected a non-empty id string, got {entity!r}")
+        if is_literal_id(entity):
+            try:
+                return str(id_to_term(entity))
+            except (SyntaxError, ValueError) as err:
+                raise ValueError(f"entity: {entity!r} is not a valid N-Triples literal ({err})") from err
+        if self.entity_pattern is None:  # generic: percent-encoding makes any id a safe IRI
+            if entity.startswith("_:"):
+                raise ValueError(f"entity: blank node {entity!r} cannot be queried over SPARQL")
+            return f"<{to_iri(entity, ENTITY_NS)}>"
+        if self.entity_pattern.fullmatch(entity):
+            return f"<{self.entity_ns}{entity}>"
+        return _validated_iri(entity, "entity", self.name)
+
+    def relation_term(self, relation: str) -> str:
+        if not isinstance(relation, str) or not relation:
+            raise ValueError(f"relation: expected a non-empty relation string, got {relation!r}")
+        if self.relation_pattern is None:
+            return f"<{to_iri(relation, RELATION_NS)}>"
+        if self.relation_pattern.fullmatch(relation):
+            return f"<{self.relation_ns}{relation}>"
+        return _validated_iri(relation, "relation", self.name)
+
+    def name_literal(self, name: str) -> str:
+        """`name` as an escaped literal in the dialect's label language."""
+        language = self.label_languages[0] if self.label_languages else ""
+        return str(ox.Literal(name, language=language) if language else ox.Literal(name))
+
+    # --- JSON bindings -> ids -----------------------------------------------------------------
+    def node_id(self, binding: dict) -> str:
+        kind, value = binding["type"], binding["value"]
+        if kind == "uri":
+            if self.entity_pattern is None:
+                return from_iri(value, ENTITY_NS)
+            local = value[len(self.entity_ns):] if value.startswith(self.entity_ns or "") else None
+            return local if local is not None and self.entity_pattern.fullmatch(local) else value
+        if kind == "bnode":
+            return "_:" + value
+        return _literal_id(binding)
+
+    def relation_id(self, iri: str) -> str:
+        if self.relation_pattern is None:
+            return from_iri(iri, RELATION_NS)
+        local = iri[len(self.relation_ns):] if iri.startswith(self.relation_ns) else None
+        return local if local is not None and self.relation_pattern.fullmatch(local) else iri
+
+    # --- query pieces -------------------------------------------------------------------------
+    def edge_filter(self, var: str) -> str:
+        """FILTERs that keep only edges of this dialect (labels and excluded relations dropped)."""
+        if self.relation_pattern is None:
+            return f"FILTER({var} != {self.label_predicate})"
+        conditions = [f'STRSTARTS(STR({var}), "{self.relation_ns}")']
+        conditions += [f'!STRSTARTS(STR({var}), "{self.relation_ns}{p}")' for p in self.excluded_relation_prefixes]
+        return "FILTER(" + " && ".join(conditions) + ")"
+
+    def label_pattern(self, node: str, var: str) -> str:
+        """An OPTIONAL pattern binding `var` to a label of `node` in an accepted language."""
+        if not self.label_languages:
+            return f"OPTIONAL {{ {node} {self.label_predicate} {var} . }}"
+        langs = " || ".join(
+            f'LANG({var}) = ""' if lang == "" else f'LANGMATCHES(LANG({var}), "{lang}")' for lang in self.label_languages
+        )
+        return f"OPTIONAL {{ {node} {self.label_predicate} {var} . FILTER({langs}) }}"
+
+
+def _usage(entity: str, node: str) -> str:
+    """A pattern matching any triple that uses `node` (only as object for a literal)."""
+    if is_literal_id(entity):
+        return f"?o ?p {node} ."
+    return f"{{ {node} ?p ?o }} UNION {{ ?o ?p {node} }}"
+
+
+def _validated_iri(value: str, field: str, dialect: str) -> str:
+    """`<value>` when value is an absolute IRI pyoxigraph accepts (no `>`, quotes, spaces, braces)."""
+    if _ABSOLUTE_IRI.match(value):
+        try:
+            return str(ox.NamedNode(value))
+        except ValueError:
+            pass
+    raise ValueError(f"{field}: {value!r} is not a valid {dialect} {field} id")
+
+
+def _literal_id(binding: dict) -> str:
+    """A JSON literal binding in the N-Triples form our ids use."""
+    datatype = binding.get("datatype")
+    language = binding.get("xml:lang")
+    if language:
+        return str(ox.Literal(binding["value"], language=language))
+    if datatype:
+        return str(ox.Literal(binding["value"], datatype=ox.NamedNode(datatype)))
+    return str(ox.Literal(binding["value"]))
+
+
+def make_dialect(name: str, excluded_relation_prefixes: Sequence[str] | None = None, language: str = "en") -> Dialect:
+    """The dialect called `name`; freebase's relation filter can be replaced (`()` keeps all)."""
+    if name == "generic":
+        return Dialect(name, label_predicate=f"<{RDFS_LABEL}>", label_languages=())
+    if name == "freebase":
+        excluded = FREEBASE_EXCLUDED_RELATIONS if excluded_relation_prefixes is None else tuple(excluded_relation_prefixes)
+        for prefix in excluded:  # they are written into queries
+            if not re.fullmatch(r"[a-z0-9_.]+", prefix):
+                raise ValueError(f"excluded_relation_prefixes: {prefix!r} is not a Freebase relation prefix")
+        return Dialect(
+            name,
+            label_predicate=f"<{FREEBASE_NS}type.object.name>",
+            label_languages=(language, ""),
+            entity_ns=FREEBASE_NS,
+            entity_pattern=re.compile(r"[mg]\.[0-9a-z_]+"),
+            relation_ns=FREEBASE_NS,
+            relation_pattern=re.compile(r"[a-z0-9_]+(?:\.[a-z0-9_]+)+"),
+            excluded_relation_prefixes=excluded,
+        )
+    if name == "wikidata":
+        return Dialect(
+            name,
+            label_predicate=f"<{RDFS_LABEL}>",
+            label_languages=(language,),
+            entity_ns=WIKIDATA_ENTITY_NS,
+            entity_pattern=re.compile(r"Q[1-9][0-9]*"),
+            relation_ns=WIKIDATA_DIRECT_NS,
+            relation_pattern=re.compile(r"P[1-9][0-9]*"),
+        )
+    raise ValueError(f"dialect: unknown SPARQL dialect {name!r}; choose one of {DIALECTS}")
+
+
+class SparqlKG(KnowledgeGraph):
+    """A knowledge graph behind a SPARQL endpoint.
+
+    Args:
+        endpoint: the query URL (e.g. `http://127.0.0.1:7878/query`, `http://localhost:8890/sparql`).
+        dialect: "generic", "freebase" or "wikidata" (see the module docstring).
+        timeout: seconds per HTTP request.
+        retries: further attempts after a transient failure (unreachable, timeout, HTTP 5xx).
+        backoff: seconds before the first retry; doubled before each next one.
+        max_rows: the LIMIT of queries that have no caller-given limit (a warning is logged when
+            a result reaches it, as the answer may then be truncated).
+        excluded_relation_prefixes: freebase only; relation prefixes dropped from neighbours.
+        language: the label language of the freebase and wikidata dialects.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        dialect: str = "generic",
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        max_rows: int = 10_000,
+        excluded_relation_prefixes: Sequence[str] | None = None,
+        language: str = "en",
+    ) -> None:
+        if not re.match(r"^https?://", endpoint):
+            raise ValueError(f"endpoint: expected an http(s) URL, got {endpoint!r}")
+        if retries < 0 or backoff < 0 or timeout <= 0 or max_rows <= 0:
+            raise ValueError("retries and backoff must be >= 0, timeout and max_rows > 0")
+        self.endpoint = endpoint
+        self.dialect = make_dialect(dialect, excluded_relation_prefixes, language)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_rows = max_rows
+        self._has_names: bool | None = None
+        self.queries_sent = 0
+
+    # --- query building (public so that tests and users can inspect the exact text) ----------
+    def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None) -> str:
+        """The SELECT for the edges on one `side` ("out" or "in") of `entity`, with labels."""
+        d = self.dialect
+        node = d.entity_term(entity)
+        rel_terms = None if relations is None else [d.relation_term(r) for r in relations]
+        triple = f"{node} ?r ?n ." if side == "out" else f"?n ?r {node} ."
+        values = f"VALUES ?r {{ {' '.join(rel_terms)} }}\n  " if rel_terms is not None else ""
+        return (
+            f"SELECT DISTINCT ?r ?n ?nl ?sl WHERE {{\n"
+            f"  {values}{triple}\n"
+            f"  {d.edge_filter('?r')}\n"
+            f"  {d.label_pattern('?n', '?nl')}\n"
+            f"  {self._own_label(entity, node)}\n"
+            f"}} LIMIT {self._limit(limit)}"
+        )
+
+    def resolve_query(self, name: str) -> str:
+        """The SELECT for nodes whose label is exactly `name` (and the node whose id is `name`)."""
+        d = self.dialect
+        branches = [f"{{ ?n {d.label_predicate} {d.name_literal(name)} . BIND(1 AS ?rank) }}"]
+        if d.entity_pattern is None:
+            branches.append(f"{{ GRAPH <{INDEX_GRAPH}> {{ <{exact_label_key(name)}> <{INDEX_NODE}> ?n }} BIND(1 AS ?rank) }}")
+        try:
+            node = d.entity_term(name)
+        except ValueError:
+            node = None  # not an id in this dialect: match by label only
+        if node is not None:
+            branches.append(
+                f"{{ {{ SELECT ?n WHERE {{ {_usage(name, node)} {d.edge_filter('?p')} "
+                f"BIND({node} AS ?n) }} LIMIT 1 }} BIND(0 AS ?rank) }}"
+            )
+        return f"SELECT DISTINCT ?n ?rank WHERE {{\n  " + "\n  UNION\n  ".join(branches) + f"\n}} LIMIT {self.max_rows}"
+
+    def degree_query(self, entity: str, side: str) -> str:
+        d = self.dialect
+        node = d.entity_term(entity)
+        triple = f"{node} ?r ?n ." if side == "out" else f"?n ?r {node} ."
+        return (
+            f"SELECT DISTINCT (COUNT(*) AS ?count) WHERE {{\n"
+            f"  SELECT DISTINCT ?r ?n WHERE {{ {triple} {d.edge_filter('?r')} }}\n"
+            f"}} LIMIT 1"
+        )
+
+    def label_query(self, entity: str) -> str:
+        d = self.dialect
+        node = d.entity_term(entity)
+        return (
+            f"SELECT DISTINCT ?sl ?used WHERE {{\n"
+            f"  {{ SELECT ?used WHERE {{ {_usage(entity, node)} {d.edge_filter('?p')} BIND(1 AS ?used) }} LIMIT 1 }}\n"
+            f"  {self._own_label(entity, node)}\n"
+            f"}} LIMIT 1"
+        )
+
+    def _own_label(self, entity: str, node: str) -> str:
+        """The OPTIONAL label pattern of the queried node (none for a literal: it is its own label)."""
+        return "" if is_literal_id(entity) else self.dialect.label_pattern(node, "?sl")
+
+    def _limit(self, limit: int | None) -> int:
+        return self.max_rows if limit is None else min(limit, self.max_rows)
+
+    # --- KnowledgeGraph -----------------------------------------------------------------------
+    def neighbors(
+        self,
+        entity: str,
+        direction: Direction = "out",
+        relations: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Edge]:
+        check_direction(direction)
+        if limit == 0 or (relations is not None and len(relations) == 0):
+            self.dialect.entity_term(entity)  # still reject a malformed id
+            return []
+        edges: list[Edge] = []
+        for side in (("out", "in") if direction == "both" else (direction,)):
+            if side == "out" and is_literal_id(entity):
+                self.dialect.entity_term(entity)
+                continue  # a literal is never a subject
+            room = None if limit is None else limit - len(edges)
+            rows = self._select(self.neighbors_query(entity, side, relations, room), room)
+            edges.extend(self._edges(entity, side, rows))
+            if limit is not None and len(edges) >= limit:
+                return edges[:limit]
+        return edges
+
+    def _edges(self, entity: str, side: str, rows: list[dict]) -> list[Edge]:
+        """Edges from result rows; a node with several labels yields several rows, keep the first."""
+        d = self.dialect
+        entity_literal = is_literal_id(entity)
+        seen: set[tuple[str, str]] = set()
+        edges = []
+        for row in rows:
+            relation = d.relation_id(row["r"]["value"])
+            neighbor = d.node_id(row["n"])
+            if (relation, neighbor) in seen:
+                continue
+            seen.add((relation, neighbor))
+            n_label, n_unnamed = self._label_from(neighbor, row["n"]["type"] == "literal", row.get("nl"))
+            e_label, e_unnamed = self._label_from(entity, entity_literal, row.get("sl"))
+            if side == "out":
+                edges.append(Edge(entity, relation, neighbor, e_label, n_label, "out", row["n"]["type"] == "literal", e_unnamed, n_unnamed))
+            else:
+                edges.append(Edge(neighbor, relation, entity, n_label, e_label, "in", entity_literal, n_unnamed, e_unnamed))
+        return edges
+
+    def _label_from(self, node: str, literal: bool, label_binding: dict | None) -> tuple[str, bool]:
+        if literal:
+            return literal_value(node), False
+        if label_binding is not None:
+            return label_binding["value"], False
+        return node, self._unnamed_without_label()
+
+    def _unnamed_without_label(self) -> bool:
+        """Whether a labelless node is a mediator: always for Freebase/Wikidata; for a generic store,
+        when it was loaded with names (our store records it; otherwise: it has any rdfs:label)."""
+        if self.dialect.name != "generic":
+            return True
+        if self._has_names is None:
+            rows = self._select(
+                f"SELECT DISTINCT ?flag WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1", 1
+            )
+            if rows:
+                self._has_names = rows[0]["flag"]["value"] == "true"
+            else:
+                self._has_names = bool(self._select(f"SELECT DISTINCT ?s WHERE {{ ?s <{RDFS_LABEL}> ?l }} LIMIT 1", 1))
+        return self._has_names
+
+    def label(self, entity: str) -> str:
+        rows = self._select(self.label_query(entity), 1)
+        if not rows:  # not in the graph
+            return literal_value(entity)
+        return self._label_from(entity, is_literal_id(entity), rows[0].get("sl"))[0]
+
+    def is_unnamed(self, entity: str) -> bool:
+        if is_literal_id(entity):
+            return False
+        rows = self._select(self.label_query(entity), 1)
+        return bool(rows) and self._label_from(entity, False, rows[0].get("sl"))[1]
+
+    def resolve(self, name: str) -> list[str]:
+        """Exact label (and id) matches; then, on a store built by `kg load`, normalised ones.
+
+        Freebase and Wikidata have no normalised-name index, so only exact names match there.
+        """
+        rows = self._select(self.resolve_query(name), None)
+        ranked = sorted(((int(r["rank"]["value"]), self.dialect.node_id(r["n"])) for r in rows), key=lambda x: x[0])
+        hits = list(dict.fromkeys(node for _, node in ranked))
+        if not hits and self.dialect.entity_pattern is None:
+            rows = self._select(
+                f"SELECT DISTINCT ?n WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{normalized_label_key(name)}> <{INDEX_NODE}> ?n }} }} LIMIT {self.max_rows}",
+                None,
+            )
+            hits = [self.dialect.node_id(r["n"]) for r in rows]
+        return hits
+
+    def degree(self, entity: str, direction: Direction = "both") -> int:
+        check_direction(direction)
+        total = 0
+        for side in (("out", "in") if direction == "both" else (direction,)):
+            if side == "out" and is_literal_id(entity):
+                self.dialect.entity_term(entity)
+                continue
+            rows = self._select(self.degree_query(entity, side), 1)
+            total += int(rows[0]["count"]["value"]) if rows else 0
+        return total
+
+    # --- transport ----------------------------------------------------------------------------
+    def _select(self, query: str, limit: int | None) -> list[dict]:
+        """Run a SELECT with retries; the JSON result rows."""
+        rows = self._run(query)["results"]["bindings"]
+        if limit is None and len(rows) >= self.max_rows:
+            log.warning("SPARQL result from %s reached max_rows=%d and may be truncated", self.endpoint, self.max_rows)
+        return rows
+
+    def _run(self, query: str) -> dict:
+        attempts = self.retries + 1
+        last: BaseException | None = None
+        for attempt in range(1, attempts + 1):
+            wrapper = SPARQLWrapper(self.endpoint)
+            wrapper.setQuery(query)
+            wrapper.setReturnFormat(JSON)
+            # setTimeout() truncates to int (0.5 s would mean "no timeout"); urlopen takes floats.
+            wrapper.timeout = self.timeout
+            self.queries_sent += 1
+            try:
+                result = wrapper.queryAndConvert()
+            except _TRANSIENT as err:
+                last = err
+                if attempt < attempts:
+                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                continue
+            except SPARQLWrapperException as err:
+                raise KGError(f"SPARQL endpoint {self.endpoint} rejected a query: {_short(err)}") from err
+            except ValueError as err:  # the body was not JSON
+                raise KGError(f"SPARQL endpoint {self.endpoint} returned malformed JSON: {_short(err)}") from err
+            if not isinstance(result, dict) or "results" not in result:
+                raise KGError(f"SPARQL endpoint {self.endpoint} returned no JSON result rows: {_short(result)}")
+            return result
+        raise KGError(f"SPARQL endpoint {self.endpoint} failed after {attempts} attempts: {_short(last)}") from last
+
+
+def _short(thing) -> str:
+    text = thing if isinstance(thing, str) else (json.dumps(thing)[:300] if isinstance(thing, dict) else repr(thing))
+    return text[:300]

@@ -1,0 +1,232 @@
+"""SparqlKG against a live `oxigraph serve`: parity with MemoryKG, injection safety, retries, dialects."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pyoxigraph as ox
+import pytest
+
+from kgreasoner.kg.base import KGError
+from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.kg.server import free_port
+from kgreasoner.kg.sparql import SparqlKG
+
+HOSTILE = [
+    'x" } ; DROP ALL ; SELECT * WHERE { ?s ?p ?o } #',
+    "a>b <c",
+    "line\nbreak\r\n} INSERT DATA { <urn:a> <urn:b> <urn:c> }",
+    "back\\slash\\\" '''",
+    "{ } ; DROP ALL",
+]
+
+
+@pytest.fixture(scope="module")
+def url(oxigraph_server, small_kb):
+    return oxigraph_server(small_kb.dir)
+
+
+@pytest.fixture(scope="module")
+def kg(url):
+    return SparqlKG(url)
+
+
+def count_triples(kg: SparqlKG) -> int:
+    rows = kg._select("SELECT (COUNT(*) AS ?n) WHERE { ?s ?p ?o } LIMIT 1", 1)
+    return int(rows[0]["n"]["value"])
+
+
+def test_same_graph_as_memory(kg, small_kb, same_graph):
+    same_graph(MemoryKG.from_file(small_kb.dir / "kb.tsv"), kg)
+
+
+def test_one_request_per_direction_with_labels(kg):
+    kg._unnamed_without_label()  # the one-off names probe is not part of a neighbour call
+    before = kg.queries_sent
+    edges = kg.neighbors("e.utah", "out")
+    assert kg.queries_sent == before + 1
+    assert {e.object_label for e in edges} >= {"Mountain Time Zone", "Salt Lake City", "cvt.1", "3271616"}
+    kg.neighbors("e.mtz", "both")
+    assert kg.queries_sent == before + 3
+
+
+def test_every_query_is_distinct_and_limited(kg, small_kb):
+    queries = [
+        kg.neighbors_query("e.utah", "out"),
+        kg.neighbors_query("e.utah", "in", relations=["capital"], limit=3),
+        kg.resolve_query("Utah"),
+        kg.degree_query("e.utah", "in"),
+        kg.label_query(small_kb.date),
+    ]
+    for query in queries:
+        assert "SELECT DISTINCT" in query and query.rstrip().rsplit("\n", 1)[-1].startswith("} LIMIT "), query
+    assert queries[1].endswith("} LIMIT 3")
+
+
+def test_hostile_names_cannot_change_the_query(kg):
+    triples = count_triples(kg)
+    for hostile in HOSTILE:
+        assert kg.neighbors(hostile, "both") == []
+        assert kg.neighbors("e.utah", "both", relations=[hostile]) == []
+        assert kg.degree(hostile) == 0
+        assert kg.resolve(hostile) == []
+        assert kg.label(hostile) == hostile
+        query = kg.neighbors_query(hostile, "out", relations=[hostile])
+        assert hostile not in query and "DROP" not in query.replace("DROP%20ALL", "")
+    # a label full of query syntax is data: it resolves to its node, exactly
+    assert kg.resolve('Say "hi" {x} } ; DROP ALL >') == ["e.odd"]
+    assert count_triples(kg) == triples
+
+
+@pytest.mark.parametrize("dialect", ["freebase", "wikidata"])
+def test_strict_dialects_reject_hostile_ids_naming_the_field(url, dialect):
+    kg = SparqlKG(url, dialect=dialect)
+    for hostile in HOSTILE + ["m.07srw>", "Q1 }", "http://x/a>b", "m.07SRW"]:
+        with pytest.raises(ValueError, match=r"^entity: "):
+            kg.neighbors(hostile, "both")
+        with pytest.raises(ValueError, match=r"^entity: "):
+            kg.degree(hostile)
+        good = "m.07srw" if dialect == "freebase" else "Q30"
+        with pytest.raises(ValueError, match=r"^relation: "):
+            kg.neighbors(good, "out", relations=[hostile])
+
+
+@pytest.mark.parametrize("dialect", ["generic", "freebase", "wikidata"])
+def test_hostile_name_reaches_resolve_only_as_one_escaped_literal(url, dialect):
+    kg = SparqlKG(url, dialect=dialect)
+    template = kg.resolve_query("PLACEHOLDER")
+    for hostile in HOSTILE:
+        query = kg.resolve_query(hostile)
+        literal = kg.dialect.name_literal(hostile)
+        if dialect == "generic":  # the index IRI and the id IRI are percent-encoded
+            from kgreasoner.kg.oxigraph_store import exact_label_key
+            from kgreasoner.kg.rdf import ENTITY_NS, to_iri
+
+            expected = (
+                template.replace('"PLACEHOLDER"', literal)
+                .replace(exact_label_key("PLACEHOLDER"), exact_label_key(hostile))
+                .replace(to_iri("PLACEHOLDER", ENTITY_NS), to_iri(hostile, ENTITY_NS))
+            )
+        else:
+            placeholder = kg.dialect.name_literal("PLACEHOLDER")
+            expected = template.replace(placeholder, literal)
+        assert query == expected
+        parsed = next(iter(ox.parse(input=f"<urn:s> <urn:p> {literal} .", format=ox.RdfFormat.N_TRIPLES))).object
+        assert parsed.value == hostile
+
+
+def test_unreachable_endpoint_retries_with_backoff_then_names_it():
+    endpoint = f"http://127.0.0.1:{free_port()}/query"
+    kg = SparqlKG(endpoint, retries=2, backoff=0.02)
+    start = time.monotonic()
+    with pytest.raises(KGError, match=rf"^SPARQL endpoint {endpoint} failed after 3 attempts: "):
+        kg.neighbors("e.utah")
+    assert time.monotonic() - start >= 0.02 + 0.04
+    assert kg.queries_sent == 3
+
+
+def test_silent_endpoint_times_out():
+    with socket.socket() as listener:  # accepts connections (backlog) but never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        endpoint = f"http://127.0.0.1:{listener.getsockname()[1]}/query"
+        kg = SparqlKG(endpoint, timeout=0.2, retries=1, backoff=0.01)
+        start = time.monotonic()
+        with pytest.raises(KGError, match=rf"{endpoint} failed after 2 attempts"):
+            kg.resolve("Utah")
+        assert 0.4 <= time.monotonic() - start < 5
+
+
+def test_rejected_query_is_not_retried(url):
+    kg = SparqlKG(url.replace("/query", "/no-such-service"), retries=3, backoff=0.01)
+    with pytest.raises(KGError, match=r"rejected a query"):
+        kg.neighbors("e.utah")
+    assert kg.queries_sent == 1
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="dialect: unknown SPARQL dialect 'dbpedia'"):
+        SparqlKG("http://127.0.0.1:1/query", dialect="dbpedia")
+    with pytest.raises(ValueError, match="endpoint: expected an http"):
+        SparqlKG("ftp://example.org/sparql")
+
+
+NS = "http://rdf.freebase.com/ns/"
+XSD_DATE = "http://www.w3.org/2001/XMLSchema#date"
+FREEBASE_TRIPLES = f"""
+<{NS}m.0utah> <{NS}type.object.name> "Utah"@en .
+<{NS}m.0utah> <{NS}type.object.name> "Utah (fr)"@fr .
+<{NS}m.0utah> <{NS}type.object.type> <{NS}location.us_state> .
+<{NS}m.0utah> <{NS}common.topic.notable_for> <{NS}g.1abc> .
+<{NS}m.0utah> <http://www.w3.org/2002/07/owl#sameAs> <http://dbpedia.org/resource/Utah> .
+<{NS}m.0utah> <{NS}location.location.time_zones> <{NS}m.0mtz> .
+<{NS}m.0utah> <{NS}government.governmental_jurisdiction.governing_officials> <{NS}m.0cvt> .
+<{NS}m.0cvt> <{NS}government.government_position_held.office_holder> <{NS}m.0cox> .
+<{NS}m.0cvt> <{NS}government.government_position_held.from> "2021-01-20"^^<{XSD_DATE}> .
+<{NS}m.0mtz> <{NS}type.object.name> "Mountain Time Zone"@en .
+<{NS}m.0cox> <{NS}type.object.name> "Spencer Cox"@en .
+<{NS}m.0idaho> <{NS}type.object.name> "Idaho"@en .
+<{NS}m.0idaho> <{NS}location.location.time_zones> <{NS}m.0mtz> .
+"""
+
+
+@pytest.fixture(scope="module")
+def freebase(oxigraph_server):
+    return SparqlKG(oxigraph_server(raw_ntriples=FREEBASE_TRIPLES), dialect="freebase")
+
+
+def test_freebase_dialect_neighbours_mediators_and_filtered_relations(freebase):
+    out = freebase.neighbors("m.0utah", "out")
+    assert sorted((e.relation, e.object, e.object_label, e.object_unnamed) for e in out) == [
+        ("government.governmental_jurisdiction.governing_officials", "m.0cvt", "m.0cvt", True),
+        ("location.location.time_zones", "m.0mtz", "Mountain Time Zone", False),
+    ]
+    assert {e.subject_label for e in out} == {"Utah"}  # the English name, not the French one
+    cvt = freebase.neighbors("m.0cvt", "out")
+    assert sorted((e.relation, e.object, e.object_label, e.object_is_literal) for e in cvt) == [
+        ("government.government_position_held.from", f'"2021-01-20"^^<{XSD_DATE}>', "2021-01-20", True),
+        ("government.government_position_held.office_holder", "m.0cox", "Spencer Cox", False),
+    ]
+    assert all(e.subject_unnamed for e in cvt) and freebase.is_unnamed("m.0cvt")
+    incoming = freebase.neighbors("m.0mtz", "in", relations=["location.location.time_zones"], limit=5)
+    assert sorted(e.subject_label for e in incoming) == ["Idaho", "Utah"]
+    assert len(freebase.neighbors("m.0mtz", "in", limit=1)) == 1
+    assert freebase.degree("m.0utah", "out") == 2
+
+
+def test_freebase_dialect_resolve_label_and_query_shape(freebase):
+    assert freebase.resolve("Utah") == ["m.0utah"]
+    assert freebase.resolve("m.0cox") == ["m.0cox"]
+    assert freebase.resolve("utah") == []  # exact names only at Freebase scale
+    assert freebase.label("m.0cox") == "Spencer Cox" and freebase.label("m.0nothing") == "m.0nothing"
+    query = freebase.neighbors_query("m.0utah", "out", relations=["location.location.time_zones"])
+    assert f"<{NS}m.0utah> ?r ?n ." in query and f"VALUES ?r {{ <{NS}location.location.time_zones> }}" in query
+    assert f'!STRSTARTS(STR(?r), "{NS}common.")' in query
+    name_filter = 'FILTER(LANGMATCHES(LANG(?nl), "en") || LANG(?nl) = "")'
+    assert f"OPTIONAL {{ ?n <{NS}type.object.name> ?nl . {name_filter} }}" in query
+    with pytest.raises(ValueError, match="excluded_relation_prefixes: 'common\\.\"' is not"):
+        SparqlKG(freebase.endpoint, dialect="freebase", excluded_relation_prefixes=['common."'])
+    keep_all = SparqlKG(freebase.endpoint, dialect="freebase", excluded_relation_prefixes=())
+    assert len(keep_all.neighbors("m.0utah", "out")) == 6  # names and types are edges then
+
+
+WIKIDATA_TRIPLES = """
+<http://www.wikidata.org/entity/Q829> <http://www.w3.org/2000/01/rdf-schema#label> "Utah"@en .
+<http://www.wikidata.org/entity/Q829> <http://www.w3.org/2000/01/rdf-schema#label> "Utah"@de .
+<http://www.wikidata.org/entity/Q829> <http://www.wikidata.org/prop/direct/P421> <http://www.wikidata.org/entity/Q3134> .
+<http://www.wikidata.org/entity/Q829> <http://www.wikidata.org/prop/P421> <http://www.wikidata.org/entity/statement/X1> .
+<http://www.wikidata.org/entity/Q3134> <http://www.w3.org/2000/01/rdf-schema#label> "Mountain Time Zone"@en .
+"""
+
+
+def test_wikidata_dialect_truthy_claims_and_english_labels(oxigraph_server):
+    kg = SparqlKG(oxigraph_server(raw_ntriples=WIKIDATA_TRIPLES), dialect="wikidata")
+    out = kg.neighbors("Q829", "both")
+    assert [(e.subject, e.relation, e.object, e.subject_label, e.object_label) for e in out] == [
+        ("Q829", "P421", "Q3134", "Utah", "Mountain Time Zone")
+    ]
+    assert kg.resolve("Utah") == ["Q829"]
+    query = kg.neighbors_query("Q829", "out", relations=["P421"])
+    assert "<http://www.wikidata.org/entity/Q829> ?r ?n ." in query
+    assert "VALUES ?r { <http://www.wikidata.org/prop/direct/P421> }" in query
