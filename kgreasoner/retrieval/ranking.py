@@ -108,8 +108,10 @@ class Timings:
 class CandidateScorer:
     """Scores candidates for a question with one of RANKING_METHODS.
 
-    `gat` scores only the `rerank_pool` best candidates by cosine (bounding the work at hubs of
-    thousands of neighbours); the rest keep their cosine order below them.
+    At a hub (more than `rerank_pool` candidates) `embedding` and `gat` score only the
+    `rerank_pool` candidates whose relation text is closest to the question (a hub has thousands
+    of neighbours but few distinct relations, so this costs a few encodings); the rest follow
+    below them in that order. This bounds the text encoding and KG fetches of one call.
     """
 
     method: str
@@ -117,7 +119,7 @@ class CandidateScorer:
     encoder: TextEncoder | None = None
     model: GATRanker | None = None
     max_context: int = 16
-    rerank_pool: int | None = 256
+    rerank_pool: int | None = 64
     timings: Timings = field(default_factory=Timings)
 
     def __post_init__(self) -> None:
@@ -138,16 +140,18 @@ class CandidateScorer:
         n = len(candidates)
         if n == 0 or self.method == "none":
             return -np.arange(n, dtype=np.float64)
-        cosine = self._cosine(question, candidates)
-        if self.method == "embedding":
-            return cosine
         pool = list(range(n))
+        out = np.zeros(n, dtype=np.float64)
         if self.rerank_pool is not None and n > self.rerank_pool:
-            pool = sorted(pool, key=lambda i: (-cosine[i], i))[: self.rerank_pool]
-        gat = self.gat_scores(question, [candidates[i] for i in pool])
-        # Reranked candidates (scores in (0, 1)) above the rest (cosine - 2 < 0).
-        out = cosine - 2.0
-        out[pool] = gat
+            relation = self._cosine(question, [c.relation_text() for c in candidates])
+            pool = sorted(pool, key=lambda i: (-relation[i], i))[: self.rerank_pool]
+            # Scored candidates (cosine >= -1, GAT in (0, 1)) stay above the rest (<= -2).
+            out = relation - 3.0
+        chosen = [candidates[i] for i in pool]
+        if self.method == "embedding":
+            out[pool] = self._cosine(question, [c.text() for c in chosen])
+        else:
+            out[pool] = self.gat_scores(question, chosen)
         return out
 
     def gat_scores(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
@@ -165,9 +169,12 @@ class CandidateScorer:
         self.timings.rank += time.perf_counter() - start
         return scores
 
-    def _cosine(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
+    def _cosine(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        """Cosine of the question and each text (each distinct text encoded once)."""
         assert self.encoder is not None
         start = time.perf_counter()
-        vectors = self.encoder.encode([question] + [c.text() for c in candidates])
+        table = TextTable()
+        rows = [table.row(t) for t in [question, *texts]]
+        vectors = self.encoder.encode(list(table.rows))[rows]
         self.timings.encode += time.perf_counter() - start
         return (vectors[1:] @ vectors[0]).astype(np.float64)

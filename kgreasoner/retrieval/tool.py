@@ -42,7 +42,7 @@ class ToolConfig:
     expand_mediators: bool = field(default=True, metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"})
     neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"})
     max_context: int = field(default=16, metadata={"help": "context edges per candidate given to the gat ranker"})
-    rerank_pool: int | None = field(default=256, metadata={"help": "gat rescoring only the best N by cosine; None: all"})
+    rerank_pool: int | None = field(default=64, metadata={"help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"})
     fuzzy_cutoff: float = field(default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"})
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
 

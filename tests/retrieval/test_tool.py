@@ -164,3 +164,16 @@ def test_embedding_ranking_puts_the_matching_relation_first(utah_kg):
     assert s.call("Utah").text.splitlines()[-1] == UTAH_LINES[4]
     s = session(utah_kg, question="what time zones is utah in", **config)
     assert s.call("Utah").text == UTAH_LINES[0]
+
+
+def test_hubs_score_only_the_pool_closest_by_relation():
+    from kgreasoner.retrieval.encoder import EncoderConfig
+
+    triples = [(f"p{i}", "people.person.gender", "male") for i in range(6)] + [("male", "award.award.winner", "w1")]
+    kg = MemoryKG.from_triples(triples)
+    config = dict(ranking="embedding", encoder=EncoderConfig(kind="hashing"), rerank_pool=2, top_k=3)
+    s = session(kg, question="which award winner is male", topics=[TopicEntity("male", "male")], **config)
+    # Pool: the award edge and the first gender edge (a tie keeps KG order); the rest stay in KG order.
+    assert s.call("male").text.splitlines() == [
+        "(male, award.award.winner, w1)", "(p0, people.person.gender, male)", "(p1, people.person.gender, male)",
+    ]
