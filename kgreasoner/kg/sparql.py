@@ -17,7 +17,8 @@ pyoxigraph parsed and re-serialised with escapes. Anything else raises a ValueEr
 field. Names in `resolve` are always escaped literals. Every query is SELECT DISTINCT … LIMIT.
 
 Each neighbour query fetches the labels of the queried node and of its neighbours in the same
-request (OPTIONAL patterns), so a call costs one round trip per direction at most.
+request (OPTIONAL patterns); both directions go in one UNION unless a limit asks for outgoing
+edges first, so a call usually costs one round trip.
 """
 
 from __future__ import annotations
@@ -241,15 +242,19 @@ class SparqlKG(KnowledgeGraph):
 
     # --- query building (public so that tests and users can inspect the exact text) ----------
     def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None) -> str:
-        """The SELECT for the edges on one `side` ("out" or "in") of `entity`, with labels."""
+        """The SELECT for the edges of `entity` on `side` ("out", "in", or "both" as one UNION,
+        with `?d` telling the direction of each row), with the labels of both ends."""
         d = self.dialect
         node = d.entity_term(entity)
         rel_terms = None if relations is None else [d.relation_term(r) for r in relations]
-        triple = f"{node} ?r ?n ." if side == "out" else f"?n ?r {node} ."
+        if side == "both":
+            pattern = f'{{ {node} ?r ?n . BIND("out" AS ?d) }} UNION {{ ?n ?r {node} . BIND("in" AS ?d) }}'
+        else:
+            pattern = (f"{node} ?r ?n ." if side == "out" else f"?n ?r {node} .") + f' BIND("{side}" AS ?d)'
         values = f"VALUES ?r {{ {' '.join(rel_terms)} }}\n  " if rel_terms is not None else ""
         return (
-            f"SELECT DISTINCT ?r ?n ?nl ?sl WHERE {{\n"
-            f"  {values}{triple}\n"
+            f"SELECT DISTINCT ?d ?r ?n ?nl ?sl WHERE {{\n"
+            f"  {values}{pattern}\n"
             f"  {d.edge_filter('?r')}\n"
             f"  {d.label_pattern('?n', '?nl')}\n"
             f"  {self._own_label(entity, node)}\n"
@@ -309,37 +314,46 @@ class SparqlKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
+        self.dialect.entity_term(entity)  # reject a malformed id even when nothing is queried
         if limit == 0 or (relations is not None and len(relations) == 0):
-            self.dialect.entity_term(entity)  # still reject a malformed id
             return []
+        if is_literal_id(entity):  # a literal is never a subject
+            if direction == "out":
+                return []
+            direction = "in"
+        if direction == "both" and limit is None:
+            # One request for both sides; if it hit max_rows, one side may be cut: ask per side.
+            rows = self._run(self.neighbors_query(entity, "both", relations))["results"]["bindings"]
+            if len(rows) < self.max_rows:
+                edges = self._edges(entity, rows)
+                return [e for e in edges if e.direction == "out"] + [e for e in edges if e.direction == "in"]
         edges: list[Edge] = []
         for side in (("out", "in") if direction == "both" else (direction,)):
-            if side == "out" and is_literal_id(entity):
-                self.dialect.entity_term(entity)
-                continue  # a literal is never a subject
             room = None if limit is None else limit - len(edges)
             rows = self._select(self.neighbors_query(entity, side, relations, room), room)
-            edges.extend(self._edges(entity, side, rows))
+            edges.extend(self._edges(entity, rows))
             if limit is not None and len(edges) >= limit:
                 return edges[:limit]
         return edges
 
-    def _edges(self, entity: str, side: str, rows: list[dict]) -> list[Edge]:
+    def _edges(self, entity: str, rows: list[dict]) -> list[Edge]:
         """Edges from result rows; a node with several labels yields several rows, keep the first."""
         d = self.dialect
         entity_literal = is_literal_id(entity)
-        seen: set[tuple[str, str]] = set()
+        seen: set[tuple[str, str, str]] = set()
         edges = []
         for row in rows:
+            side = row["d"]["value"]
             relation = d.relation_id(row["r"]["value"])
             neighbor = d.node_id(row["n"])
-            if (relation, neighbor) in seen:
+            if (side, relation, neighbor) in seen:
                 continue
-            seen.add((relation, neighbor))
-            n_label, n_unnamed = self._label_from(neighbor, row["n"]["type"] == "literal", row.get("nl"))
+            seen.add((side, relation, neighbor))
+            n_literal = row["n"]["type"] in ("literal", "typed-literal")  # the latter from older Virtuosos
+            n_label, n_unnamed = self._label_from(neighbor, n_literal, row.get("nl"))
             e_label, e_unnamed = self._label_from(entity, entity_literal, row.get("sl"))
             if side == "out":
-                edges.append(Edge(entity, relation, neighbor, e_label, n_label, "out", row["n"]["type"] == "literal", e_unnamed, n_unnamed))
+                edges.append(Edge(entity, relation, neighbor, e_label, n_label, "out", n_literal, e_unnamed, n_unnamed))
             else:
                 edges.append(Edge(neighbor, relation, entity, n_label, e_label, "in", entity_literal, n_unnamed, e_unnamed))
         return edges

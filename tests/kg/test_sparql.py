@@ -41,14 +41,28 @@ def test_same_graph_as_memory(kg, small_kb, same_graph):
     same_graph(MemoryKG.from_file(small_kb.dir / "kb.tsv"), kg)
 
 
-def test_one_request_per_direction_with_labels(kg):
+def test_one_request_per_call_with_labels(kg):
     kg._unnamed_without_label()  # the one-off names probe is not part of a neighbour call
     before = kg.queries_sent
     edges = kg.neighbors("e.utah", "out")
     assert kg.queries_sent == before + 1
     assert {e.object_label for e in edges} >= {"Mountain Time Zone", "Salt Lake City", "cvt.1", "3271616"}
     kg.neighbors("e.mtz", "both")
+    assert kg.queries_sent == before + 2
+    kg.neighbors("e.utah", "both", limit=7)  # the limit is met by outgoing edges alone
     assert kg.queries_sent == before + 3
+    kg.neighbors("e.utah", "both", limit=8)  # a limit needs one request per side, outgoing first
+    assert kg.queries_sent == before + 5
+
+
+def test_both_directions_fall_back_per_side_when_max_rows_is_hit(url):
+    exact = SparqlKG(url, max_rows=8)  # e.utah: 7 outgoing + 1 incoming edges fill the UNION
+    edges = exact.neighbors("e.utah", "both")
+    assert exact.queries_sent == 1 + 2 + 1  # UNION, then per side, and the names probe
+    assert [e.direction for e in edges] == ["out"] * 7 + ["in"]
+    roomy = SparqlKG(url, max_rows=9)
+    assert set(roomy.neighbors("e.utah", "both")) == set(edges)
+    assert roomy.queries_sent == 1 + 1
 
 
 def test_every_query_is_distinct_and_limited(kg, small_kb):
