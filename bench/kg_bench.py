@@ -71,6 +71,12 @@ def sample_entities(kg: MemoryKG, calls: int, seed: int) -> list[str]:
     return [rng.choice(nodes) for _ in range(calls)]
 
 
+def hub_entities(kg: MemoryKG, hubs: int, calls: int) -> list[str]:
+    """The `hubs` highest-degree entities, cycled to `calls` calls (the slow end of a search)."""
+    top = sorted(kg.entities, key=lambda n: (-kg.degree(n), n))[:hubs]
+    return [top[i % len(top)] for i in range(calls)]
+
+
 def time_calls(kg: KnowledgeGraph, entities: list[str], direction: str, warmup: int) -> dict:
     for entity in entities[:warmup]:
         kg.neighbors(entity, direction)
@@ -97,11 +103,18 @@ def bench_size(args: argparse.Namespace, size: int) -> list[dict]:
     start = time.perf_counter()
     memory = MemoryKG.from_file(data / "kb.tsv")
     memory_load = time.perf_counter() - start
-    entities = sample_entities(memory, args.calls, args.seed)
+    workloads = {"uniform": sample_entities(memory, args.calls, args.seed)}
+    if args.hubs:
+        workloads[f"top-{args.hubs} hubs"] = hub_entities(memory, args.hubs, max(args.hubs, args.calls // 10))
     rows = []
-    base = {"triples": memory.num_triples}
+
+    def measure(kg: KnowledgeGraph, **row) -> None:
+        for workload, entities in workloads.items():
+            rows.append({"triples": memory.num_triples, "workload": workload, **row,
+                         **time_calls(kg, entities, args.direction, args.warmup)})
+
     if "memory" in args.backends:
-        rows.append({**base, "backend": "memory", "open_s": memory_load, **time_calls(memory, entities, args.direction, args.warmup)})
+        measure(memory, backend="memory", open_s=memory_load)
     if "oxigraph" in args.backends or "sparql" in args.backends:
         path, loaded = store(args.work, data, size, args.seed)
         if loaded is not None:
@@ -110,31 +123,29 @@ def bench_size(args: argparse.Namespace, size: int) -> list[dict]:
             start = time.perf_counter()
             oxigraph = OxigraphKG(path)
             opened = time.perf_counter() - start
-            load = "cached" if loaded is None else f"{loaded:.1f}"
-            rows.append({**base, "backend": "oxigraph", "open_s": opened, "load": load,
-                         **time_calls(oxigraph, entities, args.direction, args.warmup)})
+            measure(oxigraph, backend="oxigraph", open_s=opened, load="cached" if loaded is None else f"{loaded:.1f}")
             oxigraph.close()
         if "sparql" in args.backends:
             start = time.perf_counter()
             with start_oxigraph_server(path) as server:
                 opened = time.perf_counter() - start
                 sparql = SparqlKG(server.url, retries=0)
-                rows.append({**base, "backend": "sparql (HTTP, oxigraph serve)", "open_s": opened,
-                             **time_calls(sparql, entities, args.direction, args.warmup)})
+                measure(sparql, backend="sparql (HTTP, oxigraph serve)", open_s=opened)
     return rows
 
 
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
-        f"neighbors(entity, direction={args.direction!r}): {args.calls} calls per backend on uniformly sampled "
-        f"entities (seed {args.seed}), one client, after {args.warmup} warm-up calls.",
+        f"neighbors(entity, direction={args.direction!r}), one client, after {args.warmup} warm-up calls: "
+        f"{args.calls} calls on uniformly sampled entities (seed {args.seed}); "
+        f"{max(args.hubs, args.calls // 10)} calls cycling over the {args.hubs} highest-degree entities.",
         "",
-        "| triples | backend | open (s) | bulk load (s) | p50 (ms) | p99 (ms) | calls/s | edges/call |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| triples | backend | workload | open (s) | bulk load (s) | p50 (ms) | p99 (ms) | calls/s | edges/call |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
-            f"| {row['triples']:,} | {row['backend']} | {row['open_s']:.2f} | {row.get('load', '')} "
+            f"| {row['triples']:,} | {row['backend']} | {row['workload']} | {row['open_s']:.2f} | {row.get('load', '')} "
             f"| {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['calls_per_s']:,.0f} | {row['edges_per_call']:.1f} |"
         )
     return "\n".join(lines)
@@ -146,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="10k,1M", help="comma-separated triple counts (10000, 10k, 1M)")
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated subset of {','.join(BACKENDS)}")
     parser.add_argument("--calls", type=int, default=2000, help="timed neighbour calls per backend and size")
+    parser.add_argument("--hubs", type=int, default=20, help="also time the N highest-degree entities (0: skip)")
     parser.add_argument("--warmup", type=int, default=100, help="untimed calls first")
     parser.add_argument("--direction", default="both", choices=("out", "in", "both"))
     parser.add_argument("--seed", type=int, default=0)
@@ -154,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.backends) - set(BACKENDS))
     if unknown:
         parser.error(f"--backends: unknown {unknown}; choose from {BACKENDS}")
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    try:
+        sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    except argparse.ArgumentTypeError as err:
+        parser.error(str(err))
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
     for size in sizes:
