@@ -56,8 +56,13 @@ def label_groups(
     max_frontier: int = 4,
     expand_mediators: bool = True,
     neighbor_limit: int | None = 10000,
+    max_candidates: int | None = 1000,
 ) -> list[LabelledGroup]:
-    """Labelled groups along every gold path of every example (examples without one are skipped)."""
+    """Labelled groups along every gold path of every example (examples without one are skipped).
+
+    `max_candidates` caps a group's size at hubs (every positive kept, negatives sampled), which
+    bounds the context fetched per group.
+    """
     if negative_ratio is not None and negative_ratio < 0:
         raise ValueError(f"negative_ratio must be >= 0 or None, got {negative_ratio}")
     if max_frontier < 1:
@@ -82,7 +87,7 @@ def label_groups(
                             continue
                         step = len(next(c for c, y in zip(candidates, labels) if y).edges)
                         next_frontier.extend(c.target for c, y in zip(candidates, labels) if y)
-                        keep = _sample(labels, negative_ratio, random.Random(f"{seed}|{example.id}|{entity}|{hop}"))
+                        keep = _sample(labels, negative_ratio, max_candidates, random.Random(f"{seed}|{example.id}|{entity}|{hop}"))
                         groups.append(LabelledGroup(example.id, example.question, entity, hop,
                                                     [candidates[i] for i in keep], [labels[i] for i in keep]))
                     hop += step
@@ -95,14 +100,16 @@ def _continues(candidate: Candidate, path: Sequence[str], hop: int) -> bool:
     return tuple(path[hop: hop + len(relations)]) == relations
 
 
-def _sample(labels: list[int], ratio: float | None, rng: random.Random) -> list[int]:
-    """Indices kept: every positive, `ratio` negatives per positive (all when None), in KG order."""
+def _sample(labels: list[int], ratio: float | None, cap: int | None, rng: random.Random) -> list[int]:
+    """Indices kept, in KG order: every positive, `ratio` negatives per positive (all when None),
+    and no more than `cap` candidates in all."""
     positives = [i for i, y in enumerate(labels) if y]
     negatives = [i for i, y in enumerate(labels) if not y]
-    if ratio is not None:
-        wanted = int(round(ratio * len(positives)))
-        if wanted < len(negatives):
-            negatives = rng.sample(negatives, wanted)
+    wanted = len(negatives) if ratio is None else int(round(ratio * len(positives)))
+    if cap is not None:
+        wanted = min(wanted, max(cap - len(positives), 0))
+    if wanted < len(negatives):
+        negatives = rng.sample(negatives, wanted)
     return sorted(positives + negatives)
 
 

@@ -51,6 +51,7 @@ class RankerTrainConfig:
     max_context: int = field(default=16, metadata={"help": "context edges per candidate"})
     expand_mediators: bool = field(default=True, metadata={"help": "candidates go through unnamed nodes, as in the tool"})
     neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node"})
+    max_group_candidates: int | None = field(default=1000, metadata={"help": "candidates kept per group at hubs (positives + sampled negatives)"})
     max_train_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     max_eval_questions: int | None = field(default=None, metadata={"help": "use only the first N dev and N test questions"})
     epochs: int = field(default=30, metadata={"help": "maximum passes over the training groups"})
@@ -197,7 +198,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
         raise ValueError(f"{config.data}: need training and dev questions with gold paths (got {len(splits.train)} / {len(splits.dev)})")
     encoder = build_encoder(config.encoder)
     label = dict(seed=config.seed, max_frontier=config.max_frontier, expand_mediators=config.expand_mediators,
-                 neighbor_limit=config.neighbor_limit)
+                 neighbor_limit=config.neighbor_limit, max_candidates=config.max_group_candidates)
     table = TextTable()
     train = featurize(table, splits.kg, label_groups(splits.kg, splits.train, config.negative_ratio, **label), config.max_context)
     dev = featurize(table, splits.kg, label_groups(splits.kg, splits.dev, None, **label), config.max_context)
@@ -267,7 +268,8 @@ def evaluate_saved(config: RankerTrainConfig, ranker_dir: str | Path, split: str
     splits = _load(config)
     examples = {"train": splits.train, "dev": splits.dev, "test": splits.test}[split]
     groups = label_groups(splits.kg, examples, None, seed=config.seed, max_frontier=config.max_frontier,
-                          expand_mediators=config.expand_mediators, neighbor_limit=config.neighbor_limit)
+                          expand_mediators=config.expand_mediators, neighbor_limit=config.neighbor_limit,
+                          max_candidates=config.max_group_candidates)
     table = TextTable()
     data = featurize(table, splits.kg, groups, int(meta.get("max_context", config.max_context)))
     embeddings = table.embed(encoder)

@@ -70,3 +70,8 @@ def test_broken_gold_path_gives_no_group_and_output_is_jsonl(kg, tmp_path):
     assert line["candidates"][0] == {"relations": ["a"], "nodes": ["2"], "text": "a n2", "label": 1}
     with pytest.raises(ValueError, match="negative_ratio"):
         label_groups(kg, [example(["a"])], negative_ratio=-1)
+
+
+def test_group_size_is_capped_at_hubs_keeping_positives(kg):
+    groups = label_groups(kg, [example(["a", "c", "e"])], negative_ratio=None, max_candidates=2, seed=1)
+    assert [(sum(g.labels), len(g.labels)) for g in groups] == [(1, 2), (1, 2), (1, 2)]

@@ -1,0 +1,145 @@
+"""Latency of `SearchSession.call` with the GAT ranker on a large synthetic KG.
+
+Builds (or reuses) a synthetic dataset of about `--triples` triples (hubs of thousands of
+neighbours), trains a small ranker on it unless `--ranker` is given, then times the first search
+of topic entities of test questions plus the biggest hubs, in fresh sessions, twice: with a cold
+embedding cache and with a warm one. Backends: the embedded `memory` store, and `sparql` (an
+`oxigraph serve` on 127.0.0.1 over a store built from the same triples). Time is split into KG
+fetches (candidates and their context), text encoding and ranking (the network).
+
+    python bench/retrieval_bench.py --work /tmp/retrieval-bench [--triples 1000000] [--backends memory,sparql]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+
+from data_gen.synthetic import write_synthetic
+from kgreasoner.data.schema import QAExample, TopicEntity, read_jsonl
+from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
+from kgreasoner.retrieval.ranker import RankerModelConfig, load_ranker
+from kgreasoner.retrieval.ranking import Timings
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
+from kgreasoner.retrieval.training import RankerTrainConfig, train_ranker
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", type=Path, required=True, help="folder for the dataset, ranker, cache and store")
+    parser.add_argument("--triples", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ranker", type=Path, help="a trained ranker folder (default: train one in --work)")
+    parser.add_argument("--encoder", default="minilm", choices=("minilm", "hashing"))
+    parser.add_argument("--calls", type=int, default=100, help="searches of test questions' topic entities")
+    parser.add_argument("--hubs", type=int, default=10, help="searches of the highest-degree entities")
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--rerank-pool", type=int, default=64)
+    parser.add_argument("--backends", default="memory,sparql")
+    args = parser.parse_args()
+
+    data_dir = args.work / f"synthetic-{args.triples}-{args.seed}"
+    if not (data_dir / "questions.jsonl").is_file():
+        start = time.perf_counter()
+        write_synthetic(data_dir, seed=args.seed, target_triples=args.triples)
+        print(f"generated {data_dir} in {time.perf_counter() - start:.1f}s")
+    start = time.perf_counter()
+    kg = MemoryKG.from_file(data_dir / "kb.tsv")
+    print(f"loaded {kg.num_triples} triples in {time.perf_counter() - start:.1f}s")
+    encoder_config = EncoderConfig(kind=args.encoder, cache_dir=str(args.work / "embedding-cache"))
+
+    ranker_dir = args.ranker or args.work / f"ranker-{args.encoder}"
+    if not (ranker_dir / "model.safetensors").is_file():
+        start = time.perf_counter()
+        train_ranker(RankerTrainConfig(
+            data=str(data_dir), encoder=encoder_config, model=RankerModelConfig(), max_train_questions=300,
+            max_eval_questions=100, max_group_candidates=200, epochs=10, patience=2, out_dir=str(ranker_dir), seed=args.seed,
+        ))
+        print(f"trained {ranker_dir} in {time.perf_counter() - start:.1f}s")
+    model, meta = load_ranker(ranker_dir)
+
+    queries = pick_queries(kg, read_jsonl(data_dir / "questions.jsonl"), args.calls, args.hubs)
+    degrees = [kg.degree(t.id) for _, t in queries]
+    print(f"{len(queries)} searches; degree p50 {np.median(degrees):.0f}, max {max(degrees)}, "
+          f"{sum(d >= 5000 for d in degrees)} with degree >= 5000")
+
+    config = ToolConfig(ranking="gat", top_k=args.top_k, rerank_pool=args.rerank_pool,
+                        max_context=int(meta.get("max_context", 16)), encoder=encoder_config)
+    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for backend in args.backends.split(","):
+        with open_backend(backend, data_dir, args.work) as backend_kg:
+            # A fresh memory-only encoder per backend: its first pass starts with an empty cache.
+            encoder = build_encoder(EncoderConfig(kind=args.encoder))
+            tool = KGSearchTool(backend_kg, config, ranker=model, encoder=encoder)
+            for cache in ("cold", "warm"):
+                print(row(backend, cache, time_calls(tool, queries)), flush=True)
+
+
+def pick_queries(kg: MemoryKG, examples: list[QAExample], calls: int, hubs: int) -> list[tuple[str, TopicEntity]]:
+    test = [e for e in examples if e.split == "test"][:calls]
+    queries = [(e.question, e.topic_entities[0]) for e in test]
+    by_degree = sorted(kg.names().items(), key=lambda item: -kg.degree(item[0]))[:hubs]
+    for i, (entity, label) in enumerate(by_degree):
+        queries.append((test[i % len(test)].question if test else f"what is related to {label}", TopicEntity(entity, label)))
+    return queries
+
+
+def time_calls(tool: KGSearchTool, queries: list[tuple[str, TopicEntity]]) -> dict:
+    timings: Timings = tool.timings
+    timings.reset()
+    latencies = []
+    for question, topic in queries:
+        session = tool.session(question, [topic])
+        start = time.perf_counter()
+        result = session.call(topic.name)
+        latencies.append(time.perf_counter() - start)
+        if result.error:
+            raise RuntimeError(f"search of {topic} failed: {result.text}")
+    n = len(queries)
+    return {"calls": n, "p50": np.percentile(latencies, 50), "p99": np.percentile(latencies, 99),
+            "mean": float(np.mean(latencies)), "fetch": timings.fetch / n, "encode": timings.encode / n, "rank": timings.rank / n}
+
+
+def row(backend: str, cache: str, t: dict) -> str:
+    ms = {k: 1000 * v for k, v in t.items() if k != "calls"}
+    return (f"| {backend} | {cache} | {t['calls']} | {ms['p50']:.1f} | {ms['p99']:.1f} | {ms['mean']:.1f} | "
+            f"{ms['fetch']:.1f} | {ms['encode']:.1f} | {ms['rank']:.1f} |")
+
+
+class open_backend:
+    """The memory KG, or a SPARQL endpoint (oxigraph serve) over a store of the same triples."""
+
+    def __init__(self, backend: str, data_dir: Path, work: Path) -> None:
+        self.backend, self.data_dir, self.work = backend, data_dir, work
+        self.server = None
+
+    def __enter__(self) -> KnowledgeGraph:
+        if self.backend == "memory":
+            return MemoryKG.from_file(self.data_dir / "kb.tsv")
+        if self.backend != "sparql":
+            raise ValueError(f"unknown backend {self.backend!r}; use memory or sparql")
+        from kgreasoner.kg.oxigraph_store import OxigraphKG
+        from kgreasoner.kg.server import start_oxigraph_server
+        from kgreasoner.kg.sparql import SparqlKG
+
+        store = self.work / f"store-{self.data_dir.name}"
+        if not store.is_dir():
+            start = time.perf_counter()
+            OxigraphKG.build(self.data_dir, store).close()
+            print(f"built oxigraph store {store} in {time.perf_counter() - start:.1f}s")
+        self.server = start_oxigraph_server(store)
+        return SparqlKG(self.server.url)
+
+    def __exit__(self, *exc) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+if __name__ == "__main__":
+    main()
