@@ -9,6 +9,7 @@ import sys
 # module path -> it defines `register(subparsers)`; each subcommand sets `func(args) -> int`.
 COMMAND_MODULES = (
     "kgreasoner.kg.commands",
+    "kgreasoner.models",
     "kgreasoner.demo",
 )
 

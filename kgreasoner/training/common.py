@@ -1,0 +1,63 @@
+"""Pieces every trainer config shares: LoRA settings, distributed backend, the tiny-model build."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class LoraSettings:
+    """Low-rank adapters through PEFT; off by default (full fine-tuning)."""
+
+    enabled: bool = field(default=False, metadata={"help": "train LoRA adapters instead of all weights"})
+    r: int = field(default=16, metadata={"help": "adapter rank"})
+    alpha: int = field(default=32, metadata={"help": "scaling numerator (alpha / r)"})
+    dropout: float = field(default=0.05, metadata={"help": "dropout on the adapter input"})
+    target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "module names that get adapters"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.r <= 0:
+            raise ValueError(f"lora.r must be positive, got {self.r}")
+
+    def peft_config(self):
+        if not self.enabled:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
+            target_modules=list(self.target_modules), task_type="CAUSAL_LM",
+        )
+
+
+def ddp_backend() -> str | None:
+    """Under torchrun: NCCL where there are GPUs, gloo on CPU. A single process needs none."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def ensure_model(model: str, tiny_model: str | None, tokenizer_texts: list[str]) -> str:
+    """Return `model`, first building a tiny model there from its YAML when it does not exist yet.
+
+    Under torchrun the main process builds and the others wait, so ranks never race on the files.
+    """
+    if tiny_model is None or (Path(model) / "config.json").exists():
+        return model
+    from accelerate import PartialState
+
+    with PartialState().main_process_first():
+        if not (Path(model) / "config.json").exists():
+            from kgreasoner.config import load_config
+            from kgreasoner.models import TinyModelConfig, build_tiny
+            from kgreasoner.tokenizer import read_training_texts
+
+            build_tiny(load_config(TinyModelConfig, tiny_model), read_training_texts(tokenizer_texts), model)
+    return model

@@ -1,0 +1,135 @@
+"""Hard-case mining (paper, Section 4.3): keep the questions the warm-up model finds hard.
+
+For each training question with a reference trajectory a (from `data_gen/warmup.py`), the
+warm-up model's loss is L_sft = -(1/T) sum_t log P(a_t | a_<t, q) over the T model-written
+tokens. A question is hard when L_sft > epsilon and it needs multi-hop reasoning (hops >= 2).
+Later GRPO episodes train only on these.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from kgreasoner.training.warmup_data import WarmupRecord, encode_record, read_warmup
+
+
+@dataclass
+class HardCaseConfig:
+    """Options of `kgreasoner hard-cases` and of the GRPO episodes that compute the hard set."""
+
+    model: str = field(metadata={"help": "the warm-up (SFT) checkpoint that scores the trajectories"})
+    trajectories: str = field(metadata={"help": "reference trajectories, one per training question (JSONL)"})
+    output: str = field(metadata={"help": "where the hard set goes (JSONL: id, loss, hops)"})
+    epsilon: float | None = field(
+        default=None, metadata={"help": "loss threshold; None: use `quantile` of the observed losses"}
+    )
+    quantile: float = field(
+        default=0.5, metadata={"help": "with epsilon None, epsilon = this quantile of the multi-hop losses"}
+    )
+    min_hops: int = field(default=2, metadata={"help": "only questions with at least this many hops are kept"})
+    batch_size: int = field(default=16, metadata={"help": "trajectories scored per forward pass"})
+    plot: bool = field(default=True, metadata={"help": "write a histogram of the losses next to the output"})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.quantile < 1.0:
+            raise ValueError(f"quantile must be in [0, 1), got {self.quantile}")
+
+
+@torch.no_grad()
+def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: int = 16) -> list[float]:
+    """Mean next-token NLL over the model-written tokens of each trajectory."""
+    model.eval()
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    encoded = [encode_record(r, tokenizer) for r in records]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
+    losses = [0.0] * len(encoded)
+    for start in tqdm(range(0, len(order), batch_size), desc="scoring trajectories", unit="batch"):
+        batch = [encoded[i] for i in order[start:start + batch_size]]
+        width = max(len(e["input_ids"]) for e in batch)
+        ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for row, e in enumerate(batch):
+            n = len(e["input_ids"])
+            ids[row, :n] = torch.tensor(e["input_ids"])
+            attention[row, :n] = 1
+            mask = torch.tensor(e["assistant_masks"], dtype=torch.bool)
+            labels[row, :n] = torch.where(mask, ids[row, :n], torch.tensor(-100))
+        logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits[:, :-1].float()
+        target = labels[:, 1:].to(device)
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100, reduction="none")
+        counts = (target != -100).sum(dim=1).clamp(min=1)
+        for row, value in enumerate((nll.sum(dim=1) / counts).tolist()):
+            losses[order[start + row]] = value
+    return losses
+
+
+def select_hard(records: list[WarmupRecord], losses: list[float], epsilon: float | None, quantile: float,
+                min_hops: int) -> tuple[list[dict], float]:
+    """The hard set and the threshold used."""
+    multi_hop = [loss for r, loss in zip(records, losses) if r.hops >= min_hops]
+    if epsilon is None:
+        epsilon = float(torch.tensor(multi_hop).quantile(quantile)) if multi_hop else float("inf")
+    hard = [
+        {"id": r.id, "loss": round(loss, 6), "hops": r.hops}
+        for r, loss in zip(records, losses)
+        if r.hops >= min_hops and loss > epsilon
+    ]
+    return hard, epsilon
+
+
+def mine_hard_cases(config: HardCaseConfig) -> Path:
+    from kgreasoner.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(config.model)
+    records = [r for r in read_warmup(config.trajectories) if r.kind == "gold"]
+    losses = per_example_loss(model, tokenizer, records, config.batch_size)
+    hard, epsilon = select_hard(records, losses, config.epsilon, config.quantile, config.min_hops)
+    output = Path(config.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with output.open("w", encoding="utf-8") as handle:
+        for row in hard:
+            handle.write(json.dumps(row) + "\n")
+    summary = {"scored": len(records), "hard": len(hard), "epsilon": epsilon, "min_hops": config.min_hops}
+    output.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if config.plot:
+        _plot_losses(records, losses, epsilon, output.with_suffix(".png"))
+    return output
+
+
+def read_hard_ids(path: str | Path) -> set[str]:
+    path = Path(path)
+    ids = set()
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                try:
+                    ids.add(str(json.loads(line)["id"]))
+                except (json.JSONDecodeError, KeyError) as err:
+                    raise ValueError(f"{path}:{number}: expected a JSON object with an 'id' ({err})") from err
+    return ids
+
+
+def _plot_losses(records, losses, epsilon: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for hops in sorted({r.hops for r in records}):
+        values = [loss for r, loss in zip(records, losses) if r.hops == hops]
+        ax.hist(values, bins=30, alpha=0.6, label=f"{hops} hop(s)")
+    ax.axvline(epsilon, color="black", linestyle="--", label=f"epsilon = {epsilon:.3f}")
+    ax.set_xlabel("per-example SFT loss of the warm-up model")
+    ax.set_ylabel("questions")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,119 @@
+"""Warm-up trajectories as the SFT trainer reads them, and their tokenisation with a loss mask.
+
+One record per JSONL line (written by `data_gen/warmup.py`):
+`{"id", "question", "topic_entities": [{"id", "name"}], "segments": [{"text", "train"}], "kind",
+"hops", "split"}`. The segments concatenated are the completion; `train` is true for what the
+model writes and false for what the tool inserts (`<triples>` blocks).
+
+Each segment is tokenised alone, exactly as the rollout engine appends tool text and as the model
+emits its own spans, so the SFT sequences match what the model meets at rollout time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from kgreasoner.data.schema import SchemaError, TopicEntity
+from kgreasoner.protocol import build_prompt
+
+KINDS = ("gold", "correction")
+
+
+@dataclass(frozen=True)
+class Segment:
+    text: str
+    train: bool
+
+
+@dataclass(frozen=True)
+class WarmupRecord:
+    """One SFT trajectory: the question and the completion split into trained / masked spans."""
+
+    id: str
+    question: str
+    topic_entities: tuple[TopicEntity, ...]
+    segments: tuple[Segment, ...]
+    kind: str = "gold"
+    hops: int = 0
+    split: str = "train"
+
+    @property
+    def completion(self) -> str:
+        return "".join(s.text for s in self.segments)
+
+    def to_dict(self) -> dict:
+        return {
+            "id": self.id,
+            "question": self.question,
+            "topic_entities": [{"id": t.id, "name": t.name} for t in self.topic_entities],
+            "segments": [{"text": s.text, "train": s.train} for s in self.segments],
+            "kind": self.kind,
+            "hops": self.hops,
+            "split": self.split,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict, where: str = "record") -> "WarmupRecord":
+        try:
+            segments = tuple(Segment(str(s["text"]), bool(s["train"])) for s in data["segments"])
+            topics = tuple(TopicEntity(str(t["id"]), str(t["name"])) for t in data["topic_entities"])
+            record = cls(
+                id=str(data["id"]),
+                question=str(data["question"]),
+                topic_entities=topics,
+                segments=segments,
+                kind=str(data.get("kind", "gold")),
+                hops=int(data.get("hops", 0)),
+                split=str(data.get("split", "train")),
+            )
+        except KeyError as err:
+            raise SchemaError(f"{where}: missing field {err.args[0]!r}") from err
+        except (TypeError, ValueError) as err:
+            raise SchemaError(f"{where}: {err}") from err
+        if record.kind not in KINDS:
+            raise SchemaError(f"{where}: field 'kind' must be one of {KINDS}, got {record.kind!r}")
+        if not any(s.train for s in segments):
+            raise SchemaError(f"{where}: field 'segments' has no trained span")
+        return record
+
+
+def read_warmup(path: str | Path) -> list[WarmupRecord]:
+    return list(iter_warmup(path))
+
+
+def iter_warmup(path: str | Path) -> Iterator[WarmupRecord]:
+    path = Path(path)
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise SchemaError(f"{where}: not valid JSON ({err.msg})") from err
+            yield WarmupRecord.from_dict(data, where)
+
+
+def write_warmup(records, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+    return path
+
+
+def encode_record(record: WarmupRecord, tokenizer) -> dict[str, list[int]]:
+    """`input_ids` of prompt + completion and `assistant_masks` (1 on model-written tokens)."""
+    prompt = build_prompt(record.question, list(record.topic_entities), tokenizer)
+    input_ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    mask = [0] * len(input_ids)
+    for segment in record.segments:
+        ids = tokenizer(segment.text, add_special_tokens=False)["input_ids"]
+        input_ids.extend(ids)
+        mask.extend([int(segment.train)] * len(ids))
+    return {"input_ids": input_ids, "assistant_masks": mask}

@@ -1,0 +1,79 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kgreasoner.config import ConfigError, load_config
+from kgreasoner.models import load_model_and_tokenizer
+from kgreasoner.training.sft import SFTRecipe, build_datasets, train_sft
+from kgreasoner.training.warmup_data import write_warmup
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _recipe(tmp_path, checkpoint, records, **overrides) -> SFTRecipe:
+    train = [r.__class__(**{**r.__dict__, "id": f"{r.id}-{i}"}) for i in range(8) for r in records]
+    path = write_warmup(train, tmp_path / "warmup.jsonl")
+    fields = dict(model=str(checkpoint), train_file=str(path), output_dir=str(tmp_path / "sft"),
+                  learning_rate=1e-2, max_steps=12, per_device_train_batch_size=4, warmup_ratio=0.0,
+                  logging_steps=1, eval_steps=0, save_steps=6, report_to=[], seed=0)
+    fields.update(overrides)
+    return SFTRecipe(**fields)
+
+
+def test_labels_are_minus_100_outside_model_spans(tiny_checkpoint, records, tmp_path):
+    recipe = _recipe(tmp_path, tiny_checkpoint, records)
+    _, tokenizer = load_model_and_tokenizer(tiny_checkpoint)
+    train, dev, dropped = build_datasets(recipe, tokenizer)
+    assert dev is None and dropped == 0 and len(train) == 16
+    assert set(train.column_names) == {"input_ids", "assistant_masks"}
+    short = _recipe(tmp_path, tiny_checkpoint, records, max_length=16)
+    with pytest.raises(ValueError, match="no training trajectory fits max_length=16"):
+        build_datasets(short, tokenizer)
+
+
+def test_sft_learns_the_trajectories_and_saves_a_loadable_model(tiny_checkpoint, records, tmp_path):
+    recipe = _recipe(tmp_path, tiny_checkpoint, records)
+    final = train_sft(recipe)
+    state = json.loads((Path(recipe.output_dir) / "checkpoint-12" / "trainer_state.json").read_text())
+    losses = [row["loss"] for row in state["log_history"] if "loss" in row]
+    assert len(losses) == 12 and losses[-1] < 0.5 * losses[0]
+    model, tokenizer = load_model_and_tokenizer(final)
+    assert tokenizer.convert_tokens_to_ids("</answer>") in model.generation_config.eos_token_id
+
+
+def test_resume_continues_from_the_last_checkpoint(tiny_checkpoint, records, tmp_path):
+    first = _recipe(tmp_path, tiny_checkpoint, records, max_steps=6)
+    train_sft(first)
+    resumed = _recipe(tmp_path, tiny_checkpoint, records, max_steps=12)
+    train_sft(resumed, resume=True)
+    state = json.loads((Path(resumed.output_dir) / "checkpoint-12" / "trainer_state.json").read_text())
+    steps = [row["step"] for row in state["log_history"] if "loss" in row]
+    assert steps == list(range(1, 13))
+
+
+def test_recipe_validation_names_the_field(tmp_path):
+    bad = tmp_path / "sft.yaml"
+    bad.write_text("model: m\ntrain_file: t\noutput_dir: o\nlearning_rate: -1\n")
+    with pytest.raises(ConfigError, match="learning_rate must be positive"):
+        load_config(SFTRecipe, bad)
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_on_cpu(tiny_checkpoint, records, tmp_path):
+    recipe = _recipe(tmp_path, tiny_checkpoint, records, max_steps=3, save_steps=3)
+    config = tmp_path / "sft.yaml"
+    config.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in recipe.__dict__.items() if k != "lora") + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+         str(REPO / "train" / "sft.py"), "--config", str(config)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((Path(recipe.output_dir) / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3
+    assert (Path(recipe.output_dir) / "final" / "model.safetensors").exists()
