@@ -1,0 +1,399 @@
+"""GRPO with tool-masked multi-turn rollouts (paper, Section 4.3 and Appendix A).
+
+TRL's `GRPOTrainer` does the policy update; generation is ours: `rollout_func` runs the
+`RolloutEngine` (search tool in the loop) on the trainer's current weights and hands back
+`prompt_ids`, `completion_ids`, `logprobs` and `env_mask`, so tool-inserted tokens carry no
+loss and sampled ids are never re-tokenised. The rewards are the paper's search, format and
+answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<name>`.
+
+Episodes: episode 1 trains on every training question for a stable initial policy; later
+episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Each episode is one
+TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
+`--resume` continues the first unfinished episode from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from kgreasoner.retrieval.tool import ToolConfig
+from kgreasoner.rollout.types import RolloutConfig
+from kgreasoner.training.common import LoraSettings, ddp_backend
+from kgreasoner.training.hard_cases import read_hard_ids
+
+EPISODE_DATA = ("all", "hard")
+STEP_LOG = "steps.jsonl"
+
+
+@dataclass
+class Episode:
+    """One pass of GRPO over a question set."""
+
+    data: str = field(default="all", metadata={"help": "all: every training question; hard: the hard cases"})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "passes over this episode's questions"})
+    max_steps: int = field(default=-1, metadata={"help": "cap on optimiser steps in this episode (-1: epochs)"})
+
+    def __post_init__(self) -> None:
+        if self.data not in EPISODE_DATA:
+            raise ValueError(f"episode data must be one of {EPISODE_DATA}, got {self.data!r}")
+
+
+@dataclass
+class RewardWeights:
+    """Weights of the summed reward R = w_s R_search + w_f R_format + w_a R_answer (paper: all 1)."""
+
+    search: float = field(default=1.0, metadata={"help": "weight of min(0.5 n, 0.8)"})
+    format: float = field(default=1.0, metadata={"help": "weight of the 0.5 format reward"})
+    answer: float = field(default=1.0, metadata={"help": "weight of the 1.0 answer reward"})
+
+
+@dataclass
+class GRPORecipe:
+    """Everything `train/grpo.py` needs; one YAML per model size in `configs/*/grpo.yaml`."""
+
+    model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
+    dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
+    output_dir: str = field(metadata={"help": "episodes, checkpoints, logs and the final model"})
+    kg: str | None = field(default=None, metadata={"help": "KG spec (open_kg); default: the dataset's own kb in memory"})
+    split_scheme: str = field(default="grouped", metadata={"help": "random or grouped, where the dataset has no split"})
+    split_seed: int = field(default=0, metadata={"help": "seed of that split"})
+    tool: ToolConfig = field(default_factory=ToolConfig, metadata={"help": "the KG search tool"})
+    rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "rollout limits"})
+    episodes: list[Episode] = field(
+        default_factory=lambda: [Episode("all"), Episode("hard")],
+        metadata={"help": "episode 1 on all questions, later ones on the hard cases (paper)"},
+    )
+    hard_cases: str | None = field(
+        default=None, metadata={"help": "hard-case ids (JSONL from kgreasoner.training.hard_cases)"}
+    )
+    hard_case_trajectories: str | None = field(
+        default=None,
+        metadata={"help": "reference trajectories to mine hard cases from with `model` when hard_cases is unset"},
+    )
+    hard_case_quantile: float = field(default=0.5, metadata={"help": "epsilon = this quantile of the losses"})
+    max_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
+    learning_rate: float = field(default=1e-6, metadata={"help": "paper: 1e-6"})
+    beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
+    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (paper: 0.2)"})
+    loss_type: str = field(default="grpo", metadata={"help": "TRL loss_type: grpo, dapo, dr_grpo, bnpo, ..."})
+    num_generations: int = field(default=16, metadata={"help": "rollouts per question (paper: 16)"})
+    temperature: float = field(default=1.0, metadata={"help": "rollout temperature (paper: 1)"})
+    top_p: float = field(default=1.0, metadata={"help": "rollout nucleus mass"})
+    top_k: int = field(default=0, metadata={"help": "rollout top-k (0: off)"})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "completions per device and micro-batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
+    num_iterations: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL mu)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    lr_scheduler_type: str = field(default="constant", metadata={"help": "transformers scheduler name"})
+    rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
+    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
+    seed: int = field(default=0, metadata={"help": "seed of shuffling and of rollout sampling"})
+    logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
+    save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps"})
+    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept per episode"})
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={"help": "trainer loggers"})
+    deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
+    lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
+    rollout_backend: str = field(
+        default="hf", metadata={"help": "hf (our batched KV-cache loop on the training weights) or vllm"}
+    )
+    vllm_mode: str = field(default="colocate", metadata={"help": "vllm backend: colocate or server"})
+    vllm_server_base_url: str | None = field(default=None, metadata={"help": "vllm server mode: its base URL"})
+
+    def __post_init__(self) -> None:
+        if not self.episodes:
+            raise ValueError("episodes must not be empty")
+        self.episodes = [Episode(**e) if isinstance(e, dict) else e for e in self.episodes]
+        if self.episodes[0].data != "all":
+            raise ValueError("episode 1 must train on all questions (data: all), as in the paper")
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be >= 2: GRPO compares rollouts of one question")
+        if self.rollout_backend not in ("hf", "vllm"):
+            raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
+        if self.split_scheme not in ("random", "grouped"):
+            raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
+
+
+class RolloutStats:
+    """Per-step rollout figures TRL does not log itself, fed into the trainer's metrics."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[float]] = defaultdict(list)
+
+    def add(self, name: str, value: float) -> None:
+        self.values[name].append(float(value))
+
+    def drain(self) -> dict[str, float]:
+        means = {k: sum(v) / len(v) for k, v in self.values.items() if v}
+        self.values.clear()
+        return means
+
+
+class KGRollout:
+    """TRL `rollout_func`: our engine and search tool on the trainer's current weights."""
+
+    def __init__(self, recipe: GRPORecipe, tool, examples_by_prompt: dict[str, Any], stats: RolloutStats) -> None:
+        self.recipe = recipe
+        self.tool = tool
+        self.examples_by_prompt = examples_by_prompt
+        self.stats = stats
+        self.rollout_seconds = 0.0
+
+    def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
+        from trl.models.utils import unwrap_model_for_generation
+
+        from kgreasoner.rollout.engine import RolloutEngine
+        from kgreasoner.rollout.hf_backend import HFBackend
+        from kgreasoner.rollout.types import SamplingParams
+
+        started = time.perf_counter()
+        examples = [self.examples_by_prompt[p] for p in prompts]
+        sessions = [self.tool.session(e.question, list(e.topic_entities)) for e in examples]
+        # A different, reproducible stream per step and rank; resuming replays the same seeds.
+        seed = self.recipe.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
+        sampling = SamplingParams(temperature=self.recipe.temperature, top_p=self.recipe.top_p,
+                                  top_k=self.recipe.top_k, seed=seed)
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            was_training = model.training
+            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
+            trajectories = engine.run(prompts, sessions, sampling)
+            model.train(was_training)
+        elapsed = time.perf_counter() - started
+        self.rollout_seconds += elapsed
+        tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
+        self._record(trajectories, elapsed, tool_seconds)
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajectories],
+            "completion_ids": [t.completion_ids for t in trajectories],
+            "logprobs": [t.logprobs for t in trajectories],
+            "env_mask": [t.env_mask for t in trajectories],
+            "num_searches": [t.num_searches for t in trajectories],
+            "resolved_answers": [t.resolved_answers for t in trajectories],
+            "completion_text": [t.text for t in trajectories],
+        }
+
+    def _record(self, trajectories, elapsed: float, tool_seconds: float) -> None:
+        from kgreasoner.protocol import check_format
+
+        n = max(len(trajectories), 1)
+        model_tokens = sum(t.num_model_tokens for t in trajectories)
+        all_tokens = sum(len(t.completion_ids) for t in trajectories)
+        self.stats.add("rollout/searches", sum(t.num_searches for t in trajectories) / n)
+        self.stats.add("rollout/tool_calls", sum(t.num_tool_calls for t in trajectories) / n)
+        self.stats.add("rollout/backtracks", sum(t.num_backtracks for t in trajectories) / n)
+        self.stats.add("rollout/model_tokens", model_tokens / n)
+        self.stats.add("rollout/tool_token_share", (all_tokens - model_tokens) / max(all_tokens, 1))
+        self.stats.add("rollout/format_valid", sum(check_format(t.text).valid for t in trajectories) / n)
+        self.stats.add("rollout/answered", sum(t.finish_reason == "answer" for t in trajectories) / n)
+        self.stats.add("time/generation_s", elapsed - tool_seconds)
+        self.stats.add("time/tool_s", tool_seconds)
+
+    def push(self, trainer) -> None:
+        """Hand this step's figures to TRL's metric buffer, which `report_to` loggers receive."""
+        for name, value in self.stats.drain().items():
+            trainer._metrics["train"][name].append(value)
+
+
+class StepLog:
+    """`output_dir/steps.jsonl`: one row per logged step with TRL's metrics and ours.
+
+    On resume the rows after the checkpoint's step are dropped first, so a killed-and-resumed
+    run has each step exactly once.
+    """
+
+    def __init__(self, path: Path, episode: int) -> None:
+        self.path = path
+        self.episode = episode
+
+    def truncate_after(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        rows = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        keep = [r for r in rows if r["episode"] < self.episode or (r["episode"] == self.episode and r["step"] <= step)]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
+
+    def append(self, step: int, logs: dict[str, Any]) -> None:
+        row = {"episode": self.episode, "step": step, **{k: v for k, v in logs.items() if _is_number(v)}}
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class RolloutMetrics(TrainerCallback):
+    """Adds the rollout figures to each step's logs and writes the per-step JSONL (main process)."""
+
+    def __init__(self, step_log: StepLog, rollout: KGRollout) -> None:
+        self.step_log = step_log
+        self.rollout = rollout
+        self.trainer = None  # set once the trainer exists: the metrics go into its buffer
+        self.step_started = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.step_log.truncate_after(state.global_step)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.step_started = time.perf_counter()
+        self.rollout.rollout_seconds = 0.0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step_seconds = time.perf_counter() - self.step_started
+        self.rollout.stats.add("time/step_s", step_seconds)
+        self.rollout.stats.add("time/training_s", step_seconds - self.rollout.rollout_seconds)
+        self.rollout.push(self.trainer)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs and "loss" in logs:
+            self.step_log.append(state.global_step, logs)
+
+
+def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
+    from trl import GRPOConfig
+
+    import torch
+
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        learning_rate=recipe.learning_rate,
+        beta=recipe.beta,
+        epsilon=recipe.epsilon,
+        loss_type=recipe.loss_type,
+        num_generations=recipe.num_generations,
+        temperature=recipe.temperature,
+        top_p=recipe.top_p,
+        per_device_train_batch_size=recipe.per_device_train_batch_size,
+        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
+        num_iterations=recipe.num_iterations,
+        max_grad_norm=recipe.max_grad_norm,
+        lr_scheduler_type=recipe.lr_scheduler_type,
+        num_train_epochs=episode.num_train_epochs,
+        max_steps=episode.max_steps,
+        reward_weights=[recipe.rewards.search, recipe.rewards.format, recipe.rewards.answer],
+        bf16=recipe.bf16,
+        gradient_checkpointing=recipe.gradient_checkpointing,
+        seed=recipe.seed,
+        data_seed=recipe.seed,
+        logging_steps=recipe.logging_steps,
+        save_strategy="steps",
+        save_steps=recipe.save_steps,
+        save_total_limit=recipe.save_total_limit,
+        report_to=recipe.report_to,
+        deepspeed=recipe.deepspeed,
+        ddp_backend=ddp_backend(),
+        use_cpu=not torch.cuda.is_available(),
+        use_vllm=recipe.rollout_backend == "vllm",
+        vllm_mode=recipe.vllm_mode,
+        vllm_server_base_url=recipe.vllm_server_base_url,
+        log_completions=False,
+        mask_truncated_completions=False,
+        model_init_kwargs={"dtype": "bfloat16" if recipe.bf16 else "float32"},
+    )
+
+
+def _hard_ids(recipe: GRPORecipe) -> set[str]:
+    if recipe.hard_cases:
+        return read_hard_ids(recipe.hard_cases)
+    if not recipe.hard_case_trajectories:
+        raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
+    from accelerate import PartialState
+
+    from kgreasoner.training.hard_cases import HardCaseConfig, mine_hard_cases
+
+    output = Path(recipe.output_dir) / "hard_cases.jsonl"
+    with PartialState().main_process_first():
+        if not output.exists():
+            mine_hard_cases(HardCaseConfig(model=recipe.model, trajectories=recipe.hard_case_trajectories,
+                                           output=str(output), quantile=recipe.hard_case_quantile))
+    return read_hard_ids(output)
+
+
+def _open_kg(recipe: GRPORecipe, dataset):
+    if recipe.kg:
+        from kgreasoner.kg.open import open_kg
+
+        return open_kg(recipe.kg)
+    from kgreasoner.data import open_dataset_kg
+
+    return open_dataset_kg(dataset)
+
+
+def _episode_dataset(examples, tokenizer):
+    from datasets import Dataset
+
+    from kgreasoner.protocol import build_prompt
+
+    rows, by_prompt = [], {}
+    for example in examples:
+        prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
+        by_prompt[prompt] = example
+        forms = [form for answer in example.answers for form in answer.surface_forms()]
+        rows.append({"prompt": prompt, "answers": forms, "id": example.id})
+    return Dataset.from_list(rows), by_prompt
+
+
+def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
+    """Run every episode in turn; returns the final model directory of the last one."""
+    from transformers import AutoTokenizer
+    from transformers.trainer_utils import get_last_checkpoint
+    from trl import GRPOTrainer
+
+    from kgreasoner.data import load_dataset
+    from kgreasoner.retrieval.tool import KGSearchTool
+    from kgreasoner.rewards import reward_functions
+
+    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    train_examples = dataset.split("train")[: recipe.max_questions]
+    if not train_examples:
+        raise ValueError(f"dataset {recipe.dataset!r} has no training questions")
+    tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
+    root = Path(recipe.output_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    model_path = recipe.model
+    for number, episode in enumerate(recipe.episodes, 1):
+        episode_dir = root / f"episode-{number}"
+        final = episode_dir / "final"
+        if (final / "config.json").exists():
+            model_path = str(final)
+            continue
+        examples = train_examples
+        if episode.data == "hard":
+            hard = _hard_ids(recipe)
+            examples = [e for e in train_examples if e.id in hard]
+            if not examples:
+                raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
+        tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+        data, by_prompt = _episode_dataset(examples, tokenizer)
+        stats = RolloutStats()
+        rollout = KGRollout(recipe, tool, by_prompt, stats)
+        metrics = RolloutMetrics(StepLog(root / STEP_LOG, number), rollout)
+        trainer = GRPOTrainer(
+            model=model_path,
+            reward_funcs=reward_functions(),
+            args=grpo_config(recipe, episode_dir, episode),
+            train_dataset=data,
+            processing_class=tokenizer,
+            peft_config=recipe.lora.peft_config(),
+            rollout_func=rollout,
+            callbacks=[metrics],
+        )
+        metrics.trainer = trainer
+        checkpoint = get_last_checkpoint(str(episode_dir)) if resume and episode_dir.is_dir() else None
+        trainer.train(resume_from_checkpoint=checkpoint)
+        trainer.save_model(str(final))
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(str(final))
+            trainer.model.generation_config.save_pretrained(str(final))
+        trainer.accelerator.wait_for_everyone()
+        model_path = str(final)
+    return Path(model_path)

@@ -1,0 +1,21 @@
+"""GRPO with the KG search tool in the loop:
+`torchrun --nproc_per_node N train/grpo.py --config configs/<model>/grpo.yaml [--resume]`."""
+
+import argparse
+
+from kgreasoner.config import add_config_arguments, load_config
+from kgreasoner.training.grpo import GRPORecipe, train_grpo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_config_arguments(parser)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the first unfinished episode from its last checkpoint")
+    args = parser.parse_args()
+    recipe = load_config(GRPORecipe, args.config, args.overrides)
+    print(f"final model: {train_grpo(recipe, resume=args.resume)}")
+
+
+if __name__ == "__main__":
+    main()
