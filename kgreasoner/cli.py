@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES = (
     "kgreasoner.kg.commands",
     "kgreasoner.models",
+    "kgreasoner.training.plots",
     "kgreasoner.demo",
 )
 

@@ -27,9 +27,9 @@ from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.common import LoraSettings, ddp_backend
 from kgreasoner.training.hard_cases import read_hard_ids
+from kgreasoner.training.plots import STEP_LOG
 
 EPISODE_DATA = ("all", "hard")
-STEP_LOG = "steps.jsonl"
 
 
 @dataclass

@@ -1,0 +1,104 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kgreasoner.config import ConfigError, load_config
+from kgreasoner.training.grpo import GRPORecipe
+from kgreasoner.training.plots import plot_runs
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def grpo_world(tmp_path_factory):
+    """A small synthetic dataset and a tiny untrained model whose tokenizer knows its words."""
+    from data_gen.synthetic import write_synthetic
+    from kgreasoner.models import TinyModelConfig, build_tiny
+    from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
+
+    root = tmp_path_factory.mktemp("grpo")
+    data = write_synthetic(root / "data", seed=0, num_entities=300, num_questions=120)
+    config = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
+                             intermediate_size=128, tokenizer=TokenizerConfig(num_handles=16))
+    build_tiny(config, read_training_texts([data / "questions.jsonl", data / "kb.tsv"]), root / "tiny")
+    return root
+
+
+def _write_recipe(world: Path, out: Path, **overrides) -> Path:
+    recipe = {
+        "model": str(world / "tiny"), "dataset": str(world / "data"), "output_dir": str(out),
+        "tool": {"entity_handles": True, "top_k": 5},
+        "rollout": {"max_new_tokens": 32, "max_turn_tokens": 16, "max_turns": 2},
+        "episodes": [{"data": "all", "max_steps": 4}],
+        "num_generations": 2, "per_device_train_batch_size": 4, "learning_rate": 1e-3,
+        "report_to": [], "save_steps": 1, "save_total_limit": 10, "max_questions": 16,
+    }
+    recipe.update(overrides)
+    path = out.parent / f"{out.name}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def _run(config: Path, *extra: str, nproc: int = 1, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
+    command = (launcher if nproc > 1 else [sys.executable]) + [str(REPO / "train" / "grpo.py"), "--config", str(config), *extra]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _steps(out: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
+
+
+def test_recipe_rejects_a_hard_first_episode(tmp_path):
+    path = tmp_path / "g.yaml"
+    path.write_text("model: m\ndataset: d\noutput_dir: o\nepisodes: [{data: hard}]\n")
+    with pytest.raises(ConfigError, match="episode 1 must train on all questions"):
+        load_config(GRPORecipe, path)
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_loses_and_repeats_no_step(grpo_world, tmp_path):
+    out = tmp_path / "run"
+    config = _write_recipe(grpo_world, out)
+    process = _run(config, start_new_session=True)
+    deadline = time.time() + 600
+    while not (out / "episode-1" / "checkpoint-2" / "trainer_state.json").exists():
+        assert process.poll() is None, process.stdout.read()[-3000:]
+        assert time.time() < deadline, "no second checkpoint in 10 minutes"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (out / "episode-1" / "final").exists()
+    resumed = _run(config, "--resume")
+    log = resumed.communicate(timeout=600)[0]
+    assert resumed.returncode == 0, log[-3000:]
+    assert _steps(out) == [1, 2, 3, 4]
+    state = json.loads((out / "episode-1" / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert [row["step"] for row in state["log_history"] if "loss" in row] == [1, 2, 3, 4]
+    assert (out / "episode-1" / "final" / "model.safetensors").exists()
+    png = plot_runs([out], tmp_path / "curves.png")
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_run_two_steps(grpo_world, tmp_path):
+    out = tmp_path / "ddp"
+    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 2}], per_device_train_batch_size=2)
+    process = _run(config, nproc=2)
+    log = process.communicate(timeout=900)[0]
+    assert process.returncode == 0, log[-3000:]
+    assert _steps(out) == [1, 2]
+    row = json.loads((out / "steps.jsonl").read_text().splitlines()[-1])
+    for key in ("rewards/search_reward/mean", "rewards/format_reward/mean", "rewards/answer_reward/mean",
+                "rollout/searches", "rollout/backtracks", "rollout/format_valid", "rollout/tool_token_share",
+                "completions/mean_length", "time/generation_s", "time/tool_s", "time/training_s"):
+        assert key in row, key
