@@ -1,0 +1,28 @@
+"""Every shipped recipe parses into its documented dataclass."""
+
+from pathlib import Path
+
+import pytest
+
+from kgreasoner.config import load_config
+from kgreasoner.training.grpo import GRPORecipe
+from kgreasoner.training.sft import SFTRecipe
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*/sft.yaml")), ids=lambda p: p.parent.name)
+def test_sft_recipe_loads(path):
+    assert load_config(SFTRecipe, path).train_file
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*/grpo.yaml")), ids=lambda p: p.parent.name)
+def test_grpo_recipe_loads(path):
+    recipe = load_config(GRPORecipe, path)
+    assert recipe.episodes[0].data == "all"
+
+
+def test_paper_values_in_the_large_recipes():
+    recipe = load_config(GRPORecipe, CONFIGS / "qwen3-8b" / "grpo.yaml")
+    assert (recipe.learning_rate, recipe.beta, recipe.epsilon, recipe.num_generations, recipe.temperature) == (
+        1e-6, 1e-5, 0.2, 16, 1.0)
