@@ -91,6 +91,7 @@ class OxigraphKG(KnowledgeGraph):
             )
         flags = [q.object.value for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_HAS_NAMES), None, self._index)]
         self.has_names = flags == ["true"]
+        self._relation_ids: dict[str, str] = {}  # relation IRI -> id, filled as relations are seen
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -134,43 +135,67 @@ class OxigraphKG(KnowledgeGraph):
     ) -> list[Edge]:
         check_direction(direction)
         term = _term_or_none(entity)
-        if term is None or limit == 0:
+        if term is None or limit == 0 or (relations is not None and len(relations) == 0):
             return []
-        predicates: list[ox.NamedNode | None] = [None] if relations is None else [
-            ox.NamedNode(to_iri(r, RELATION_NS)) for r in dict.fromkeys(relations)
-        ]
+        sides = ("out", "in") if direction == "both" else (direction,)
+        if isinstance(term, ox.Literal):
+            sides = tuple(side for side in sides if side == "in")  # a literal is never a subject
+        own = self._term_label(term)
+        values = ""
+        if relations is not None:
+            values = "VALUES ?r { " + " ".join(f"<{to_iri(r, RELATION_NS)}>" for r in dict.fromkeys(relations)) + " } "
+        if len(sides) == 2 and limit is None:
+            # One query for both sides, outgoing rows first (the UNION's left branch).
+            pattern = f'{{ {term} ?r ?n BIND("out" AS ?d) }} UNION {{ ?n ?r {term} BIND("in" AS ?d) }}'
+            edges = self._edges(entity, term, own, self._solutions(values, pattern, None))
+            return [e for e in edges if e.direction == "out"] + [e for e in edges if e.direction == "in"]
         edges: list[Edge] = []
-        for side in (("out", "in") if direction == "both" else (direction,)):
-            if side == "out" and isinstance(term, ox.Literal):
-                continue  # a literal is never a subject
-            for predicate in predicates:
-                for quad in self._side_quads(term, predicate, side):
-                    if quad.predicate == self._label_pred:
-                        continue
-                    edges.append(self._edge(quad, side))
-                    if limit is not None and len(edges) >= limit:
-                        return edges
+        for side in sides:
+            room = None if limit is None else limit - len(edges)
+            pattern = (f"{term} ?r ?n" if side == "out" else f"?n ?r {term}") + f' BIND("{side}" AS ?d)'
+            edges.extend(self._edges(entity, term, own, self._solutions(values, pattern, room)))
+            if limit is not None and len(edges) >= limit:
+                break
+        return edges
+
+    def _solutions(self, values: str, pattern: str, limit: int | None):
+        """Rows (?d ?r ?n ?nl) of the edges matching `pattern`, with neighbour labels joined in Rust.
+
+        An in-process SPARQL join is several times faster than one label lookup per edge.
+        """
+        query = (
+            f"SELECT ?d ?r ?n ?nl WHERE {{ {values}{pattern} FILTER(?r != <{RDFS_LABEL}>) "
+            f"OPTIONAL {{ ?n <{RDFS_LABEL}> ?nl }} }}" + ("" if limit is None else f" LIMIT {int(limit)}")
+        )
+        return self._store.query(query)
+
+    def _edges(self, entity: str, term, own: tuple[str, bool], solutions) -> list[Edge]:
+        own_label, own_unnamed = own
+        entity_literal = isinstance(term, ox.Literal)
+        relation_ids = self._relation_ids
+        edges = []
+        for side_term, predicate, node, node_label in solutions:
+            relation = relation_ids.get(predicate.value)
+            if relation is None:
+                relation = relation_ids.setdefault(predicate.value, term_to_id(predicate, RELATION_NS))
+            literal = isinstance(node, ox.Literal)
+            if literal:
+                label, unnamed = node.value, False
+            elif node_label is not None:
+                label, unnamed = node_label.value, False
+            else:
+                label, unnamed = term_to_id(node), self.has_names
+            neighbor = term_to_id(node)
+            if side_term.value == "out":
+                edges.append(Edge(entity, relation, neighbor, own_label, label, "out", literal, own_unnamed, unnamed))
+            else:
+                edges.append(Edge(neighbor, relation, entity, label, own_label, "in", entity_literal, unnamed, own_unnamed))
         return edges
 
     def _side_quads(self, term, predicate, side: str) -> Iterator[ox.Quad]:
         if side == "out":
             return self._store.quads_for_pattern(term, predicate, None, self._default)
         return self._store.quads_for_pattern(None, predicate, term, self._default)
-
-    def _edge(self, quad: ox.Quad, side: str) -> Edge:
-        subject_label, subject_unnamed = self._term_label(quad.subject)
-        object_label, object_unnamed = self._term_label(quad.object)
-        return Edge(
-            subject=term_to_id(quad.subject),
-            relation=term_to_id(quad.predicate, RELATION_NS),
-            object=term_to_id(quad.object),
-            subject_label=subject_label,
-            object_label=object_label,
-            direction=side,  # type: ignore[arg-type]
-            object_is_literal=isinstance(quad.object, ox.Literal),
-            subject_unnamed=subject_unnamed,
-            object_unnamed=object_unnamed,
-        )
 
     def _term_label(self, term) -> tuple[str, bool]:
         """(label, unnamed) of a node term that is known to be in the graph."""
