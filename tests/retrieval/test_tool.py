@@ -177,3 +177,10 @@ def test_hubs_score_only_the_pool_closest_by_relation():
     assert s.call("male").text.splitlines() == [
         "(male, award.award.winner, w1)", "(p0, people.person.gender, male)", "(p1, people.person.gender, male)",
     ]
+
+
+def test_tool_config_loads_from_overrides():
+    from kgreasoner.config import load_config
+
+    config = load_config(ToolConfig, None, ["top_k=3", "encoder.kind=hashing", "entity_handles=true", "rerank_pool=null"])
+    assert (config.top_k, config.encoder.kind, config.entity_handles, config.rerank_pool) == (3, "hashing", True, None)
