@@ -183,3 +183,22 @@ def trl_rollout_output(trajectories: list[Trajectory]) -> dict[str, list]:
         "finish_reason": [t.finish_reason for t in trajectories],
         "resolved_answers": [t.resolved_answers for t in trajectories],
     }
+
+
+@dataclass
+class TurnOutput:
+    """What a token backend returns for one turn of one row."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    error: str | None = None
+
+
+@dataclass
+class TextOutput:
+    """What a text backend returns for one turn of one row (`text` ends with the stop tag hit)."""
+
+    text: str
+    finish_reason: str | None
+    num_tokens: int = 0
+    error: str | None = None

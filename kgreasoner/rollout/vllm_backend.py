@@ -1,0 +1,140 @@
+"""vLLM as a turn backend: offline `vllm.LLM`, or a vLLM server's `/v1/completions`, from token ids.
+
+Each turn sends every active row's prompt + completion ids (vLLM's prefix cache makes the repeated
+prefix cheap) and gets back the sampled ids and their logprobs up to `</search>`/`</answer>`
+(`stop` strings with `include_stop_str_in_output`; the engine re-checks the stop as token ids and
+drops anything after it). Sampled ids are used as returned, never re-tokenised.
+
+- Offline: `VLLMBackend(tokenizer, llm=vllm.LLM(...))`: `llm.generate` with `TokensPrompt`s and
+  one `SamplingParams` per row (seeded per row and turn).
+- Server: `VLLMBackend(tokenizer, base_url="http://host:8000/v1", model=NAME)`: a token-id
+  `prompt`, `return_token_ids` (vLLM >= 0.10) with `return_tokens_as_token_ids` as a fallback,
+  `logprobs: 0` (the sampled token's logprob only), `skip_special_tokens: false`. Start the
+  server with `--logprobs-mode processed_logprobs` so logprobs include temperature (TRL does the
+  same for its importance-sampling correction).
+
+This module imports without vLLM installed: `vllm` is imported when an offline backend is built.
+Constrained decoding is not implemented here (issue 10 item 2 names vLLM guided decoding as the
+equivalent; the hf backend has it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from kgreasoner.protocol import STOP_TAGS
+from kgreasoner.rollout.hf_backend import eos_token_ids as _model_eos_ids
+from kgreasoner.rollout.openai_backend import post_json, row_seed, run_concurrently
+from kgreasoner.rollout.types import SamplingParams, TurnOutput
+
+TOKEN_ID_PREFIX = "token_id:"
+"""How vLLM spells tokens with `return_tokens_as_token_ids`: `token_id:1234`."""
+
+
+def sampling_kwargs(sampling: SamplingParams, budget: int, seed: int | None) -> dict[str, Any]:
+    """Keyword arguments of `vllm.SamplingParams` for one row's turn."""
+    return {
+        "n": 1, "max_tokens": budget, "temperature": sampling.temperature, "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else -1, "seed": seed, "logprobs": 0,
+        "stop": list(STOP_TAGS), "include_stop_str_in_output": True, "skip_special_tokens": False,
+    }
+
+
+class VLLMBackend:
+    """Offline `vllm.LLM` or a vLLM OpenAI-compatible server, generating one turn from token ids."""
+
+    kind = "turn"
+    supports_constraints = False
+
+    def __init__(self, tokenizer: Any, llm: Any = None, base_url: str | None = None, model: str | None = None,
+                 eos_ids: Sequence[int] | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout: float = 600.0, max_concurrency: int = 64) -> None:
+        if (llm is None) == (base_url is None):
+            raise ValueError("give exactly one of llm (offline vllm.LLM) or base_url (a vLLM server)")
+        if base_url is not None and not model:
+            raise ValueError("server mode needs the served model name (model=...)")
+        self.tokenizer = tokenizer
+        self.llm = llm
+        self.url = None if base_url is None else base_url.rstrip("/") + "/completions"
+        self.model = model
+        self.api_key = os.environ.get(api_key_env)
+        self.timeout = timeout
+        self.max_concurrency = max_concurrency
+        if eos_ids is None:
+            eos_ids = _model_eos_ids(None, tokenizer)
+        self.eos_token_ids = list(eos_ids)
+
+    @classmethod
+    def offline(cls, model_path: str, tokenizer: Any, **llm_kwargs: Any) -> "VLLMBackend":
+        """Build `vllm.LLM(model_path, **llm_kwargs)`; vLLM is imported only here."""
+        import vllm
+
+        return cls(tokenizer, llm=vllm.LLM(model=model_path, **llm_kwargs))
+
+    # ------------------------------------------------------------------ server mode
+    def request_body(self, prompt_ids: list[int], budget: int, sampling: SamplingParams,
+                     seed: int | None) -> dict[str, Any]:
+        body = {key: value for key, value in sampling_kwargs(sampling, budget, seed).items()
+                if key not in ("n", "seed") or value is not None}
+        body.update({"model": self.model, "prompt": list(prompt_ids), "return_token_ids": True,
+                     "return_tokens_as_token_ids": True})
+        return body
+
+    @staticmethod
+    def parse(reply: dict[str, Any]) -> TurnOutput:
+        """Sampled ids and logprobs from a `/v1/completions` reply (one choice)."""
+        choice = reply["choices"][0]
+        logprobs = choice.get("logprobs") or {}
+        values = [float("nan") if v is None else float(v) for v in logprobs.get("token_logprobs") or []]
+        ids = choice.get("token_ids")
+        if ids is None:
+            tokens = logprobs.get("tokens") or []
+            if not all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+                return TurnOutput([], [], "the server returned no token ids (needs vLLM with return_token_ids)")
+            ids = [int(t[len(TOKEN_ID_PREFIX):]) for t in tokens]
+        if len(values) != len(ids):
+            return TurnOutput([], [], f"the server returned {len(ids)} token ids but {len(values)} logprobs")
+        return TurnOutput(list(ids), values)
+
+    # ------------------------------------------------------------------ the turn
+    def complete(self, prompts: Sequence[list[int]], budgets: Sequence[int], sampling: SamplingParams, turn: int,
+                 indices: Sequence[int]) -> list[TurnOutput]:
+        seeds = [row_seed(sampling, index, turn) for index in indices]
+        if self.llm is not None:
+            return self._complete_offline(prompts, budgets, sampling, seeds)
+
+        def job(ids: list[int], budget: int, seed: int | None):
+            def run() -> TurnOutput:
+                if budget <= 0:
+                    return TurnOutput([], [])
+                try:
+                    return self.parse(post_json(self.url, self.request_body(ids, budget, sampling, seed),
+                                                self.api_key, self.timeout))
+                except Exception as err:  # a network or server fault ends this row, not the batch
+                    return TurnOutput([], [], f"vLLM request failed: {err}")
+            return run
+
+        return run_concurrently([job(p, b, s) for p, b, s in zip(prompts, budgets, seeds)], self.max_concurrency)
+
+    def _complete_offline(self, prompts, budgets, sampling, seeds) -> list[TurnOutput]:
+        import vllm
+        from vllm.inputs import TokensPrompt
+
+        outputs: list[TurnOutput] = [TurnOutput([], []) for _ in prompts]
+        todo = [i for i, budget in enumerate(budgets) if budget > 0]
+        if not todo:
+            return outputs
+        params = [vllm.SamplingParams(**sampling_kwargs(sampling, budgets[i], seeds[i])) for i in todo]
+        try:
+            results = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompts[i])) for i in todo], params,
+                                        use_tqdm=False)
+        except Exception as err:  # the engine records it per row
+            return [TurnOutput([], [], f"vLLM generate failed: {err}") for _ in prompts]
+        for i, result in zip(todo, results):
+            completion = result.outputs[0]
+            ids = list(completion.token_ids)
+            values = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], ids)]
+            outputs[i] = TurnOutput(ids, values) if len(values) == len(ids) else TurnOutput(
+                [], [], "vLLM returned no logprobs for the sampled tokens")
+        return outputs
