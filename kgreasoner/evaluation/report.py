@@ -1,0 +1,91 @@
+"""Summaries of per-question records: overall and per hop count, as JSON and Markdown.
+
+Per method: `n`, `hits1`, `f1`, `em`, `format_valid` (rates over the questions), `errors`
+(questions whose method raised), and mean cost per question: `llm_calls`, `prompt_tokens`,
+`completion_tokens`, `kg_queries`, `wall_time` (seconds). `by_hops` repeats n / Hits@1 / F1 / EM
+per hop count. The report's header names the dataset, split and split scheme.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+RATES = ("hits1", "f1", "em", "format_valid")
+COSTS = ("llm_calls", "prompt_tokens", "completion_tokens", "kg_queries", "wall_time")
+
+
+@dataclass
+class RunInfo:
+    """What was evaluated: shown at the top of every report and stored in its JSON."""
+
+    dataset: str
+    split: str
+    split_scheme: str
+    seed: int | None = None
+    kg: str = ""
+    llm: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe_split(self) -> str:
+        seed = f", seed {self.seed}" if self.seed is not None else ""
+        return f"{self.split} split ({self.split_scheme} scheme{seed})"
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Rates, mean costs and the per-hop breakdown of one method's records."""
+    summary: dict[str, Any] = {"n": len(records)}
+    for key in RATES:
+        summary[key] = _mean([float(r[key]) for r in records])
+    summary["errors"] = sum(1 for r in records if r.get("error"))
+    summary["cost"] = {key: _mean([float(r[key]) for r in records]) for key in COSTS}
+    by_hops: dict[str, dict[str, float]] = {}
+    for hops in sorted({int(r["hops"]) for r in records}):
+        group = [r for r in records if int(r["hops"]) == hops]
+        by_hops[str(hops)] = {"n": len(group), **{k: _mean([float(r[k]) for r in group]) for k in ("hits1", "f1", "em")}}
+    summary["by_hops"] = by_hops
+    return summary
+
+
+def render_markdown(info: RunInfo, summaries: dict[str, dict[str, Any]]) -> str:
+    """The Markdown report: header, one row per method, then Hits@1 per hop count."""
+    lines = [f"# Evaluation: {info.dataset}, {info.describe_split()}", ""]
+    if info.kg:
+        lines.append(f"- KG: `{info.kg}`")
+    if info.llm:
+        lines.append(f"- LLM: `{info.llm}`")
+    lines += ["- F1/EM are over answer sets; Hits@1 scores the first answer; costs are means per question.", ""]
+    lines += ["| method | n | Hits@1 | F1 | EM | format-valid | errors | LLM calls | prompt tok | completion tok | KG queries | wall s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in summaries.items():
+        c = s["cost"]
+        lines.append(f"| {name} | {s['n']} | {s['hits1']:.3f} | {s['f1']:.3f} | {s['em']:.3f} | {s['format_valid']:.3f} | "
+                     f"{s['errors']} | {c['llm_calls']:.2f} | {c['prompt_tokens']:.0f} | {c['completion_tokens']:.0f} | "
+                     f"{c['kg_queries']:.2f} | {c['wall_time']:.3f} |")
+    hops = sorted({h for s in summaries.values() for h in s["by_hops"]}, key=int)
+    if hops:
+        lines += ["", "Hits@1 by hop count (n in parentheses):", "",
+                  "| method | " + " | ".join(f"{h}-hop" for h in hops) + " |",
+                  "|---|" + "---|" * len(hops)]
+        for name, s in summaries.items():
+            cells = [f"{s['by_hops'][h]['hits1']:.3f} ({s['by_hops'][h]['n']})" if h in s["by_hops"] else "-" for h in hops]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: str | Path, info: RunInfo, summaries: dict[str, dict[str, Any]]) -> tuple[Path, Path]:
+    """`summary.json` and `summary.md` in `out_dir`; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"dataset": info.dataset, "split": info.split, "split_scheme": info.split_scheme, "seed": info.seed,
+            "kg": info.kg, "llm": info.llm, **info.extra, "methods": summaries}
+    json_path, md_path = out / "summary.json", out / "summary.md"
+    json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(render_markdown(info, summaries), encoding="utf-8")
+    return json_path, md_path

@@ -1,0 +1,50 @@
+"""The `kgreasoner` method: our model writes its trajectory, calling the search tool inside it.
+
+Batches of questions go through `RolloutEngine` with the hf backend (greedy by default); the
+answers are the session-resolved ones (handles become labels). Costs per question:
+`llm_calls` = model turns (tool calls + 1); `prompt_tokens` = prompt plus tool-inserted tokens
+(what the model reads); `completion_tokens` = model-written tokens; `kg_queries` = tool calls.
+Format-valid is the protocol's strict `check_format`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from kgreasoner.baselines.base import Method, MethodResult
+from kgreasoner.data.schema import QAExample
+from kgreasoner.protocol import check_format
+from kgreasoner.retrieval.tool import KGSearchTool
+from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
+
+
+class KGReasonerMethod(Method):
+    name = "kgreasoner"
+    batched = True
+    uses_llm = False  # generation goes through the rollout engine, which reports its own usage
+
+    def __init__(self, llm: Any, tool: KGSearchTool, rollout: RolloutConfig | None = None,
+                 sampling: SamplingParams | None = None) -> None:
+        model, tokenizer = getattr(llm, "model", None), getattr(llm, "tokenizer", None)
+        if model is None or tokenizer is None:
+            raise ValueError("the kgreasoner method needs a local model (--llm hf:PATH); "
+                             f"got a {type(llm).__name__}")
+        from kgreasoner.rollout.hf_backend import HFBackend
+
+        self.engine = RolloutEngine(HFBackend(model, tokenizer), tool, rollout or RolloutConfig())
+        self.sampling = sampling or SamplingParams(temperature=0.0, seed=0)
+
+    def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
+        return self.answer_batch([example])[0]
+
+    def answer_batch(self, examples: Sequence[QAExample]) -> list[MethodResult]:
+        results = []
+        for trajectory in self.engine.run(list(examples), sampling=self.sampling):
+            usage = {"llm_calls": trajectory.num_tool_calls + 1,
+                     "prompt_tokens": len(trajectory.prompt_ids) + trajectory.num_tool_tokens,
+                     "completion_tokens": trajectory.num_model_tokens}
+            results.append(MethodResult(
+                answers=list(trajectory.resolved_answers), format_valid=check_format(trajectory.text).valid,
+                trace=trajectory.summary(), kg_queries=trajectory.num_tool_calls, usage=usage,
+            ))
+        return results
