@@ -134,6 +134,8 @@ class OxigraphKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
         term = _term_or_none(entity)
         if term is None or limit == 0 or (relations is not None and len(relations) == 0):
             return []

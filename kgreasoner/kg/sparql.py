@@ -141,6 +141,12 @@ class Dialect:
         return f"OPTIONAL {{ {node} {self.label_predicate} {var} . FILTER({langs}) }}"
 
 
+def _check_limit(limit) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
+    return limit
+
+
 def _usage(entity: str, node: str) -> str:
     """A pattern matching any triple that uses `node` (only as object for a literal)."""
     if is_literal_id(entity):
@@ -244,6 +250,8 @@ class SparqlKG(KnowledgeGraph):
     def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None) -> str:
         """The SELECT for the edges of `entity` on `side` ("out", "in", or "both" as one UNION,
         with `?d` telling the direction of each row), with the labels of both ends."""
+        if side not in ("out", "in", "both"):
+            raise ValueError(f"side: expected 'out', 'in' or 'both', got {side!r}")
         d = self.dialect
         node = d.entity_term(entity)
         rel_terms = None if relations is None else [d.relation_term(r) for r in relations]
@@ -303,7 +311,7 @@ class SparqlKG(KnowledgeGraph):
         return "" if is_literal_id(entity) else self.dialect.label_pattern(node, "?sl")
 
     def _limit(self, limit: int | None) -> int:
-        return self.max_rows if limit is None else min(limit, self.max_rows)
+        return self.max_rows if limit is None else min(_check_limit(limit), self.max_rows)
 
     # --- KnowledgeGraph -----------------------------------------------------------------------
     def neighbors(
@@ -315,6 +323,8 @@ class SparqlKG(KnowledgeGraph):
     ) -> list[Edge]:
         check_direction(direction)
         self.dialect.entity_term(entity)  # reject a malformed id even when nothing is queried
+        if limit is not None:
+            _check_limit(limit)
         if limit == 0 or (relations is not None and len(relations) == 0):
             return []
         if is_literal_id(entity):  # a literal is never a subject

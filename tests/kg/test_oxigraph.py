@@ -90,3 +90,8 @@ def test_hostile_ids_find_nothing(kg):
         assert kg.degree(hostile) == 0
         assert kg.resolve(hostile) == []
     assert kg.degree("e.utah") == 8
+
+
+def test_negative_limit_is_refused(kg):
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -2"):
+        kg.neighbors("e.utah", limit=-2)

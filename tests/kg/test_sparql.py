@@ -159,7 +159,13 @@ def test_rejected_query_is_not_retried(url):
     assert kg.queries_sent == 1
 
 
-def test_bad_arguments():
+def test_bad_arguments(kg):
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -1"):
+        kg.neighbors("e.utah", limit=-1)
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got '3 } DROP ALL'"):
+        kg.neighbors_query("e.utah", "out", limit="3 } DROP ALL")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="side: expected 'out', 'in' or 'both', got 'x\"'"):
+        kg.neighbors_query("e.utah", 'x"')
     with pytest.raises(ValueError, match="dialect: unknown SPARQL dialect 'dbpedia'"):
         SparqlKG("http://127.0.0.1:1/query", dialect="dbpedia")
     with pytest.raises(ValueError, match="endpoint: expected an http"):
