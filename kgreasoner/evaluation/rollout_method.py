@@ -4,7 +4,8 @@ Batches of questions go through `RolloutEngine` with the hf backend (greedy by d
 answers are the session-resolved ones (handles become labels). Costs per question:
 `llm_calls` = model turns (tool calls + 1); `prompt_tokens` = prompt plus tool-inserted tokens
 (what the model reads); `completion_tokens` = model-written tokens; `kg_queries` = tool calls.
-Format-valid is the protocol's strict `check_format`.
+Format-valid is the protocol's strict `check_format`. With an OpenAI-compatible endpoint the
+text backend is used; it returns no token ids, so token counts stay 0 there.
 """
 
 from __future__ import annotations
@@ -25,13 +26,7 @@ class KGReasonerMethod(Method):
 
     def __init__(self, llm: Any, tool: KGSearchTool, rollout: RolloutConfig | None = None,
                  sampling: SamplingParams | None = None) -> None:
-        model, tokenizer = getattr(llm, "model", None), getattr(llm, "tokenizer", None)
-        if model is None or tokenizer is None:
-            raise ValueError("the kgreasoner method needs a local model (--llm hf:PATH); "
-                             f"got a {type(llm).__name__}")
-        from kgreasoner.rollout.hf_backend import HFBackend
-
-        self.engine = RolloutEngine(HFBackend(model, tokenizer), tool, rollout or RolloutConfig())
+        self.engine = RolloutEngine(_backend(llm), tool, rollout or RolloutConfig())
         self.sampling = sampling or SamplingParams(temperature=0.0, seed=0)
 
     def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
@@ -48,3 +43,19 @@ class KGReasonerMethod(Method):
                 trace=trajectory.summary(), kg_queries=trajectory.num_tool_calls, usage=usage,
             ))
         return results
+
+
+def _backend(llm: Any) -> Any:
+    """The rollout backend serving the same model as the eval's LLM client."""
+    from kgreasoner.evaluation.llm import HFClient, OpenAIClient
+
+    if isinstance(llm, HFClient):
+        from kgreasoner.rollout.hf_backend import HFBackend
+
+        return HFBackend(llm.model, llm.tokenizer)
+    if isinstance(llm, OpenAIClient):
+        from kgreasoner.rollout.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency)
+    raise ValueError("the kgreasoner method needs --llm hf:PATH or openai:URL[#MODEL]; "
+                     f"got {type(llm).__name__}")

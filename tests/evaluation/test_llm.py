@@ -1,0 +1,113 @@
+"""LLM clients: the scripted double, metering, a real tiny HF model batched from threads, and the
+OpenAI-compatible client against a local HTTP server speaking the chat-completions protocol."""
+
+import concurrent.futures
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from kgreasoner.evaluation.llm import (
+    HFClient, OpenAIClient, ScriptedLLM, cut_at_stop, open_llm, parse_llm_spec,
+)
+
+
+def test_scripted_llm_rules_in_order_counts_and_stops():
+    llm = ScriptedLLM([lambda p: "first rule" if "a" in p else None, lambda p: "second Observation: hidden"],
+                      default="none")
+    assert llm.complete("a b").text == "first rule"
+    reply = llm.complete("x y z", stop=("Observation:",))
+    assert reply.text == "second " and reply.prompt_tokens == 3 and reply.completion_tokens == 1
+    assert llm.usage.as_dict() == {"llm_calls": 2, "prompt_tokens": 5, "completion_tokens": 3}
+    metered = llm.metered()
+    metered.complete("a")
+    assert metered.usage.calls == 1 and llm.usage.calls == 3
+    assert llm.prompts == ["a b", "x y z", "a"]
+
+
+def test_cut_at_stop_takes_the_earliest():
+    assert cut_at_stop("abc STOP def END", ("END", "STOP")) == ("abc ", True)
+    assert cut_at_stop("abc", ("X",)) == ("abc", False)
+
+
+def test_llm_specs():
+    assert parse_llm_spec("hf:/ckpt") == ("hf", "/ckpt", None)
+    assert parse_llm_spec("openai:http://h:8000/v1#qwen") == ("openai", "http://h:8000/v1", "qwen")
+    assert parse_llm_spec("openai:http://h:8000/v1") == ("openai", "http://h:8000/v1", None)
+    for bad in ("vllm:x", "hf:", "nothing"):
+        with pytest.raises(ValueError, match="hf:PATH or openai:URL"):
+            parse_llm_spec(bad)
+
+
+def test_hf_client_batches_threads_and_matches_single_calls(tiny_checkpoint):
+    llm = open_llm(f"hf:{tiny_checkpoint}", max_tokens=6, batch_size=4)
+    assert isinstance(llm, HFClient) and llm.concurrency == 4
+    prompts = ["who directed the film", "what is the nationality of", "where was she born", "the capital city"]
+    try:
+        alone = [llm.complete(p) for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(llm.complete, prompts))
+    finally:
+        llm.close()
+    assert [c.text for c in together] == [c.text for c in alone]
+    for prompt, completion in zip(prompts, alone):
+        rendered = llm.tokenizer(llm.render(prompt), add_special_tokens=False)["input_ids"]
+        assert completion.prompt_tokens == len(rendered)
+        assert 1 <= completion.completion_tokens <= 6
+    assert llm.usage.calls == 8
+    assert llm.usage.completion_tokens == 2 * sum(c.completion_tokens for c in alone)
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    requests: list = []
+
+    def do_GET(self):
+        self._reply({"data": [{"id": "served-model"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append((self.path, body))
+        text = "echo: " + body["messages"][0]["content"] + " STOP tail"
+        self._reply({"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 11, "completion_tokens": 7}})
+
+    def _reply(self, data):
+        raw = json.dumps(data).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def chat_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_openai_client_over_http(chat_server):
+    _ChatHandler.requests = []
+    llm = open_llm(f"openai:{chat_server}", max_tokens=9)
+    assert isinstance(llm, OpenAIClient) and llm.model == "served-model"
+    completion = llm.complete("hello", stop=("STOP",))
+    assert completion.text == "echo: hello " and completion.prompt_tokens == 11 and completion.completion_tokens == 7
+    path, body = _ChatHandler.requests[-1]
+    assert path == "/v1/chat/completions"
+    assert body == {"model": "served-model", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 9,
+                    "temperature": 0.0, "stop": ["STOP"]}
+    assert llm.usage.as_dict() == {"llm_calls": 1, "prompt_tokens": 11, "completion_tokens": 7}
+    assert open_llm(f"openai:{chat_server}#named").model == "named"
+
+
+def test_openai_client_reports_an_unreachable_server():
+    with pytest.raises(RuntimeError, match="127.0.0.1:9/v1/chat/completions"):
+        OpenAIClient("http://127.0.0.1:9/v1", "m", retries=0, timeout=2).complete("x")
