@@ -6,7 +6,9 @@ endpoint, so both start, probe and stop the server the same way.
 
 from __future__ import annotations
 
+import ctypes
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from typing import IO
 from kgreasoner.kg.base import KGError
 
 LOOPBACK = "127.0.0.1"
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def oxigraph_executable() -> str:
@@ -103,7 +106,9 @@ def start_oxigraph_server(
     if timeout_s is not None:
         command += ["--timeout-s", str(timeout_s)]
     log = tempfile.TemporaryFile() if capture_output else None
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None)
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT if log else None, preexec_fn=_die_with_parent
+    )
     url_host = f"[{host}]" if ":" in host else host
     server = OxigraphServer(url=f"http://{url_host}:{port}/query", process=process, log=log)
     try:
@@ -112,6 +117,14 @@ def start_oxigraph_server(
         server.stop()
         raise
     return server
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, ask to be sent SIGTERM when the parent dies, so a
+    killed test run or `kg serve` does not leave a server behind. Elsewhere: nothing."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_until_ready(server: OxigraphServer, timeout: float) -> None:

@@ -7,7 +7,6 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -46,6 +45,7 @@ def test_serve_answers_sparql_and_stops_on_signal(store):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,  # so that a failed test can stop the server with its parent
     )
     try:
         line = read_line(process, 30)
@@ -62,7 +62,7 @@ def test_serve_answers_sparql_and_stops_on_signal(store):
             kg.neighbors("e.utah")  # the oxigraph child went down with it
     finally:
         if process.poll() is None:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
 
