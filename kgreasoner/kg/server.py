@@ -90,6 +90,9 @@ def start_oxigraph_server(
         timeout_s: the server's own per-query timeout, in seconds.
         capture_output: keep the server's output in a temporary file (shown if startup fails)
             instead of passing it through to this process's terminal.
+
+    On Linux the server is stopped when the thread that started it ends (PR_SET_PDEATHSIG):
+    start it from the main thread, or from a thread that outlives its use.
     """
     store_dir = Path(store_dir)
     if not store_dir.is_dir():
