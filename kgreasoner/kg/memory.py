@@ -127,6 +127,8 @@ class MemoryKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
         node = self._node_index.get(entity)
         if node is None or limit == 0:
             return []

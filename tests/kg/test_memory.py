@@ -123,3 +123,8 @@ def test_bad_names_line_names_file_and_line(tmp_path):
     (tmp_path / "names.tsv").write_text("a\tA\nb\n", encoding="utf-8")
     with pytest.raises(ValueError, match=rf"{tmp_path / 'names.tsv'}:2: expected 'id<TAB>label'"):
         MemoryKG.from_file(tmp_path / "kb.tsv")
+
+
+def test_negative_limit_is_refused_like_the_other_backends(kg):
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -2"):
+        kg.neighbors("e.utah", limit=-2)
