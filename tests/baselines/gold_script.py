@@ -87,7 +87,9 @@ class GoldScript:
         calls = []
         for relation, frontier in zip(example.gold_paths[0], self.frontiers(example)):
             direction = "incoming" if relation.startswith(INVERSE_PREFIX) else "outgoing"
-            calls += [(e, direction, _plain(relation)) for e in frontier[: self.sog_frontier_cap]]
+            # Only entities the transcript has shown (or the topic), as a real LLM would.
+            shown = [e for e in frontier if f"| {e} |" in prompt or f"({e})" in prompt]
+            calls += [(e, direction, _plain(relation)) for e in shown[: self.sog_frontier_cap]]
         done = prompt.count("\nObservation:\n")
         if done < len(calls):
             entity, direction, relation = calls[done]

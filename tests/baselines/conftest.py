@@ -1,0 +1,15 @@
+"""The synthetic dataset (small) and its KG, shared by the baseline tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from data_gen.synthetic import write_synthetic
+from kgreasoner.data import load_dataset, open_dataset_kg
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory):
+    folder = write_synthetic(tmp_path_factory.mktemp("baselines_synthetic"), seed=0, num_entities=150, num_questions=60)
+    dataset = load_dataset(folder)
+    return dataset, open_dataset_kg(dataset)
