@@ -353,6 +353,8 @@ class _Writer:
         self.backtracks = 0
         self.picks = 0  # points where the walk chose the next entity (or the answer)
         self.backtrack_outcome = ""  # parent / ancestor / error:KIND, after a detour
+        # (trained segment index, offset of the thought in it, template text, action) per thought
+        self.thoughts: list[tuple[int, int, str, str]] = []
 
     # --- names ---
     def query(self, entity: str) -> str:
@@ -378,19 +380,9 @@ class _Writer:
         return self.rng.choice(self.g.templates[group]).format(**values)
 
     def think(self, hint: str, action: str) -> None:
-        """Append one thought (the teacher's, or the template hint) before `action`."""
-        text = hint
-        if self.g.teacher is not None:
-            written = self.g.teacher.thought({
-                "question": self.example.question,
-                "topics": TOPIC_SEPARATOR.join(topic_names(self.example.topic_entities)),
-                "trajectory": "".join(s.text for s in self.segments) + self.buffer,
-                "action": action,
-                "hint": hint,
-                "handle_note": " (write the handle, e.g. E3, for an entity that has one)" if self.g.tool.config.entity_handles else "",
-            })
-            text = written or hint
-        self.buffer += text + " "
+        """Append the template thought before `action` (one per trained segment; a teacher may rewrite it later)."""
+        self.thoughts.append((len(self.segments), len(self.buffer), hint, action))
+        self.buffer += hint + " "
 
     def search(self, query: str) -> ToolResult:
         self.buffer += f"{SEARCH_OPEN}{query}{SEARCH_CLOSE}"
@@ -541,15 +533,42 @@ class WarmupGenerator:
         route = self.route(example)
         rng = random.Random(f"{self.config.seed}|{example.id}|gold")
         gold_writer = self.walk(example, route, rng, detour_at=None)
-        if correction:
-            made = self.correction(example, route, gold_writer.picks)
-            if made is not None:
-                return made
-        record = self.verify(example, gold_writer, "gold")
-        self.stats["repeated_searches"] += gold_writer.repeats
+        made = self.correction(example, route, gold_writer.picks) if correction else None
+        record, writer = made or (self.verify(example, gold_writer.segments, gold_writer.session, "gold"), gold_writer)
+        self.stats["repeated_searches"] += writer.repeats
+        if writer.backtrack_outcome:
+            self.stats[f"backtrack_output:{writer.backtrack_outcome}"] += 1
+        if self.teacher is not None:
+            record = self.teach(example, record, writer)
         return record
 
-    def correction(self, example: QAExample, route: Route, places: int) -> WarmupRecord | None:
+    def teach(self, example: QAExample, record: WarmupRecord, writer: _Writer) -> WarmupRecord:
+        """The record with each template thought replaced by the teacher's, where the teacher gave one.
+
+        Thoughts never change what is searched, so they are written after the walk, only for the
+        record that is kept; a rewritten record that fails verification keeps its templates.
+        """
+        assert self.teacher is not None
+        segments = list(record.segments)
+        handle_note = " (write the handle, e.g. E3, for an entity that has one)" if self.tool.config.entity_handles else ""
+        for index, offset, hint, action in writer.thoughts:
+            text = segments[index].text
+            written = self.teacher.thought({
+                "question": example.question,
+                "topics": TOPIC_SEPARATOR.join(topic_names(example.topic_entities)),
+                "trajectory": "".join(s.text for s in segments[:index]) + text[:offset],
+                "action": action, "hint": hint, "handle_note": handle_note,
+            })
+            if written is not None:
+                segments[index] = Segment(text[:offset] + written + text[offset + len(hint):], True)
+        taught = WarmupRecord(**{**record.__dict__, "segments": tuple(segments)})
+        try:
+            return self.verify(example, taught.segments, writer.session, record.kind)
+        except Skip:
+            self.stats["teacher_record_rejected"] += 1
+            return record
+
+    def correction(self, example: QAExample, route: Route, places: int) -> tuple[WarmupRecord, _Writer] | None:
         """A verified correction record, or None (counted) when no hop allows one.
 
         Hops are tried in a seeded order; the first whose backtrack shows new triples of the
@@ -564,7 +583,7 @@ class WarmupGenerator:
         for attempt, place in enumerate(order):
             try:
                 writer = self.walk(example, route, random.Random(f"{self.config.seed}|{example.id}|fix|{attempt}"), detour_at=place)
-                record = self.verify(example, writer, "correction")
+                record = self.verify(example, writer.segments, writer.session, "correction")
             except Skip as skip:
                 reasons.append(skip.reason)
                 continue
@@ -577,10 +596,7 @@ class WarmupGenerator:
             for reason in sorted(set(reasons)):
                 self.stats[f"correction_failed:{reason}"] += 1
             return None
-        record, writer = fallback
-        self.stats[f"backtrack_output:{writer.backtrack_outcome}"] += 1
-        self.stats["repeated_searches"] += writer.repeats
-        return record
+        return fallback
 
     def walk(self, example: QAExample, route: Route, rng: random.Random, detour_at: int | None) -> _Writer:
         """Search along the route; with `detour_at`, take a wrong entity at that step and backtrack."""
@@ -672,9 +688,11 @@ class WarmupGenerator:
             w.backtrack_outcome = "parent" if back.entity == current else "ancestor"
         return notice
 
-    def verify(self, example: QAExample, w: _Writer, kind: str) -> WarmupRecord:
+    def verify(self, example: QAExample, segments: Sequence[Segment], session: SearchSession, kind: str) -> WarmupRecord:
+        """The record, if its format is valid, its answers resolve (in the session that made it) to gold
+        answers and it has exactly one backtrack when a correction, none otherwise; else Skip."""
         record = WarmupRecord(id=example.id, question=example.question, topic_entities=tuple(example.topic_entities),
-                              segments=tuple(w.segments), kind=kind, hops=example.hops, split=example.split)
+                              segments=tuple(segments), kind=kind, hops=example.hops, split=example.split)
         completion = record.completion
         report = check_format(completion)
         if not report.valid:
@@ -683,7 +701,7 @@ class WarmupGenerator:
         if parsed.answer_text is None:
             raise Skip("no_answer")
         _, forms = self.gold(example)
-        answers = w.session.resolve_answer(parsed.answer_text)
+        answers = session.resolve_answer(parsed.answer_text)
         if not answers or not all(normalize_answer(a) in forms for a in answers):
             raise Skip("answer_not_gold")
         backtracks = sum(1 for s in parsed.searches if s.is_backtrack)

@@ -1,0 +1,413 @@
+"""Warm-up trajectories: made by the real tool, replayable, format-valid, ending at gold answers."""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import json
+import re
+import socket
+import threading
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from data_gen.synthetic import write_synthetic
+from data_gen.warmup import (
+    DEFAULT_TEMPLATES,
+    Teacher,
+    WarmupConfig,
+    WarmupGenerator,
+    generate_records,
+    load_templates,
+    main,
+    register,
+    replay_tool_blocks,
+    run,
+)
+from kgreasoner.config import ConfigError, load_config
+from kgreasoner.data import load_dataset, open_dataset_kg
+from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.data.schema import Answer, QAExample, TopicEntity
+from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.protocol import SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, parse_trajectory
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
+from kgreasoner.training.warmup_data import read_warmup
+
+HANDLE = re.compile(r"^E[1-9][0-9]*$")
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> Path:
+    return write_synthetic(tmp_path_factory.mktemp("warmup") / "synthetic", seed=0, num_entities=200, num_questions=150)
+
+
+def make_config(dataset: Path | str, out: Path, *overrides: str) -> WarmupConfig:
+    return load_config(WarmupConfig, None, [f"dataset={dataset}", f"output={out}", "progress=false", *overrides])
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["handles", "names"])
+def generated(request, synthetic, tmp_path_factory):
+    """Every training (and dev) question of the synthetic set, 30% corrections; with and without handles."""
+    out = tmp_path_factory.mktemp("out") / "warmup.jsonl"
+    config = make_config(synthetic, out, "num_examples=all", "dev_examples=all", f"tool.entity_handles={str(request.param).lower()}")
+    summary = run(config)
+    dataset = load_dataset(synthetic)
+    kg = open_dataset_kg(dataset)
+    return {
+        "config": config, "summary": summary, "records": read_warmup(out), "out": out,
+        "tool": KGSearchTool(kg, config.tool), "examples": {e.id: e for e in dataset.examples},
+    }
+
+
+def gold_forms(example: QAExample) -> set[str]:
+    return {normalize_answer(f) for a in example.answers for f in a.surface_forms()}
+
+
+def test_every_record_is_format_valid_with_masks_on_tool_blocks_only(generated):
+    records = generated["records"]
+    assert len(records) >= 100
+    for record in records:
+        assert check_format(record.completion).valid, (record.id, check_format(record.completion).errors)
+        segments = record.segments
+        assert segments[0].train and segments[-1].train and segments[-1].text.endswith("</answer>")
+        for index, segment in enumerate(segments):
+            if segment.train:
+                assert TRIPLES_OPEN not in segment.text and TRIPLES_CLOSE not in segment.text
+                assert index == len(segments) - 1 or segment.text.endswith(SEARCH_CLOSE)
+            else:
+                assert segment.text.startswith(f"\n{TRIPLES_OPEN}\n") and segment.text.endswith(f"\n{TRIPLES_CLOSE}\n")
+                assert segment.text.count(TRIPLES_OPEN) == 1 and segments[index - 1].train
+        # trained and masked spans alternate: one tool block per search
+        assert [s.train for s in segments] == [True, False] * len(parse_trajectory(record.completion).searches) + [True]
+
+
+def test_replaying_the_searches_reproduces_every_tool_block(generated):
+    for record in generated["records"]:
+        masked = [s.text for s in record.segments if not s.train]
+        assert replay_tool_blocks(record, generated["tool"]) == masked, record.id
+
+
+def test_answers_resolve_to_gold_and_corrections_backtrack_once(generated):
+    tool, examples = generated["tool"], generated["examples"]
+    kinds = Counter()
+    for record in generated["records"]:
+        example = examples[record.id]
+        parsed = parse_trajectory(record.completion)
+        session = tool.session(record.question, list(record.topic_entities))
+        for search in parsed.searches:
+            session.call(search.raw)
+        answers = session.resolve_answer(parsed.answer_text)
+        assert answers and normalize_answer(answers[0]) in gold_forms(example), record.id
+        backtracks = [i for i, s in enumerate(parsed.searches) if s.is_backtrack]
+        kinds[record.kind] += 1
+        if record.kind == "gold":
+            assert backtracks == []
+        else:
+            assert len(backtracks) == 1
+            wrong = parsed.searches[backtracks[0] - 1]
+            # the backtrack leaves the entity searched just before it, which is no gold answer
+            assert not wrong.is_backtrack and wrong.query == parsed.searches[backtracks[0]].query
+            assert normalize_answer(session.resolve_answer(wrong.query)[0]) not in gold_forms(example)
+        assert record.hops == example.hops and record.split == example.split
+    assert kinds["gold"] > 0 and kinds["correction"] > 0
+
+
+def test_correction_share_and_counts_match_the_summary(generated):
+    records, summary = generated["records"], generated["summary"]
+    share = sum(r.kind == "correction" for r in records) / len(records)
+    assert abs(share - 0.3) <= 0.05
+    assert summary["records"] == len(records)
+    assert summary["by_kind"] == dict(Counter(r.kind for r in records))
+    assert summary["by_split"] == dict(Counter(r.split for r in records))
+    assert set(summary["by_split"]) == {"train", "dev"}
+    dataset_train = sum(1 for e in generated["examples"].values() if e.split == "train")
+    assert summary["by_split"]["train"] + sum(summary["skipped"]["train"].values()) == dataset_train
+    assert json.loads(generated["config"].summary_path.read_text()) == summary
+    # most backtracks show the next candidates of the entity the detour left
+    outcomes = {k: v for k, v in summary["notes"].items() if k.startswith("backtrack_output:")}
+    assert sum(outcomes.values()) == summary["by_kind"]["correction"]
+    assert outcomes["backtrack_output:parent"] > summary["by_kind"]["correction"] / 2
+
+
+def test_handles_or_names_in_searches_and_answers(generated):
+    handles = generated["config"].tool.entity_handles
+    for record in generated["records"]:
+        parsed = parse_trajectory(record.completion)
+        queries = [s.query for s in parsed.searches] + parsed.answers
+        assert all(bool(HANDLE.match(q)) == handles for q in queries), (record.id, queries)
+        if handles:
+            assert parsed.searches[0].query == "E1"
+        else:
+            assert parsed.searches[0].query == record.topic_entities[0].name
+
+
+def test_same_seed_same_bytes_other_seed_other_records(synthetic, tmp_path):
+    paths = []
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        config = make_config(synthetic, tmp_path / f"{name}.jsonl", "num_examples=40", "dev_examples=0", f"seed={seed}",
+                             "tool.entity_handles=true")
+        run(config)
+        paths.append(tmp_path / f"{name}.jsonl")
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    assert paths[0].read_bytes() != paths[2].read_bytes()
+    assert len(read_warmup(paths[0])) == 40
+
+
+def test_correction_share_zero_and_one(synthetic, tmp_path):
+    none = run(make_config(synthetic, tmp_path / "none.jsonl", "num_examples=30", "dev_examples=0", "correction_share=0"))
+    assert none["by_kind"] == {"gold": 30}
+    every = run(make_config(synthetic, tmp_path / "all.jsonl", "num_examples=30", "dev_examples=0", "correction_share=1",
+                            "tool.entity_handles=true"))
+    # questions where no hop allows a detour stay gold (and are counted)
+    assert every["by_kind"].get("correction", 0) >= 20
+    assert every["by_kind"].get("gold", 0) == every["notes"].get("correction_fell_back_to_gold", 0)
+
+
+# --- a hand-made graph with a mediator hop: exact trajectories ---------------------------------------
+ONE_TEMPLATE = {
+    "start": "I need {need}.", "fact": "Here {fact}.", "next": "Next I need {need}.",
+    "again": "Again {entity} for {need}.", "final": "The answer is {answer}.", "detour": "Maybe {wrong}.",
+    "notice_relation": "{wrong} is {wrong_relation}, not {need}.", "notice_dead_end": "{wrong} has no {next_relation}.",
+    "notice_empty": "{wrong} leads nowhere.", "recover": "Back at {entity}: {fact}.",
+}
+
+
+@pytest.fixture
+def tiny_kg() -> MemoryKG:
+    triples = [
+        ("ann", "people.person.spouse_s", "m1"),
+        ("m1", "people.marriage.spouse", "bob"),
+        ("m1", "people.marriage.spouse", "ann"),
+        ("ann", "people.person.profession", "chef"),
+        ("bob", "people.person.nationality", "france"),
+        ("bob", "people.person.profession", "chef"),
+        ("dan", "people.person.profession", "chef"),
+    ]
+    names = {"ann": "Ann", "bob": "Bob", "chef": "Chef", "france": "France", "dan": "Dan"}
+    return MemoryKG(*zip(*triples), names=names)
+
+
+@pytest.fixture
+def templates_file(tmp_path) -> Path:
+    path = tmp_path / "templates.yaml"
+    path.write_text(json.dumps({group: [text] for group, text in ONE_TEMPLATE.items()}), encoding="utf-8")
+    return path
+
+
+def spouse_question(path=("people.person.spouse_s", "people.marriage.spouse", "people.person.nationality")) -> QAExample:
+    return QAExample(id="q1", question="what is the nationality of ann's spouse", topic_entities=(TopicEntity("ann", "Ann"),),
+                     answers=(Answer("france", "France"),), gold_paths=(path,), hops=len(path), split="train")
+
+
+def tiny_generator(kg, templates_file, *overrides):
+    config = make_config("unused", Path("unused.jsonl"), f"templates={templates_file}", *overrides)
+    return WarmupGenerator(kg, KGSearchTool(kg, config.tool), config, load_templates(config.templates))
+
+
+def test_mediator_hop_is_one_search_with_exact_text(tiny_kg, templates_file):
+    generator = tiny_generator(tiny_kg, templates_file, "tool.entity_handles=true")
+    record = generator.make(spouse_question(), correction=False)
+    assert record.completion == (
+        "<think> I need the person spouse s / marriage spouse of E1. <search>E1</search>\n<triples>\n"
+        "(E1 Ann, people.person.spouse_s, E2 m1)\n(E2 m1, people.marriage.spouse, E3 Bob)\n"
+        "(E2 m1, people.marriage.spouse, E1 Ann)\n"
+        "(E1 Ann, people.person.profession, E4 Chef)\n</triples>\n"
+        "Here E1 has person spouse s / marriage spouse E3. Next I need the person nationality of E3. <search>E3</search>\n"
+        "<triples>\n(E3 Bob, people.person.nationality, E5 France)\n(E3 Bob, people.person.profession, E4 Chef)\n</triples>\n"
+        "Here E3 has person nationality E5. The answer is E5. </think>\n<answer>E5</answer>"
+    )
+    assert record.kind == "gold" and record.hops == 3
+
+
+def test_correction_searches_a_shown_wrong_entity_and_backtracks(tiny_kg, templates_file):
+    generator = tiny_generator(tiny_kg, templates_file, "tool.entity_handles=false")
+    record = generator.make(spouse_question(), correction=True)
+    assert record.kind == "correction"
+    searches = [s.raw for s in parse_trajectory(record.completion).searches]
+    # Chef is the only shown entity off the gold path (at the first hop; at the second it was searched already)
+    assert searches == ["Ann", "Chef", "Chef | backtrack", "Bob"]
+    assert "Chef is person profession, not the person spouse s / marriage spouse of Ann." in record.completion
+    assert "Back at Ann: Ann has person spouse s / marriage spouse Bob." in record.completion
+    assert record.completion.endswith("<answer>France</answer>")
+    # every neighbour of Ann was shown in the first block: the tool has nothing left to offer
+    assert "<search>Chef | backtrack</search>\n<triples>\nNothing left to backtrack to: every neighbour on the path from " \
+           "Chef back to the topic entity has been shown. Answer from the triples above.\n</triples>\n" in record.completion
+    assert generator.stats["backtrack_output:error:backtrack_at_root"] == 1
+
+
+def test_skips_are_counted_by_reason(tiny_kg, templates_file):
+    generator = tiny_generator(tiny_kg, templates_file, "tool.top_k=1", "max_repeats=0")
+    examples = [
+        spouse_question(),  # top_k=1 shows the mediator pair, then Bob's nationality first: fine
+        QAExample(id="q2", question="who", topic_entities=(TopicEntity("ann", "Ann"),), answers=(Answer("france", "France"),),
+                  split="train"),
+        spouse_question(("people.person.profession",)),  # Chef is not France
+        QAExample(id="q4", question="what is dan's nationality via his profession", topic_entities=(TopicEntity("dan", "Dan"),),
+                  answers=(Answer("france", "France"),), split="train",
+                  gold_paths=(("people.person.profession", "^people.person.profession", "people.person.nationality"),)),
+    ]
+    examples[2] = QAExample(**{**examples[2].__dict__, "id": "q3"})
+    records, skipped = generate_records(generator, examples, None)
+    assert [r.id for r in records] == ["q1"]
+    # q4: Dan -> Chef -> (Bob shown only after Ann, top_k=1, no repeats allowed)
+    assert skipped == Counter({"no_gold_path": 1, "gold_path_misses_answers": 1, "gold_not_shown": 1})
+
+
+def test_repeated_search_when_the_ranker_cut_the_gold_entity(tiny_kg, templates_file):
+    generator = tiny_generator(tiny_kg, templates_file, "tool.top_k=1", "max_repeats=2", "tool.entity_handles=true")
+    example = QAExample(id="q4", question="what is the nationality of someone with dan's profession",
+                        topic_entities=(TopicEntity("dan", "Dan"),), answers=(Answer("france", "France"),), split="train",
+                        gold_paths=(("people.person.profession", "^people.person.profession", "people.person.nationality"),))
+    record = generator.make(example, correction=False)
+    searches = [s.raw for s in parse_trajectory(record.completion).searches]
+    assert searches == ["E1", "E2", "E2", "E4"]  # Chef again: Ann first, then Bob
+    assert "Again E2 for what has person profession E2." in record.completion
+    assert generator.stats["repeated_searches"] == 1
+    assert record.completion.endswith("<answer>E5</answer>")
+
+
+def test_answer_mode_all_lists_every_shown_gold_answer(templates_file):
+    kg = MemoryKG(["a", "a", "a"], ["r", "r", "s"], ["x", "y", "z"], names={"a": "A", "x": "X", "y": "Y", "z": "Z"})
+    example = QAExample(id="q", question="what r does a have", topic_entities=(TopicEntity("a", "A"),),
+                        answers=(Answer("y", "Y"), Answer("x", "X")), gold_paths=(("r",),), hops=1, split="train")
+    first = tiny_generator(kg, templates_file).make(example, correction=False)
+    every = tiny_generator(kg, templates_file, "answer_mode=all").make(example, correction=False)
+    assert first.completion.endswith("<answer>X</answer>")
+    assert every.completion.endswith("The answer is X | Y. </think>\n<answer>X | Y</answer>")
+
+
+# --- templates, teacher, CLI -------------------------------------------------------------------------
+def test_template_files_are_checked(tmp_path):
+    bad_group = tmp_path / "g.yaml"
+    bad_group.write_text("opening: ['x']\n")
+    with pytest.raises(ConfigError, match=r"g\.yaml: unknown template group 'opening'"):
+        load_templates(bad_group)
+    bad_slot = tmp_path / "s.yaml"
+    bad_slot.write_text("final: ['The answer is {answr}.']\n")
+    with pytest.raises(ConfigError, match=r"template final\[0\] .*bad slot 'answr'"):
+        load_templates(bad_slot)
+    tags = tmp_path / "t.yaml"
+    tags.write_text("final: ['<answer>{answer}</answer>']\n")
+    with pytest.raises(ConfigError, match="contains a protocol tag"):
+        load_templates(tags)
+    good = tmp_path / "ok.yaml"
+    good.write_text("final: ['Answer: {answer}.']\n")
+    loaded = load_templates(good)
+    assert loaded["final"] == ("Answer: {answer}.",) and loaded["start"] == DEFAULT_TEMPLATES["start"]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_teacher_falls_back_to_templates_and_is_counted(synthetic, tmp_path):
+    plain = run(make_config(synthetic, tmp_path / "plain.jsonl", "num_examples=10", "dev_examples=0"))
+    taught = run(make_config(synthetic, tmp_path / "taught.jsonl", "num_examples=10", "dev_examples=0", "teacher.enabled=true",
+                             f"teacher.base_url=http://127.0.0.1:{closed_port()}/v1", "teacher.model=m",
+                             "teacher.max_consecutive_failures=3"))
+    assert (tmp_path / "plain.jsonl").read_bytes() == (tmp_path / "taught.jsonl").read_bytes()
+    thoughts = sum(sum(s.train for s in r.segments) for r in read_warmup(tmp_path / "taught.jsonl"))
+    teacher = taught["teacher"]
+    assert teacher["calls"] == 3 and teacher["used"] == 0
+    assert teacher["fallbacks"] == thoughts
+    assert teacher["failures"]["endpoint:URLError"] == 3 and teacher["failures"]["gave_up"] == thoughts - 3
+    assert plain["records"] == taught["records"] == 10
+
+
+class _Teacher(http.server.BaseHTTPRequestHandler):
+    """A real HTTP endpoint in the OpenAI chat format that answers every request the same way."""
+
+    reply = "I think about it."
+    prompts: list[str] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).prompts.append(body["messages"][0]["content"])
+        data = json.dumps({"choices": [{"message": {"content": type(self).reply}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def teacher_url():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Teacher)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_teacher_writes_the_thinking_and_replies_with_tags_are_rejected(tiny_kg, templates_file, teacher_url):
+    _Teacher.prompts.clear()
+    _Teacher.reply = "  I think\nabout it.  "
+    generator = tiny_generator(tiny_kg, templates_file, "teacher.enabled=true", f"teacher.base_url={teacher_url}", "teacher.model=m")
+    generator.teacher = Teacher(generator.config.teacher)
+    record = generator.make(spouse_question(), correction=False)
+    assert [s.text for s in record.segments if s.train] == [
+        "<think> I think about it. <search>Ann</search>", "I think about it. <search>Bob</search>",
+        "I think about it. </think>\n<answer>France</answer>"]
+    assert "The next thought must convey: Here Bob has person nationality France. The answer is France." in _Teacher.prompts[-1]
+    assert "The assistant's next action is: answer France" in _Teacher.prompts[-1]
+    _Teacher.reply = "<search>Bob</search>"
+    record = generator.make(spouse_question(), correction=False)
+    assert record.segments[0].text == "<think> I need the person spouse s / marriage spouse of Ann. <search>Ann</search>"
+    assert generator.teacher.stats() == {"calls": 6, "used": 3, "fallbacks": 3, "failures": {"has_tags": 3}}
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match="correction_share must be in"):
+        load_config(WarmupConfig, None, ["dataset=d", "output=o", "correction_share=1.5"])
+    with pytest.raises(ConfigError, match="num_examples must be a non-negative integer, `all` or null, got 'some'"):
+        load_config(WarmupConfig, None, ["dataset=d", "output=o", "num_examples=some"])
+    with pytest.raises(ConfigError, match="teacher.enabled needs teacher.base_url"):
+        load_config(WarmupConfig, None, ["dataset=d", "output=o", "teacher.enabled=true"])
+    assert load_config(WarmupConfig, None, ["dataset=d", "output=o.jsonl", "num_examples=all"]).num_examples is None
+    assert load_config(WarmupConfig, None, ["dataset=d", "output=a/o.jsonl"]).summary_path == Path("a/o.summary.json")
+
+
+def test_command_line_and_subcommand(synthetic, tmp_path, capsys):
+    out = tmp_path / "cli.jsonl"
+    assert main(["--config", "configs/tiny-cpu/warmup.yaml", "--set", f"dataset={synthetic}", "--set", f"output={out}",
+                 "--set", "num_examples=5", "--set", "dev_examples=2", "--set", "progress=false"]) == 0
+    assert len(read_warmup(out)) == 7 and (tmp_path / "cli.summary.json").is_file()
+    assert f"wrote {out}" in capsys.readouterr().out
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["warmup", "--config", "configs/warmup.yaml", "--set", "dataset=/nowhere"])
+    assert args.func is not None
+    assert main(["--set", "dataset=/nowhere", "--set", f"output={out}"]) == 1
+    assert "'/nowhere' is neither a known dataset" in capsys.readouterr().err
+
+
+def test_pathquestion_trajectories_reach_gold_answers(tmp_path):
+    try:
+        dataset = load_dataset("PQ-2H", scheme="random", seed=0)
+    except FileNotFoundError as err:
+        pytest.skip(f"PathQuestion is not installed (looked in $KGREASONER_DATA and ../shared/data): {err}")
+    kg = open_dataset_kg(dataset)
+    config = make_config("PQ-2H", tmp_path / "pq.jsonl", "tool.entity_handles=true")
+    tool = KGSearchTool(kg, config.tool)
+    generator = WarmupGenerator(kg, tool, config)
+    records, skipped = generate_records(generator, dataset.split("train"), 50)
+    assert len(records) == 50 and not skipped
+    assert 10 <= sum(r.kind == "correction" for r in records) <= 20
+    examples = {e.id: e for e in dataset.examples}
+    for record in records:
+        assert check_format(record.completion).valid
+        assert replay_tool_blocks(record, tool) == [s.text for s in record.segments if not s.train]
+        session = tool.session(record.question, list(record.topic_entities))
+        parsed = parse_trajectory(record.completion)
+        for search in parsed.searches:
+            session.call(search.raw)
+        assert normalize_answer(session.resolve_answer(parsed.answer_text)[0]) in gold_forms(examples[record.id])
