@@ -319,19 +319,20 @@ class RolloutEngine:
                 return None, time.perf_counter() - start, ("tool_exception", f"The search failed: {type(err).__name__}.")
             return result, time.perf_counter() - start, None
 
-        if self.config.tool_workers == 0 or len(calls) < 2:
+        if self.config.tool_workers == 0 or not calls:
             return [one(row, query) for row, query in calls]
         results = []
-        with concurrent.futures.ThreadPoolExecutor(max_workers=self.config.tool_workers) as pool:
-            futures = [pool.submit(one, row, query) for row, query in calls]
-            deadline = time.perf_counter() + (self.config.tool_timeout or 0)
-            for future in futures:
-                timeout = None if self.config.tool_timeout is None else max(0.0, deadline - time.perf_counter())
-                try:
-                    results.append(future.result(timeout=timeout))
-                except concurrent.futures.TimeoutError:
-                    results.append((None, float(self.config.tool_timeout), ("tool_timeout", "The search timed out.")))
-            pool.shutdown(wait=False, cancel_futures=True)
+        # No `with`: its exit would wait for a call that overran its timeout.
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.config.tool_workers)
+        futures = [pool.submit(one, row, query) for row, query in calls]
+        deadline = time.perf_counter() + (self.config.tool_timeout or 0)
+        for future in futures:
+            timeout = None if self.config.tool_timeout is None else max(0.0, deadline - time.perf_counter())
+            try:
+                results.append(future.result(timeout=timeout))
+            except concurrent.futures.TimeoutError:
+                results.append((None, float(self.config.tool_timeout), ("tool_timeout", "The search timed out.")))
+        pool.shutdown(wait=False, cancel_futures=True)
         return results
 
     # ----------------------------------------------------------------- turn and text loops

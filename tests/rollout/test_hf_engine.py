@@ -187,3 +187,37 @@ def test_long_tool_output_is_cut_at_lines_with_a_note(bpe_tokenizer, tiny_model)
     assert kept[:-1] == table["Utah"][: len(kept) - 1] and len(kept) > 1
     tool_ids = [t for t, m in zip(trajectory.completion_ids, trajectory.env_mask) if m == 0]
     assert bpe_tokenizer.decode(tool_ids) == format_tool_block(call.text)
+
+
+class _SlowSession(ScriptedSession):
+    """The scripted session, but every call takes 5 s (a stuck SPARQL endpoint)."""
+
+    def call(self, query):
+        import time
+        time.sleep(5)
+        return super().call(query)
+
+
+def test_tool_calls_run_concurrently_with_a_timeout(bpe_tokenizer, tiny_model):
+    import time
+
+    model = tiny_model(bpe_tokenizer)
+    script = _encode(bpe_tokenizer, "<think> <search>Utah</search>")
+    config = RolloutConfig(max_turns=1, max_turn_tokens=len(script) + 4, max_new_tokens=len(script) + 4,
+                           tool_workers=2, tool_timeout=0.5)
+    engine = _engine(bpe_tokenizer, model, {0: script, 1: script}, config)
+    spent = []
+    run_tools = engine.run_tools
+
+    def timed(rows):
+        start = time.perf_counter()
+        try:
+            return run_tools(rows)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    engine.run_tools = timed
+    slow, fast = engine.run(_prompts(2), [_SlowSession(TABLE), ScriptedSession(TABLE)])
+    assert len(spent) == 1 and spent[0] < 2.0  # the 5 s call was abandoned after 0.5 s
+    assert slow.tool_calls[0].error == "tool_timeout" and "The search timed out." in slow.text
+    assert fast.tool_calls[0].error is None and fast.num_searches == 1
