@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
 import time
 import urllib.request
@@ -55,6 +56,7 @@ from kgreasoner.protocol import (
     ANSWER_OPEN,
     ANSWER_SEPARATOR,
     BACKTRACK_MARK,
+    HANDLE_PREFIX,
     QUERY_SEPARATOR,
     SEARCH_CLOSE,
     SEARCH_OPEN,
@@ -187,6 +189,7 @@ class WarmupConfig:
     dev_examples: int | str | None = field(default=50, metadata={"help": "trajectories from dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"})
     correction_share: float = field(default=0.3, metadata={"help": "share of records that are error-correction trajectories (0-1)"})
     answer_mode: str = field(default="first", metadata={"help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"})
+    shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation (issue 10); such records no longer replay verbatim"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     max_repeats: int = field(default=3, metadata={"help": "extra searches of the same entity when the gold continuation was not shown yet"})
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})
@@ -353,6 +356,7 @@ class _Writer:
         self.backtracks = 0
         self.picks = 0  # points where the walk chose the next entity (or the answer)
         self.backtrack_outcome = ""  # parent / ancestor / error:KIND, after a detour
+        self.units: dict[int, list[list[str]]] = {}  # tool block index -> its lines by candidate (shuffle_triples)
         # (trained segment index, offset of the thought in it, template text, action) per thought
         self.thoughts: list[tuple[int, int, str, str]] = []
 
@@ -395,7 +399,34 @@ class _Writer:
                 self.labels.setdefault(node, label)
             self.forward.setdefault((edge.subject, edge.relation), []).append(edge.object)
             self.forward.setdefault((edge.object, INVERSE_PREFIX + edge.relation), []).append(edge.subject)
+        if self.g.config.shuffle_triples and result.edges:
+            self.note_units(result)
         return result
+
+    def note_units(self, result: ToolResult) -> None:
+        """Remember the last block's lines grouped by candidate (a mediator's lines stay with its first edge).
+
+        A candidate's first edge is queried from the shown entity, a second one from the mediator.
+        The block is left out of shuffling (and counted) if the lines rebuilt here differ from the tool's.
+        """
+        units: dict[str, list[str]] = {}
+        unit: list[str] | None = None
+        seen: set[str] = set()
+        for edge in result.edges:
+            line = f"({self.display(edge.subject)}, {edge.relation}, {self.display(edge.object)})"
+            if (edge.subject if edge.direction == "out" else edge.object) == result.entity:
+                unit = units.setdefault(line, [])
+            if unit is not None and line not in seen:
+                seen.add(line)
+                unit.append(line)
+        if sorted(seen) == sorted(result.text.split("\n")) and sum(map(len, units.values())) == len(seen):
+            self.units[len(self.segments) - 1] = [u for u in units.values() if u]
+        else:
+            self.g.stats["shuffle_block_kept"] += 1
+
+    def display(self, entity: str) -> str:
+        handle = self.session.handle_of(entity)
+        return f"{handle} {self.labels[entity]}" if handle else self.labels[entity]
 
     def search_entity(self, entity: str, backtrack: bool = False) -> ToolResult:
         query = self.query(entity)
@@ -477,6 +508,31 @@ class _Writer:
         return f"{self.ref(step.source)} has {relation_words(step.relations)} {self.ref(step.target)}"
 
 
+_HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")
+
+
+def shuffle_blocks(record: WarmupRecord, units: dict[int, list[list[str]]], rng: random.Random,
+                   handles: set[str]) -> WarmupRecord:
+    """The record with each noted tool block's candidates in a random order and handles renumbered.
+
+    Handles (only tokens in `handles`, the ones the session gave out) are renumbered in order of
+    first appearance over the whole completion, topic entities keeping E1.., so the record reads
+    as if a tool that showed the candidates in this order had made it.
+    """
+    segments = list(record.segments)
+    for index, groups in units.items():
+        order = list(groups)
+        rng.shuffle(order)
+        segments[index] = Segment(format_tool_block("\n".join(line for unit in order for line in unit)), False)
+    mapping = {f"{HANDLE_PREFIX}{i}": f"{HANDLE_PREFIX}{i}" for i in range(1, len(record.topic_entities) + 1)}
+    for segment in segments:
+        for token in _HANDLE_TOKEN.findall(segment.text):
+            if token in handles and token not in mapping:
+                mapping[token] = f"{HANDLE_PREFIX}{len(mapping) + 1}"
+    renamed = tuple(Segment(_HANDLE_TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), s.text), s.train) for s in segments)
+    return WarmupRecord(**{**record.__dict__, "segments": renamed})
+
+
 def relation_words(relations: Sequence[str]) -> str:
     """Relations as words for the thinking text; a mediator step joins its two with ` / `."""
     return " / ".join(humanize_relation(r) for r in relations)
@@ -540,6 +596,9 @@ class WarmupGenerator:
             self.stats[f"backtrack_output:{writer.backtrack_outcome}"] += 1
         if self.teacher is not None:
             record = self.teach(example, record, writer)
+        if self.config.shuffle_triples:
+            record = shuffle_blocks(record, writer.units, random.Random(f"{self.config.seed}|{example.id}|shuffle"),
+                                    {h for h, _ in writer.session.shown_entities() if h})
         return record
 
     def teach(self, example: QAExample, record: WarmupRecord, writer: _Writer) -> WarmupRecord:

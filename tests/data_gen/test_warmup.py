@@ -36,6 +36,8 @@ from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.training.warmup_data import read_warmup
 
 HANDLE = re.compile(r"^E[1-9][0-9]*$")
+HANDLE_TOKEN = re.compile(r"\bE[1-9][0-9]*\b")
+LABELLED = re.compile(r"(E\d+) ([^,()]+?)[,)]")  # a handle and the label after it in a triple (no commas in synthetic labels)
 
 
 @pytest.fixture(scope="module")
@@ -411,3 +413,29 @@ def test_pathquestion_trajectories_reach_gold_answers(tmp_path):
         for search in parsed.searches:
             session.call(search.raw)
         assert normalize_answer(session.resolve_answer(parsed.answer_text)[0]) in gold_forms(examples[record.id])
+
+
+def test_shuffled_blocks_keep_the_triples_and_renumber_handles_in_order(synthetic, tmp_path):
+    records = {}
+    for shuffle in ("false", "true"):
+        run(make_config(synthetic, tmp_path / f"{shuffle}.jsonl", "num_examples=40", "dev_examples=0",
+                        "tool.entity_handles=true", f"shuffle_triples={shuffle}"))
+        records[shuffle] = read_warmup(tmp_path / f"{shuffle}.jsonl")
+    assert [r.id for r in records["false"]] == [r.id for r in records["true"]]
+    changed = 0
+    for plain, shuffled in zip(records["false"], records["true"]):
+        assert check_format(shuffled.completion).valid and shuffled.kind == plain.kind
+        first_seen = list(dict.fromkeys(HANDLE_TOKEN.findall(shuffled.completion)))
+        assert first_seen == [f"E{i}" for i in range(1, len(first_seen) + 1)]
+        assert len(plain.segments) == len(shuffled.segments)
+        for a, b in zip(plain.segments, shuffled.segments):
+            assert a.train == b.train
+            if a.train:  # the same text up to handle numbers
+                assert HANDLE_TOKEN.sub("E#", a.text) == HANDLE_TOKEN.sub("E#", b.text)
+            else:  # the same triples, maybe in another order
+                assert sorted(HANDLE_TOKEN.sub("E#", a.text).split("\n")) == sorted(HANDLE_TOKEN.sub("E#", b.text).split("\n"))
+        answers = [parse_trajectory(r.completion).first_answer for r in (plain, shuffled)]
+        assert dict(LABELLED.findall(plain.completion))[answers[0]] == dict(LABELLED.findall(shuffled.completion))[answers[1]]
+        changed += plain.completion != shuffled.completion
+    assert changed > len(records["true"]) / 2
+
