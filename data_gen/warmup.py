@@ -23,7 +23,16 @@ by another relation), the thinking after its triples says why it does not fit th
 `<search>WRONG | backtrack</search>` returns the tool's real backtrack output, and the walk
 goes on along the gold path. Every record is verified (format check, the answer resolves in the
 session to a gold answer, exactly one backtrack in corrections); failures are dropped and
-counted. A question yields one record (gold or correction), with the question's id.
+counted. A question yields one record (gold or correction), with the question's id. Where the
+first search already showed all of an entity's neighbours (small KGs such as PathQuestion's), the
+backtrack output is the tool's "nothing left to backtrack to" sentence; the summary counts the
+backtrack outputs by kind. Optionally (`shuffle_triples`) each tool block's candidates are shuffled
+and handles renumbered in order of appearance, against position shortcuts (issue 10).
+
+Output: the JSONL (`kgreasoner.training.warmup_data` format: trained segments are the model's
+text, masked segments exactly the tool blocks) and a summary JSON beside it: counts by kind, hops
+and split, skipped questions by reason, notes (repeated searches, backtrack outputs, corrections
+that fell back to gold and why), teacher calls and fallbacks, and mean tokens with `tokenizer`.
 
     python -m data_gen.warmup --config configs/warmup.yaml [--set key=value ...]
     kgreasoner warmup --config configs/warmup.yaml
@@ -40,9 +49,9 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import yaml
 from tqdm import tqdm
