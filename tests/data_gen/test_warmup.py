@@ -439,3 +439,18 @@ def test_shuffled_blocks_keep_the_triples_and_renumber_handles_in_order(syntheti
         changed += plain.completion != shuffled.completion
     assert changed > len(records["true"]) / 2
 
+
+
+def test_summary_reports_mean_tokens_with_a_tokenizer(synthetic, tmp_path):
+    from kgreasoner.tokenizer import TokenizerConfig, read_training_texts, train_tokenizer
+
+    tokenizer = train_tokenizer(read_training_texts([synthetic / "questions.jsonl", synthetic / "names.tsv"]),
+                                TokenizerConfig(num_handles=64))
+    tokenizer.save_pretrained(tmp_path / "tok")
+    summary = run(make_config(synthetic, tmp_path / "t.jsonl", "num_examples=8", "dev_examples=0",
+                              "tool.entity_handles=true", f"tokenizer={tmp_path / 'tok'}"))
+    records = read_warmup(tmp_path / "t.jsonl")
+    counts = [[len(tokenizer(s.text, add_special_tokens=False)["input_ids"]) for s in r.segments] for r in records]
+    assert summary["mean_completion_tokens"] == round(sum(map(sum, counts)) / 8, 1)
+    trained = sum(n for r, c in zip(records, counts) for s, n in zip(r.segments, c) if s.train)
+    assert summary["mean_trained_tokens"] == round(trained / 8, 1) < summary["mean_completion_tokens"]
