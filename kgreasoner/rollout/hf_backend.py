@@ -19,6 +19,8 @@ Design (why it is correct and fast):
   cache is repacked — finished rows dropped, each row's real columns gathered to the right —
   when a quarter of the rows are finished or holes exceed `compact_slack` columns. Keys are
   stored after RoPE at their own positions, so moving columns does not change any result.
+- A prompt prefix shared by all rows (the system prompt; the whole prompt for repeated GRPO
+  generations) is prefilled once and its cache broadcast to the batch.
 - Sampling: logits processors (callables `(rows, logits) -> logits`, e.g. test scripts), then
   the constrained-decoding mask, then temperature; the logprob is read from
   `log_softmax(logits / T)` before top-k/top-p filtering (see `engine` for why); the token is
@@ -39,6 +41,8 @@ from transformers.cache_utils import DynamicLayer
 from kgreasoner.rollout.types import SamplingParams
 
 LogitsProcessor = Callable[[Sequence[Any], torch.Tensor], torch.Tensor]
+MIN_SHARED_PREFIX = 8
+"""Prompt tokens all rows must share before the prefix is computed once for the batch."""
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -156,15 +160,30 @@ class _Batch:
         return out.logits[:, -1, :]
 
     def prefill(self) -> torch.Tensor:
+        """Run the prompts. A prefix shared by every prompt (the system prompt; the whole prompt
+        for GRPO's repeated generations) is computed once and its cache broadcast to all rows;
+        the rest of each prompt follows, left-padded, with holes masked as everywhere else."""
         device, pad = self.backend.device, self.backend.pad_token_id
-        width = max(len(row.prompt_ids) for row in self.rows)
-        ids = torch.full((len(self.rows), width), pad, dtype=torch.long, device=device)
-        attention = torch.zeros((len(self.rows), width), dtype=torch.long, device=device)
+        batch = len(self.rows)
+        shared = _common_prefix([row.prompt_ids for row in self.rows])
+        if batch == 1 or shared < MIN_SHARED_PREFIX:
+            shared = 0
+        if shared:
+            prefix = torch.tensor([self.rows[0].prompt_ids[:shared]], dtype=torch.long, device=device)
+            ones = torch.ones_like(prefix)
+            self._forward(prefix, ones, (ones.cumsum(dim=1) - 1), self.cache)
+            for layer in self.cache.layers:
+                layer.keys = layer.keys.expand(batch, -1, -1, -1)
+                layer.values = layer.values.expand(batch, -1, -1, -1)
+        width = max(len(row.prompt_ids) for row in self.rows) - shared
+        ids = torch.full((batch, width), pad, dtype=torch.long, device=device)
+        attention = torch.zeros((batch, shared + width), dtype=torch.long, device=device)
+        attention[:, :shared] = 1
         for i, row in enumerate(self.rows):
-            n = len(row.prompt_ids)
-            ids[i, width - n:] = torch.tensor(row.prompt_ids, dtype=torch.long)
-            attention[i, width - n:] = 1
-        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+            rest = row.prompt_ids[shared:]
+            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+            attention[i, shared + width - len(rest):] = 1
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, shared:]
         logits = self._forward(ids, attention, positions, self.cache)
         for layer in self.cache.layers:
             if type(layer) is not DynamicLayer:
@@ -238,6 +257,16 @@ class _Batch:
         self.next_position = self.next_position[keep]
         self.rows = [self.rows[i] for i in live]
         return keep
+
+
+def _common_prefix(sequences: list[list[int]]) -> int:
+    """Length of the common prefix, leaving every sequence at least one token of its own."""
+    shortest = min(len(s) for s in sequences)
+    first = sequences[0]
+    n = 0
+    while n < shortest - 1 and all(s[n] == first[n] for s in sequences):
+        n += 1
+    return n
 
 
 def _grow(tensor: torch.Tensor, select: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
