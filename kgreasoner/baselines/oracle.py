@@ -6,8 +6,9 @@ relation(s) over the triples the tool actually showed. The answer is reached onl
 triple is in the top-k at every hop. A mediator reached through an expanded candidate is not
 searched again when the tool already showed the edge that leaves it. No LLM is used.
 
-Trace: per hop the entities searched and reached; `recall` is the share of the full answer set
-(the gold path executed on the KG, topic entity excluded) that the walk reached.
+Trace: per hop the entities searched and reached; `recall` is the share of the nodes the gold
+path reaches on the whole KG that the walk reached. The topic entity, when the path returns to
+it, is the last answer.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ class OracleMethod(Method):
             hops.append({"relation": relation, "searched": to_search[: self.config.max_frontier], "reached": len(frontier)})
             if not frontier:
                 break
-        reached = [e for e in frontier if e != topic.id]
-        full = execute_path(self.tool.kg, topic.id, path) - {topic.id}
+        # A path may lead back to the topic (a spouse's spouse): it goes last, so that a question
+        # asking for someone else scores that one, and one whose answer is the topic still has it.
+        reached = [e for e in frontier if e != topic.id] + [e for e in frontier if e == topic.id]
+        full = execute_path(self.tool.kg, topic.id, path)
         recall = len(set(reached) & full) / len(full) if full else 0.0
         answers = list(dict.fromkeys(self.tool.kg.label(e) for e in reached))
         trace = {"path": list(path), "hops": hops, "recall": recall, "answers_total": len(full)}
