@@ -111,3 +111,17 @@ def test_openai_client_over_http(chat_server):
 def test_openai_client_reports_an_unreachable_server():
     with pytest.raises(RuntimeError, match="127.0.0.1:9/v1/chat/completions"):
         OpenAIClient("http://127.0.0.1:9/v1", "m", retries=0, timeout=2).complete("x")
+
+
+def test_hf_client_stops_at_a_stop_string(tiny_checkpoint):
+    llm = HFClient.load(tiny_checkpoint, max_tokens=12, batch_size=2)
+    try:
+        free = llm.complete("who directed the film")
+        assert len(free.text) >= 4 and free.completion_tokens == 12 and free.finish_reason == "length"
+        middle = len(free.text) // 2
+        stop = free.text[middle:middle + 2]  # the untrained model's text, whatever it is
+        cut = llm.complete("who directed the film", stop=(stop,))
+    finally:
+        llm.close()
+    assert cut.text == free.text[: free.text.find(stop)] and cut.finish_reason == "stop"
+    assert cut.completion_tokens < free.completion_tokens
