@@ -68,7 +68,7 @@ class HFBackend:
 
     def __init__(self, model: Any, tokenizer: Any, logits_processors: Sequence[LogitsProcessor] = (),
                  autocast_dtype: torch.dtype | None = None) -> None:
-        self.model = model.eval()
+        self.model = model
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
@@ -88,6 +88,15 @@ class HFBackend:
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        was_training = self.model.training
+        self.model.eval()  # no dropout while sampling; the trainer's mode is restored below
+        try:
+            self._generate(engine, rows, sampling, generator)
+        finally:
+            self.model.train(was_training)
+
+    def _generate(self, engine: Any, rows: list[Any], sampling: SamplingParams,
+                  generator: torch.Generator | None) -> None:
         with self._autocast():
             state = _Batch(self, rows)
             logits = state.prefill()

@@ -114,7 +114,10 @@ def test_seeded_sampling_is_reproducible(bpe_tokenizer, tiny_model):
     engine = RolloutEngine(HFBackend(model, bpe_tokenizer), None, RolloutConfig(max_new_tokens=16))
     first = engine.run(_prompts(4), [ScriptedSession(TABLE) for _ in range(4)], SamplingParams(seed=7))
     again = engine.run(_prompts(4), [ScriptedSession(TABLE) for _ in range(4)], SamplingParams(seed=7))
+    model.train()  # a trainer's model: sampled in eval mode, handed back in train mode
     other = engine.run(_prompts(4), [ScriptedSession(TABLE) for _ in range(4)], SamplingParams(seed=8))
+    assert model.training
+    model.eval()
     assert [t.completion_ids for t in first] == [t.completion_ids for t in again]
     assert [t.completion_ids for t in first] != [t.completion_ids for t in other]
     greedy = RolloutEngine(HFBackend(model, bpe_tokenizer), None, RolloutConfig(max_new_tokens=8)).run(
