@@ -9,8 +9,10 @@ import sys
 # module path -> it defines `register(subparsers)`; each subcommand sets `func(args) -> int`.
 COMMAND_MODULES = (
     "kgreasoner.kg.commands",
+    "data_gen.warmup",
     "kgreasoner.models",
     "kgreasoner.training.plots",
+    "kgreasoner.evaluation.commands",
     "kgreasoner.demo",
 )
 

@@ -88,7 +88,7 @@ def mine_hard_cases(config: HardCaseConfig) -> Path:
     from kgreasoner.models import load_model_and_tokenizer
 
     model, tokenizer = load_model_and_tokenizer(config.model)
-    records = [r for r in read_warmup(config.trajectories) if r.kind == "gold"]
+    records = [r for r in read_warmup(config.trajectories) if r.kind == "gold" and r.split == "train"]
     losses = per_example_loss(model, tokenizer, records, config.batch_size)
     hard, epsilon = select_hard(records, losses, config.epsilon, config.quantile, config.min_hops)
     output = Path(config.output)
