@@ -5,6 +5,7 @@
 - `methods`: the method registry and `EvalConfig`; `rollout_method`: our model with the tool.
 - `harness`: per-question JSONL (append-only, resumable) and `run_evaluation`.
 - `report`: summaries overall and by hop count, as JSON and Markdown.
+- `failures`: one failure category per wrong answer, read from the kgreasoner trace.
 - `commands`: the `eval` subcommand.
 Nothing is imported here, so importing the package loads neither torch nor a model.
 """

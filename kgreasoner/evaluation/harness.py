@@ -5,9 +5,11 @@
 with the same path, it skips the ids already there (a half-written last line is dropped).
 
 Record fields: `id, method, question, hops, gold, answers, hits1, f1, em, precision, recall,
-format_valid, llm_calls, prompt_tokens, completion_tokens, kg_queries, wall_time, error, trace`.
-A method that raises on one question gets a record with `error` set and no answers; the run
-goes on.
+format_valid, llm_calls, prompt_tokens, completion_tokens, kg_queries, wall_time, error, trace,
+failure`. A method that raises on one question gets a record with `error` set and no answers; the
+run goes on. `failure` is the category of a wrong answer (`kgreasoner.evaluation.failures`), null
+for correct answers and for traces without a search record; a method's `kg` attribute, when it
+has one, serves the categories' KG checks.
 
 Concurrency: LLM methods run `workers` questions at once in threads (each with a metered view
 of the shared client, so usage is per question; the hf client batches what the threads send);
@@ -26,7 +28,9 @@ from typing import Any, Iterable, Sequence
 
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample
+from kgreasoner.evaluation.failures import classify_failure
 from kgreasoner.evaluation.metrics import score_answers
+from kgreasoner.kg.base import KnowledgeGraph
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -54,7 +58,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 
 def make_record(method: str, example: QAExample, result: MethodResult, usage: dict[str, int],
-                wall_time: float) -> dict[str, Any]:
+                wall_time: float, kg: KnowledgeGraph | None = None) -> dict[str, Any]:
     scores = score_answers(result.answers, example.answers)
     return {
         "id": example.id, "method": method, "question": example.question, "hops": example.hops,
@@ -66,6 +70,7 @@ def make_record(method: str, example: QAExample, result: MethodResult, usage: di
         "completion_tokens": int(usage.get("completion_tokens", 0)),
         "kg_queries": int(result.kg_queries), "wall_time": round(wall_time, 6),
         "error": result.error, "trace": result.trace,
+        "failure": classify_failure(example, result.trace, scores.hits1 == 1.0, kg),
     }
 
 
@@ -109,7 +114,7 @@ def _run_one(method: Method, example: QAExample, llm: Any) -> dict[str, Any]:
         result = MethodResult([], False, None, error=f"{type(err).__name__}: {err}")
     seconds = time.perf_counter() - start
     usage = result.usage if result.usage is not None else (metered.usage.as_dict() if metered else {})
-    return make_record(method.name, example, result, usage, seconds)
+    return make_record(method.name, example, result, usage, seconds, getattr(method, "kg", None))
 
 
 def _run_batch(method: Method, batch: Sequence[QAExample]) -> list[dict[str, Any]]:
@@ -119,7 +124,8 @@ def _run_batch(method: Method, batch: Sequence[QAExample]) -> list[dict[str, Any
     except Exception as err:
         results = [MethodResult([], False, None, error=f"{type(err).__name__}: {err}") for _ in batch]
     share = (time.perf_counter() - start) / max(1, len(batch))
-    return [make_record(method.name, e, r, r.usage or {}, share) for e, r in zip(batch, results)]
+    kg = getattr(method, "kg", None)
+    return [make_record(method.name, e, r, r.usage or {}, share, kg) for e, r in zip(batch, results)]
 
 
 class _NoBar:

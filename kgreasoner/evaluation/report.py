@@ -3,7 +3,8 @@
 Per method: `n`, `hits1`, `f1`, `em`, `format_valid` (rates over the questions), `errors`
 (questions whose method raised), and mean cost per question: `llm_calls`, `prompt_tokens`,
 `completion_tokens`, `kg_queries`, `wall_time` (seconds). `by_hops` repeats n / Hits@1 / F1 / EM
-per hop count. The report's header names the dataset, split and split scheme.
+per hop count. `failures` counts the failure categories of wrong answers
+(`kgreasoner.evaluation.failures`). The report's header names the dataset, split and split scheme.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
+
+from kgreasoner.evaluation.failures import failure_table, summarize_failures
 
 RATES = ("hits1", "f1", "em", "format_valid")
 COSTS = ("llm_calls", "prompt_tokens", "completion_tokens", "kg_queries", "wall_time")
@@ -50,6 +53,7 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         group = [r for r in records if int(r["hops"]) == hops]
         by_hops[str(hops)] = {"n": len(group), **{k: _mean([float(r[k]) for r in group]) for k in ("hits1", "f1", "em")}}
     summary["by_hops"] = by_hops
+    summary["failures"] = summarize_failures(records)
     return summary
 
 
@@ -76,6 +80,7 @@ def render_markdown(info: RunInfo, summaries: dict[str, dict[str, Any]]) -> str:
         for name, s in summaries.items():
             cells = [f"{s['by_hops'][h]['hits1']:.3f} ({s['by_hops'][h]['n']})" if h in s["by_hops"] else "-" for h in hops]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += failure_table(summaries)
     return "\n".join(lines) + "\n"
 
 

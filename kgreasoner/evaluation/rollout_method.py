@@ -5,7 +5,8 @@ answers are the session-resolved ones (handles become labels). Costs per questio
 `llm_calls` = model turns (tool calls + 1); `prompt_tokens` = prompt plus tool-inserted tokens
 (what the model reads); `completion_tokens` = model-written tokens; `kg_queries` = tool calls.
 Format-valid is the protocol's strict `check_format`. With an OpenAI-compatible endpoint the
-text backend is used; it returns no token ids, so token counts stay 0 there.
+text backend is used; it returns no token ids, so token counts stay 0 there. The trace is the
+trajectory's summary with the search record the failure categories read (`failures.RecordingSession`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Sequence
 
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample
+from kgreasoner.evaluation.failures import RecordingSession
 from kgreasoner.protocol import check_format
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
@@ -27,6 +29,8 @@ class KGReasonerMethod(Method):
     def __init__(self, llm: Any, tool: KGSearchTool, rollout: RolloutConfig | None = None,
                  sampling: SamplingParams | None = None) -> None:
         self.engine = RolloutEngine(_backend(llm), tool, rollout or RolloutConfig())
+        self.tool = tool
+        self.kg = tool.kg
         self.sampling = sampling or SamplingParams(temperature=0.0, seed=0)
 
     def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
@@ -34,21 +38,24 @@ class KGReasonerMethod(Method):
 
     def answer_batch(self, examples: Sequence[QAExample]) -> list[MethodResult]:
         results = []
-        for trajectory in self.engine.run(list(examples), sampling=self.sampling):
+        sessions = [RecordingSession(self.tool, e.question, e.topic_entities) for e in examples]
+        for trajectory in self.engine.run(list(examples), sessions=sessions, sampling=self.sampling):
             usage = {"llm_calls": trajectory.num_tool_calls + 1,
                      "prompt_tokens": len(trajectory.prompt_ids) + trajectory.num_tool_tokens,
                      "completion_tokens": trajectory.num_model_tokens}
             results.append(MethodResult(
                 answers=list(trajectory.resolved_answers), format_valid=check_format(trajectory.text).valid,
-                trace=trajectory.summary(), kg_queries=trajectory.num_tool_calls, usage=usage,
+                trace=sessions[trajectory.index].trace(trajectory), kg_queries=trajectory.num_tool_calls, usage=usage,
             ))
         return results
 
 
 def _backend(llm: Any) -> Any:
-    """The rollout backend serving the same model as the eval's LLM client."""
+    """The rollout backend serving the same model as the eval's LLM client (a rollout backend as it is)."""
     from kgreasoner.evaluation.llm import HFClient, OpenAIClient
 
+    if hasattr(llm, "kind"):
+        return llm
     if isinstance(llm, HFClient):
         from kgreasoner.rollout.hf_backend import HFBackend
 

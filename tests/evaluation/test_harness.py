@@ -60,7 +60,7 @@ def test_interrupted_run_resumes_without_repeating(tmp_path, synthetic):
     assert ok["kg_queries"] == 2 and ok["format_valid"] is True and ok["wall_time"] >= 0
     assert set(ok) == {"id", "method", "question", "hops", "gold", "answers", "hits1", "f1", "em", "precision", "recall",
                        "format_valid", "llm_calls", "prompt_tokens", "completion_tokens", "kg_queries", "wall_time",
-                       "error", "trace"}
+                       "error", "trace", "failure"}
     third = FirstGold()
     evaluate_method(third, examples, path, llm=llm, progress=False)
     assert third.seen == []
