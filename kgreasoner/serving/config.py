@@ -1,0 +1,70 @@
+"""`ServeConfig`: what `kgreasoner serve` and `kgreasoner answer` run (YAML + `--set` overrides).
+
+    kgreasoner serve --config configs/tiny-cpu/serve.yaml --set llm=hf:checkpoints/tiny-cpu/sft/final
+
+The same dataclass drives both commands, so an answer on the command line and one over HTTP go
+through the same model, tool, limits and sampling defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kgreasoner.retrieval.tool import ToolConfig
+from kgreasoner.rollout import RolloutConfig
+
+LLM_SCHEMES = ("hf", "vllm", "openai")
+
+
+@dataclass
+class ServeConfig:
+    """Model, knowledge graph, limits and batching of the answer service."""
+
+    llm: str | None = field(default=None, metadata={
+        "help": "hf:PATH (local transformers model), vllm:PATH (offline vLLM engine) or "
+                "openai:URL[#MODEL] (a running `vllm serve` or any OpenAI-compatible /v1/completions)"})
+    kg: str | None = field(default=None, metadata={
+        "help": "KG spec (kgreasoner.kg.open_kg): memory:PATH, oxigraph:DIR, sparql[+dialect]:URL, or a path"})
+    model_name: str | None = field(default=None, metadata={
+        "help": "name reported by /v1/models and chat responses (default: the checkpoint folder or served model)"})
+    host: str = field(default="127.0.0.1", metadata={"help": "address `kgreasoner serve` binds (loopback by default)"})
+    port: int = field(default=8000, metadata={"help": "port `kgreasoner serve` listens on (0: a free one)"})
+    tool: ToolConfig = field(default_factory=ToolConfig, metadata={
+        "help": "the search tool; must match what the model was trained with (entity_handles for tiny models)"})
+    rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={
+        "help": "rollout limits; max_turns and max_new_tokens are also the caps on what a request may ask for"})
+    temperature: float = field(default=0.0, metadata={"help": "sampling temperature when a request names none (0: greedy)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed when a request names none"})
+    max_question_chars: int = field(default=2000, metadata={"help": "longest question accepted (characters)"})
+    max_topic_entities: int = field(default=16, metadata={"help": "most topic entities one request may name"})
+    max_body_bytes: int = field(default=65536, metadata={"help": "largest HTTP request body; larger ones get 413"})
+    request_timeout: float = field(default=120.0, metadata={
+        "help": "seconds from a request's arrival to its answer, queueing included; past it generation of "
+                "that request stops and the client gets 504"})
+    max_batch_size: int = field(default=16, metadata={
+        "help": "requests generated together in one rollout batch (one model forward per step for all)"})
+    batch_wait: float = field(default=0.01, metadata={
+        "help": "seconds the batcher waits for more requests after the first before it starts a batch"})
+    max_queue: int = field(default=256, metadata={"help": "requests waiting beyond this many get 503"})
+    backend_workers: int = field(default=16, metadata={
+        "help": "openai backend: concurrent HTTP requests to the generation server per turn"})
+    backend_timeout: float = field(default=120.0, metadata={"help": "openai backend: seconds per generation request"})
+
+    def __post_init__(self) -> None:
+        if self.llm is not None:
+            scheme, sep, target = self.llm.partition(":")
+            if not sep or scheme not in LLM_SCHEMES or not target:
+                raise ValueError(f"llm must be hf:PATH, vllm:PATH or openai:URL[#MODEL], got {self.llm!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in 0..65535, got {self.port}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        for name in ("max_question_chars", "max_topic_entities", "max_body_bytes", "max_batch_size", "max_queue",
+                     "backend_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("request_timeout", "backend_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.batch_wait < 0:
+            raise ValueError(f"batch_wait must be >= 0, got {self.batch_wait}")
