@@ -1,0 +1,295 @@
+"""The HTTP service (FastAPI): the server owns the KG tool and resolves every `<search>` itself.
+
+Endpoints:
+- `POST /v1/answer` `{question, topic_entities, options}` -> `{answers, trajectory, searches, usage, ...}`.
+  `topic_entities` are names/ids (strings) or `{"id", "name"}` objects; `options` may lower
+  `max_turns` / `max_new_tokens` and set `temperature`, `top_p`, `top_k`, `seed`.
+- `POST /v1/chat/completions`: OpenAI-compatible. The last message must be the user's question;
+  topic entities come from a `topic_entities` field, else from the protocol's user-turn layout
+  `QUESTION Topic Entity: NAME[, NAME]`. The server builds the protocol prompt itself (other
+  messages are not used), runs the whole trajectory with its tool, and returns it as the
+  assistant message's content, with the structured answer attached as `trajectory`.
+  `max_tokens` above the server's limit is lowered to it; `stream` and `n > 1` are refused.
+- `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
+
+Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 bad
+JSON or unsupported option, 404 unknown model or path, 413 body over `max_body_bytes`, 422 a
+field that fails validation or a topic entity the KG does not have, 502 the generation backend
+failed, 503 queue full or KG unreachable, 504 the request timeout passed, 500 anything else
+(logged on the server; the client gets the exception's type, never a stack trace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Literal, Union
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kgreasoner.protocol import TOPIC_SEPARATOR
+from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
+from kgreasoner.serving.service import AnswerOptions, AnswerService, RequestError, ServiceBusy
+
+logger = logging.getLogger(__name__)
+
+TOPIC_MARKER = "Topic Entity:"
+"""How `protocol.USER_TEMPLATE` introduces the topic entities in a user turn."""
+ENDPOINTS = ("/v1/answer", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+WAIT_GRACE = 2.0
+"""Seconds past a request's deadline the handler waits for the batch that stopped it."""
+
+
+class TopicIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    id: StrictStr | None = None
+    name: StrictStr | None = None
+
+
+class OptionsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    max_turns: StrictInt | None = Field(default=None, ge=0)
+    max_new_tokens: StrictInt | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: StrictInt | None = Field(default=None, ge=0)
+    seed: StrictInt | None = None
+
+
+class AnswerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    question: StrictStr
+    topic_entities: list[Union[StrictStr, TopicIn]] = Field(min_length=1)
+    options: OptionsIn = Field(default_factory=OptionsIn)
+    id: StrictStr | None = Field(default=None, max_length=200)
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+    role: Literal["system", "user", "assistant", "developer"]
+    content: StrictStr
+
+
+class ChatIn(BaseModel):
+    """The OpenAI fields this server reads; other fields OpenAI clients send are ignored."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    model: StrictStr | None = None
+    topic_entities: list[Union[StrictStr, TopicIn]] | None = None
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_turns: StrictInt | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    seed: StrictInt | None = None
+    stream: bool | None = None
+    n: StrictInt | None = None
+
+
+def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param,
+                                                               "code": status}})
+
+
+class _Guard:
+    """ASGI middleware: refuses bodies over the limit (413) and records every response in the metrics."""
+
+    def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics) -> None:
+        self.app = app
+        self.limit = max_body_bytes
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
+        status = {"code": 500}
+
+        async def record_send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            body = await self._read_limited(scope, receive)
+            if body is None:
+                response = error_response(413, f"request body is larger than this server's limit of {self.limit} bytes",
+                                          "request_too_large")
+                await response(scope, receive, record_send)
+                return
+
+            async def replay() -> dict:
+                nonlocal body
+                chunk, body = body, b""
+                return {"type": "http.request", "body": chunk, "more_body": False}
+
+            await self.app(scope, replay if scope["method"] in ("POST", "PUT", "PATCH") else receive, record_send)
+        finally:
+            self.metrics.observe_request(endpoint, status["code"], time.perf_counter() - start)
+
+    async def _read_limited(self, scope: dict, receive: Any) -> bytes | None:
+        """The whole body, or None when it exceeds the limit (declared or actual)."""
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return b""
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return None
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAPI:
+    """The FastAPI app over an open `AnswerService` (the caller closes the service)."""
+    metrics = metrics or Metrics()
+    metrics.gauges.setdefault("kgreasoner_queue_depth", ("Requests waiting for a rollout batch.",
+                                                         lambda: service.queue_depth))
+    app = FastAPI(title="kgreasoner", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service, app.state.metrics = service, metrics
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, err: RequestValidationError) -> JSONResponse:
+        problems = err.errors()
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return error_response(400, "body: not valid JSON", param="body")
+        parts, first = [], None
+        for problem in problems[:5]:
+            where = ".".join(str(x) for x in problem.get("loc", ())[1:]) or "body"
+            first = first or where
+            parts.append(f"{where}: {problem.get('msg', 'invalid')}")
+        return error_response(422, "; ".join(parts), param=first)
+
+    @app.exception_handler(RequestError)
+    async def _refused(request: Request, err: RequestError) -> JSONResponse:
+        return error_response(err.status, err.message, err.kind, err.param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        messages = {404: f"no such endpoint: {request.method} {request.url.path}",
+                    405: f"method {request.method} is not allowed on {request.url.path}"}
+        return error_response(err.status_code, messages.get(err.status_code, str(err.detail)), "invalid_request_error")
+
+    @app.exception_handler(Exception)
+    async def _crash(request: Request, err: Exception) -> JSONResponse:
+        logger.exception("unhandled error on %s", request.url.path)
+        return error_response(500, f"internal error ({type(err).__name__}); see the server log", "server_error")
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "model": service.model_name, "backend": service.kind,
+                "queue_depth": service.queue_depth}
+
+    @app.get("/metrics")
+    async def prometheus() -> PlainTextResponse:
+        return PlainTextResponse(metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": service.model_name, "object": "model", "owned_by": "kgreasoner"}]}
+
+    @app.post("/v1/answer")
+    async def answer(body: AnswerIn) -> JSONResponse:
+        options = AnswerOptions(**body.options.model_dump())
+        topics = [t if isinstance(t, str) else t.model_dump(exclude_none=True) for t in body.topic_entities]
+        prepared = await run_in_threadpool(service.prepare, body.question, topics, options, body.id)
+        record = await _run(service, metrics, prepared)
+        return JSONResponse(record)
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatIn) -> JSONResponse:
+        if body.stream:
+            raise RequestError("stream", "streaming is not supported: the trajectory is returned whole", status=400)
+        if body.n not in (None, 1):
+            raise RequestError("n", "only n=1 is supported", status=400)
+        if body.model is not None and body.model != service.model_name:
+            raise RequestError("model", f"model {body.model!r} is not served here; this server serves "
+                               f"{service.model_name!r}", status=404, kind="model_not_found")
+        last = body.messages[-1]
+        if last.role != "user":
+            raise RequestError(f"messages[{len(body.messages) - 1}].role",
+                               f"the last message must be the user's question, got role {last.role!r}")
+        cap = service.config.rollout.max_new_tokens
+        asked = body.max_completion_tokens or body.max_tokens
+        options = AnswerOptions(max_turns=body.max_turns, max_new_tokens=None if asked is None else min(asked, cap),
+                                temperature=body.temperature, top_p=body.top_p, seed=body.seed)
+        if body.topic_entities is not None:
+            question = last.content
+            topics: Any = [t if isinstance(t, str) else t.model_dump(exclude_none=True) for t in body.topic_entities]
+        else:
+            question, topics = await run_in_threadpool(_split_user_turn, service, last.content)
+        prepared = await run_in_threadpool(service.prepare, question, topics, options)
+        record = await _run(service, metrics, prepared)
+        usage = record["usage"]
+        prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+        finish = "length" if record["finish_reason"] in ("max_tokens", "max_turns") else "stop"
+        return JSONResponse({
+            "id": f"chatcmpl-{prepared.id}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": service.model_name,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": record["trajectory"]},
+                         "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+            "trajectory": record,
+        })
+
+    return _Guard(app, service.config.max_body_bytes, metrics)  # type: ignore[return-value]
+
+
+async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
+    """Queue a prepared request, wait for its batch, and turn failures into RequestErrors."""
+    try:
+        future = service.submit(prepared)
+    except ServiceBusy as err:
+        raise RequestError(None, str(err), status=503, kind="overloaded") from err
+    timeout = max(0.0, prepared.deadline - time.monotonic()) + WAIT_GRACE
+    try:
+        answered = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+    except asyncio.TimeoutError as err:
+        raise RequestError(None, f"no answer within the request timeout of {service.config.request_timeout:g} s",
+                           status=504, kind="timeout") from err
+    except ServiceBusy as err:
+        raise RequestError(None, str(err), status=503, kind="overloaded") from err
+    except Exception as err:  # the batch crashed; the worker logged the trace
+        raise RequestError(None, f"generation failed ({type(err).__name__}: {str(err)[:200]})", status=500,
+                           kind="server_error") from err
+    if answered.timed_out:
+        raise RequestError(None, f"no answer within the request timeout of {service.config.request_timeout:g} s",
+                           status=504, kind="timeout")
+    if answered.backend_error is not None:
+        raise RequestError(None, f"the generation backend failed: {answered.backend_error[:300]}", status=502,
+                           kind="backend_error")
+    record = service.record(answered)
+    metrics.observe_answer(record)
+    return record
+
+
+def _split_user_turn(service: AnswerService, content: str) -> tuple[str, list[str]]:
+    """`QUESTION Topic Entity: A, B` -> (QUESTION, names); a whole name containing ', ' is kept whole."""
+    question, marker, tail = content.rpartition(TOPIC_MARKER)
+    if not marker or not question.strip() or not tail.strip():
+        raise RequestError("topic_entities", f"name the topic entities: send a 'topic_entities' list, or end the "
+                           f"user message with '{TOPIC_MARKER} NAME[{TOPIC_SEPARATOR}NAME]'")
+    tail = tail.strip()
+    if service.kg.resolve(tail) or TOPIC_SEPARATOR not in tail:
+        return question.strip(), [tail]
+    return question.strip(), [name.strip() for name in tail.split(TOPIC_SEPARATOR) if name.strip()]
