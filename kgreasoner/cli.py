@@ -13,6 +13,7 @@ COMMAND_MODULES = (
     "kgreasoner.models",
     "kgreasoner.training.plots",
     "kgreasoner.evaluation.commands",
+    "kgreasoner.serving.commands",
     "kgreasoner.demo",
 )
 
