@@ -1,0 +1,167 @@
+"""Timeouts with an in-process uvicorn server, the `kgreasoner answer` command, trace and metrics text."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+import uvicorn
+
+from kgreasoner.cli import main
+from kgreasoner.config import from_dict
+from kgreasoner.serving.answer import render_trace
+from kgreasoner.serving.app import create_app
+from kgreasoner.serving.config import ServeConfig
+from kgreasoner.serving.metrics import Metrics
+from kgreasoner.serving.service import AnswerOptions, AnswerService, RequestError
+
+from .conftest import SERVE_CONFIG
+
+
+@pytest.fixture(scope="module")
+def service(checkpoint, synthetic_dir):
+    config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"hf:{checkpoint}", "kg": str(synthetic_dir)})
+    service = AnswerService.open(config)
+    yield service
+    service.close()
+
+
+def _serve_in_thread(app):
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    return server, thread, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_request_timeout_gives_504_and_the_server_keeps_serving(service, dataset):
+    example = dataset.examples[0]
+    body = {"question": example.question, "topic_entities": [{"id": t.id} for t in example.topic_entities]}
+    service.config.request_timeout = 1e-4  # past before the first token
+    server, thread, url = _serve_in_thread(create_app(service))
+    try:
+        reply = httpx.post(f"{url}/v1/answer", json=body, timeout=30)
+        assert reply.status_code == 504
+        assert reply.json()["error"] == {"message": "no answer within the request timeout of 0.0001 s",
+                                         "type": "timeout", "param": None, "code": 504}
+        service.config.request_timeout = 60.0
+        assert httpx.post(f"{url}/v1/answer", json=body, timeout=60).status_code == 200
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        assert 'kgreasoner_request_errors_total{endpoint="/v1/answer",kind="timeout"} 1' in metrics
+    finally:
+        service.config.request_timeout = 60.0
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_a_deadline_stops_generation_mid_row(service, dataset):
+    example = dataset.examples[0]
+    request = service.prepare(example.question, [{"id": example.topic_entities[0].id}])
+    request.deadline = time.monotonic() - 1
+    [late] = service._run_batch([request])
+    assert late.timed_out and late.trajectory is None
+    request = service.prepare(example.question, [{"id": example.topic_entities[0].id}])
+    engine = service._engine(request.rollout)
+    engine.deadlines, engine.timed_out = {0: time.monotonic() - 1}, set()  # passes during the prefill
+    [trajectory] = engine.run([{"question": example.question, "topic_entities": list(example.topic_entities)}],
+                              [service.tool.session(example.question, list(example.topic_entities))])
+    assert trajectory.finish_reason == "error" and trajectory.error.startswith("generation stopped: the request timeout")
+    assert len(trajectory.completion_ids) == 1 and engine.timed_out == {0}  # stopped at its first token
+
+
+def test_prepare_names_the_field(service, dataset):
+    topic = dataset.examples[0].topic_entities[0]
+    with pytest.raises(RequestError, match=r"^options.max_new_tokens: 97 is above this server's limit of 96$"):
+        service.prepare("q?", [topic.name], AnswerOptions(max_new_tokens=97))
+    with pytest.raises(RequestError, match=r"^options: top_p must be in \(0, 1\], got 2"):
+        service.prepare("q?", [topic.name], AnswerOptions(top_p=2.0))
+    with pytest.raises(RequestError, match=r"^topic_entities\[0\]: must be a string or an object"):
+        service.prepare("q?", [3])
+    request = service.prepare("  q?  ", [topic.name], AnswerOptions(max_turns=1, temperature=0.5, seed=3))
+    assert request.question == "q?" and request.topic_entities[0].id == topic.id
+    assert request.rollout.max_turns == 1 and request.rollout.max_new_tokens == 96
+    assert (request.sampling.temperature, request.sampling.seed) == (0.5, 3)
+
+
+def test_answer_command_prints_traces_and_json(checkpoint, synthetic_dir, serve_config_file, dataset, tmp_path,
+                                                capsys):
+    example = dataset.examples[0]
+    topic = example.topic_entities[0]
+    args = ["answer", "--model", str(checkpoint), "--kg", str(synthetic_dir), "--config", str(serve_config_file)]
+    assert main(args + ["--question", example.question, "--topic", topic.name, "--color", "never"]) == 0
+    trace = capsys.readouterr().out
+    assert trace.startswith(f"Q q1: {example.question}\n  topic: {topic.name} ({topic.id})\n")
+    assert f"  search    E1 -> {topic.name}  [" in trace and "finish: " in trace
+
+    questions = tmp_path / "qs.jsonl"
+    questions.write_text("".join(json.dumps(e.to_dict()) + "\n" for e in dataset.examples[:3]), encoding="utf-8")
+    out = tmp_path / "answers.jsonl"
+    assert main(args + ["--questions", str(questions), "--json", "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in records] == [e.id for e in dataset.examples[:3]]
+    for record, example in zip(records, dataset.examples[:3]):
+        assert record["gold"] == example.answer_names and isinstance(record["hit"], bool)
+        assert record["searches"][0]["entity"] == example.topic_entities[0].id
+    assert re.search(r"\nHits@1 \d\.\d{3} over 3 questions\n$", capsys.readouterr().err)  # after a loading bar
+
+    questions.write_text(json.dumps({"question": "q?", "topic_entities": ["Nobody Known"]}) + "\n", encoding="utf-8")
+    assert main(args + ["--questions", str(questions)]) == 1
+    assert capsys.readouterr().err.endswith(f"kgreasoner answer: error: {questions}:1: topic_entities[0]: no entity named "
+                                       "'Nobody Known' in the knowledge graph\n")
+
+
+def test_render_trace_shows_searches_backtracks_and_the_answer():
+    text = ("<think> first Utah. <search>E1</search>\n<triples>\n(E1 Utah, capital, E2 Salt Lake City)\n</triples>\n"
+            "wrong way. <search>E2 | backtrack</search>\n<triples>\nNothing left to backtrack to.\n</triples>\n"
+            "</think>\n<answer>E2</answer>")
+    record = {
+        "id": "q7", "question": "what is the capital of utah", "topic_entities": [{"id": "m.utah", "name": "Utah"}],
+        "answers": ["Salt Lake City"], "finish_reason": "answer", "error": None, "trajectory": text,
+        "searches": [
+            {"query": "E1", "label": "Utah", "backtrack": False, "error": None, "num_triples": 1, "truncated": False},
+            {"query": "E2 | backtrack", "label": "Salt Lake City", "backtrack": True, "error": "backtrack_at_root",
+             "num_triples": 0, "truncated": False}],
+        "usage": {"searches": 1, "backtracks": 1, "completion_tokens": 20, "seconds": 0.5},
+        "gold": ["Salt Lake City"], "hit": True,
+    }
+    assert render_trace(record) == "\n".join([
+        "Q q7: what is the capital of utah",
+        "  topic: Utah (m.utah)",
+        "  think    first Utah.",
+        "  search    E1 -> Utah  [1 triples]",
+        "           (E1 Utah, capital, E2 Salt Lake City)",
+        "  think    wrong way.",
+        "  backtrack E2 | backtrack -> Salt Lake City  [backtrack_at_root]",
+        "           Nothing left to backtrack to.",
+        "  answer   E2 = Salt Lake City",
+        "  finish: answer; 1 searches; 1 backtracks; 20 model tokens; 0.50 s; correct (gold: Salt Lake City)",
+    ])
+    assert "\033[" in render_trace(record, color=True)
+
+
+def test_metrics_text_format():
+    metrics = Metrics(gauges={"kgreasoner_queue_depth": ("Waiting requests.", lambda: 2)})
+    metrics.observe_request("/v1/answer", 200, 0.03)
+    metrics.observe_request("/v1/answer", 422, 0.002)
+    metrics.observe_answer({"finish_reason": "answer", "searches": [{"error": None}, {"error": "unknown_entity"}],
+                            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "tool_tokens": None}})
+    text = metrics.render()
+    assert 'kgreasoner_requests_total{endpoint="/v1/answer",status="200"} 1\n' in text
+    assert 'kgreasoner_request_errors_total{endpoint="/v1/answer",kind="invalid_request"} 1\n' in text
+    assert 'kgreasoner_request_duration_seconds_bucket{endpoint="/v1/answer",le="0.005"} 1\n' in text
+    assert 'kgreasoner_request_duration_seconds_bucket{endpoint="/v1/answer",le="0.05"} 2\n' in text
+    assert 'kgreasoner_request_duration_seconds_count{endpoint="/v1/answer"} 2\n' in text
+    assert 'kgreasoner_request_duration_seconds_sum{endpoint="/v1/answer"} 0.032\n' in text
+    assert 'kgreasoner_tool_calls_total{error="unknown_entity"} 1\n' in text
+    assert 'kgreasoner_tokens_total{kind="prompt"} 10\n' in text and 'kind="tool"' not in text
+    assert text.endswith("# TYPE kgreasoner_queue_depth gauge\nkgreasoner_queue_depth 2\n")
