@@ -2,7 +2,7 @@
 
     kgreasoner answer --model checkpoints/grpo --kg memory:data/kb.tsv \\
         --question "what timezone is utah in" --topic Utah
-    kgreasoner answer --llm openai:http://127.0.0.1:8000/v1 --questions qs.jsonl --kg ... --json
+    kgreasoner answer --llm openai:http://127.0.0.1:8000/v1 --tokenizer CKPT --questions qs.jsonl --kg ... --json
     kgreasoner answer --llm hf:ckpt --dataset PQ-2H --split test --limit 20
 
 Input: one `--question` with its `--topic`s (names or ids, repeatable), a JSONL file of
@@ -119,9 +119,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = parser.add_mutually_exclusive_group()
-    model.add_argument("--llm", help="hf:PATH, vllm:PATH or openai:URL[#MODEL] (overrides the config's llm)")
+    model.add_argument("--llm", help="hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL] (overrides the config's llm)")
     model.add_argument("--model", type=Path, help="a local checkpoint: the same as --llm hf:PATH")
     parser.add_argument("--kg", help="KG spec (default: the config's kg, or the --dataset's own KB)")
+    parser.add_argument("--tokenizer", help="the served model's tokenizer directory, for vllm:URL and openai backends")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--question", help="one question (with --topic)")
     source.add_argument("--questions", type=Path, help="a JSONL file: question, topic_entities [, id, answers]")
@@ -150,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
         config.llm = f"hf:{args.model}"
     if args.kg:
         config.kg = args.kg
+    if args.tokenizer:
+        config.tokenizer = args.tokenizer
+    config.__post_init__()  # validate what the flags changed
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.question is not None and not args.topic:

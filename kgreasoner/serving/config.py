@@ -21,8 +21,14 @@ class ServeConfig:
     """Model, knowledge graph, limits and batching of the answer service."""
 
     llm: str | None = field(default=None, metadata={
-        "help": "hf:PATH (local transformers model), vllm:PATH (offline vLLM engine) or "
-                "openai:URL[#MODEL] (a running `vllm serve` or any OpenAI-compatible /v1/completions)"})
+        "help": "hf:PATH (local transformers model), vllm:PATH (offline vLLM engine), vllm:URL[#MODEL] (a "
+                "running `vllm serve`, token ids in and out: needs `tokenizer`) or openai:URL[#MODEL] (any "
+                "OpenAI-compatible /v1/completions, text in and out)"})
+    tokenizer: str | None = field(default=None, metadata={
+        "help": "vllm:URL and openai backends: the served model's tokenizer directory. vllm:URL needs it to send "
+                "token ids; openai uses its chat template for the prompt, as the hf backend does with the "
+                "checkpoint's own (without it openai prompts use the protocol's plain layout, which a model "
+                "trained with a chat template has not seen)"})
     kg: str | None = field(default=None, metadata={
         "help": "KG spec (kgreasoner.kg.open_kg): memory:PATH, oxigraph:DIR, sparql[+dialect]:URL, or a path"})
     model_name: str | None = field(default=None, metadata={
@@ -54,7 +60,9 @@ class ServeConfig:
         if self.llm is not None:
             scheme, sep, target = self.llm.partition(":")
             if not sep or scheme not in LLM_SCHEMES or not target:
-                raise ValueError(f"llm must be hf:PATH, vllm:PATH or openai:URL[#MODEL], got {self.llm!r}")
+                raise ValueError(f"llm must be hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL], got {self.llm!r}")
+            if scheme == "vllm" and target.startswith(("http://", "https://")) and not self.tokenizer:
+                raise ValueError("llm: vllm:URL sends token ids and needs `tokenizer` (the served model's tokenizer directory)")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.temperature < 0:

@@ -108,25 +108,40 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
     `kgreasoner serve` and `kgreasoner eval --methods kgreasoner` load and reach models the same way.
     """
     if not config.llm:
-        raise ValueError("llm: name the model: hf:PATH, vllm:PATH or openai:URL[#MODEL]")
-    scheme, _, target = config.llm.partition(":")
-    if scheme == "vllm":
-        from transformers import AutoTokenizer
-
-        from kgreasoner.rollout.vllm_backend import VLLMBackend
-
-        if not Path(target).is_dir():
-            raise FileNotFoundError(f"llm: {target} is not a checkpoint directory")
-        return VLLMBackend.offline(target, AutoTokenizer.from_pretrained(target)), Path(target).name, lambda: None
-    from kgreasoner.evaluation.llm import open_llm
+        raise ValueError("llm: name the model: hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL]")
+    from kgreasoner.evaluation.llm import OpenAIClient, open_llm
     from kgreasoner.evaluation.rollout_method import _backend
 
+    scheme, _, target = config.llm.partition(":")
+    tokenizer = None
+    if config.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+    if scheme == "vllm":
+        from kgreasoner.rollout.vllm_backend import VLLMBackend
+
+        if target.startswith(("http://", "https://")):
+            url, _, model = target.partition("#")
+            model = OpenAIClient(url, model or None).model  # the first served model when none is named
+            backend = VLLMBackend(tokenizer, base_url=url, model=model, timeout=config.backend_timeout,
+                                  max_concurrency=config.backend_workers)
+            return backend, model, lambda: None
+        if not Path(target).is_dir():
+            raise FileNotFoundError(f"llm: {target} is not a checkpoint directory")
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(target)
+        return VLLMBackend.offline(target, tokenizer), Path(target).name, lambda: None
     if scheme == "hf" and not Path(target).is_dir():
         raise FileNotFoundError(f"llm: {target} is not a checkpoint directory")
     llm = open_llm(config.llm, workers=config.backend_workers)
     backend = _backend(llm)
     if scheme == "openai":
         backend.timeout = config.backend_timeout
+        if tokenizer is not None:
+            backend.tokenizer = tokenizer  # the engine renders prompts with its chat template
         return backend, llm.model, llm.close
     return backend, Path(target).resolve().name, llm.close
 

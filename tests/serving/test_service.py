@@ -7,6 +7,7 @@ import re
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import pytest
@@ -165,3 +166,74 @@ def test_metrics_text_format():
     assert 'kgreasoner_tool_calls_total{error="unknown_entity"} 1\n' in text
     assert 'kgreasoner_tokens_total{kind="prompt"} 10\n' in text and 'kind="tool"' not in text
     assert text.endswith("# TYPE kgreasoner_queue_depth gauge\nkgreasoner_queue_depth 2\n")
+
+
+class _Completions(BaseHTTPRequestHandler):
+    """A stand-in generation server: `/v1/completions` always answers the first topic's handle."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.prompts.append(body["prompt"])
+        data = json.dumps({"choices": [{"text": "<think> done </think>\n<answer>E1", "finish_reason": "stop",
+                                        "stop_reason": "</answer>"}], "usage": {"completion_tokens": 6}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def _openai_service(url: str, synthetic_dir, checkpoint) -> AnswerService:
+    config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"openai:{url}#tiny", "kg": str(synthetic_dir),
+                                     "tokenizer": str(checkpoint), "backend_timeout": 5.0})
+    return AnswerService.open(config)
+
+
+def test_openai_backend_renders_the_chat_template_and_fails_with_502_when_unreachable(checkpoint, synthetic_dir,
+                                                                                     dataset):
+    example = dataset.examples[0]
+    body = {"question": example.question, "topic_entities": [{"id": t.id} for t in example.topic_entities]}
+    stub = HTTPServer(("127.0.0.1", 0), _Completions)
+    stub.prompts = []
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    service = _openai_service(f"http://127.0.0.1:{stub.server_address[1]}/v1", synthetic_dir, checkpoint)
+    server, thread, url = _serve_in_thread(create_app(service))
+    try:
+        record = httpx.post(f"{url}/v1/answer", json=body, timeout=30).json()
+        assert record["answers"] == [example.topic_entities[0].name] and record["raw_answers"] == ["E1"]
+        assert record["usage"]["completion_tokens"] is None  # text backends return no token ids
+        [prompt] = stub.prompts
+        assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
+        assert httpx.get(f"{url}/health", timeout=10).json()["backend"] == "text"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        stub.shutdown()
+        stub.server_close()
+        service.close()
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+    service = _openai_service(f"http://127.0.0.1:{closed.getsockname()[1]}/v1", synthetic_dir, checkpoint)
+    server, thread, url = _serve_in_thread(create_app(service))
+    try:
+        reply = httpx.post(f"{url}/v1/answer", json=body, timeout=60)
+        assert reply.status_code == 502
+        assert reply.json()["error"]["message"].startswith("the generation backend failed: completion request failed")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        service.close()
+        closed.close()
+
+
+def test_config_names_what_is_wrong():
+    with pytest.raises(ValueError, match="vllm:URL sends token ids and needs `tokenizer`"):
+        ServeConfig(llm="vllm:http://127.0.0.1:8000/v1")
+    with pytest.raises(ValueError, match="llm must be hf:PATH, vllm:PATH, vllm:URL"):
+        ServeConfig(llm="gpt:thing")
+    with pytest.raises(ValueError, match="request_timeout must be > 0"):
+        ServeConfig(request_timeout=0)
