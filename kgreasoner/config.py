@@ -77,6 +77,12 @@ def _coerce(value: Any, kind: Any, where: str) -> Any:
         return value
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if kind is float and isinstance(value, str):
+        # YAML 1.1 reads `2e-3` (no dot) as a string.
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected float, got {value!r}") from None
     if kind in (int, float, str, bool) and not isinstance(value, kind):
         raise ConfigError(f"{where}: expected {kind.__name__}, got {value!r}")
     if origin in (list, tuple) and isinstance(value, (list, tuple)):

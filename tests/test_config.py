@@ -29,6 +29,8 @@ def test_yaml_and_overrides(tmp_path):
     cfg = load_config(Recipe, path, ["steps=7", "inner.rate=0.5", "tags=[a, b]"])
     assert cfg == Recipe(name="run", steps=7, lr=1.0, tags=["a", "b"], inner=Inner(rate=0.5))
     assert isinstance(cfg.lr, float)
+    # YAML 1.1 reads an exponent without a dot as a string.
+    assert load_config(Recipe, None, ["lr=2e-3"]).lr == 0.002
 
 
 def test_unknown_key_names_file_and_key(tmp_path):
@@ -41,6 +43,8 @@ def test_unknown_key_names_file_and_key(tmp_path):
 def test_wrong_type_and_validation(tmp_path):
     with pytest.raises(ConfigError, match="defaults: steps: expected int, got 'many'"):
         load_config(Recipe, None, ["steps=many"])
+    with pytest.raises(ConfigError, match="defaults: lr: expected float, got 'fast'"):
+        load_config(Recipe, None, ["lr=fast"])
     with pytest.raises(ConfigError, match="steps must be > 0"):
         load_config(Recipe, None, ["steps=0"])
     with pytest.raises(ConfigError, match="config file not found"):

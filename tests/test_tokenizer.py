@@ -144,7 +144,8 @@ def test_chat_template_renders_turns_and_masks_the_assistant(word_tok):
 
 def test_word_vocabulary_keeps_the_most_frequent_words():
     texts = ["alpha beta", "alpha gamma", "alpha beta"]
-    tok = train_tokenizer(texts, TokenizerConfig(vocab_size=len(BYTE_ALPHABET) + 3 + 3, num_handles=0))
+    tok = train_tokenizer(texts, TokenizerConfig(vocab_size=len(BYTE_ALPHABET) + 3 + 3, num_handles=0,
+                                                 include_prompt=False))
     learned = set(tok.get_vocab()) - set(tok.get_added_vocab()) - set(BYTE_ALPHABET) - set(CHAT_ROLES)
     # counts: alpha 3, Ġalpha 3 (first-word space forms), Ġbeta 2; Ġgamma (1) does not fit.
     assert learned == {"alpha", "Ġalpha", "Ġbeta"}
@@ -152,7 +153,7 @@ def test_word_vocabulary_keeps_the_most_frequent_words():
 
 
 def test_min_frequency_drops_rare_words():
-    tok = train_tokenizer(["alpha beta", "alpha"], TokenizerConfig(min_frequency=2, num_handles=0))
+    tok = train_tokenizer(["alpha beta", "alpha"], TokenizerConfig(min_frequency=2, num_handles=0, include_prompt=False))
     learned = set(tok.get_vocab()) - set(tok.get_added_vocab()) - set(BYTE_ALPHABET) - set(CHAT_ROLES)
     assert learned == {"alpha", "Ġalpha"}
 
@@ -163,9 +164,32 @@ def test_training_is_deterministic(word_tok):
 
 
 def test_tags_in_training_texts_do_not_enter_the_vocabulary():
-    tok = train_tokenizer(["<search>Utah</search> E2 Utah"], TokenizerConfig(num_handles=4))
+    tok = train_tokenizer(["<search>Utah</search> E2 Utah"], TokenizerConfig(num_handles=4, include_prompt=False))
     learned = set(tok.get_vocab()) - set(tok.get_added_vocab()) - set(BYTE_ALPHABET) - set(CHAT_ROLES)
     assert learned == {"Utah", "ĠUtah", "Ġ"} - set(BYTE_ALPHABET)
+
+
+def test_the_system_prompt_is_learned_as_words(word_tok):
+    from kgreasoner.protocol import build_prompt
+
+    prompt = build_prompt("what timezone is Utah in", [{"id": "Utah", "name": "Utah"}], word_tok)
+    pieces = tokens(word_tok, prompt)
+    assert not set(pieces) & set(BYTE_ALPHABET) - {"Ġ", "Ċ", '"', ",", ".", ":", "(", ")"}
+    assert len(pieces) < 250
+    bare = train_tokenizer(TEXTS, TokenizerConfig(num_handles=64, include_prompt=False))
+    assert len(tokens(bare, prompt)) > 3 * len(pieces)
+
+
+def test_warmup_trajectories_are_training_texts(tmp_path):
+    from kgreasoner.data.schema import TopicEntity
+    from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
+
+    record = WarmupRecord("q1", "what timezone is utah in", (TopicEntity("m.1", "Utah"),), (
+        Segment("<think> I look for the zone. <search>E1</search>", True),
+        Segment("\n<triples>\n(E1 Utah, time_zone, E2 Mountain)\n</triples>\n", False),
+        Segment("</think>\n<answer>E2</answer>", True)))
+    path = write_warmup([record], tmp_path / "warmup.jsonl")
+    assert list(read_training_texts([path])) == ["what timezone is utah in", *(s.text for s in record.segments)]
 
 
 def test_bpe_respects_vocab_size(bpe_tok):
