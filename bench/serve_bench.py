@@ -121,6 +121,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=64, help="answers per concurrency level")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="model tokens per answer (rollout limit)")
     parser.add_argument("--max-batch-size", type=int, default=32, help="server's rollout batch limit")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="server's torch threads (ServeConfig.torch_threads; 1 suits cores shared with other jobs)")
     args = parser.parse_args()
     from data_gen.synthetic import write_synthetic
     from kgreasoner.data import load_dataset
@@ -133,7 +135,7 @@ def main() -> int:
                   "rollout": {"max_turns": 4, "max_new_tokens": args.max_new_tokens,
                               "max_turn_tokens": args.max_new_tokens},
                   "max_batch_size": args.max_batch_size, "batch_wait": 0.01, "max_queue": 1024,
-                  "request_timeout": 600.0}
+                  "request_timeout": 600.0, "torch_threads": args.torch_threads}
         (tmp / "serve.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         examples = load_dataset(data, split="test").examples
         bodies = [{"question": e.question, "topic_entities": [{"id": t.id} for t in e.topic_entities]}
@@ -142,8 +144,8 @@ def main() -> int:
         try:
             run_level(url, bodies, 1, 2)  # warm-up: first-call allocations
             print(f"POST /v1/answer, hf backend, {checkpoint.name}, max_new_tokens {args.max_new_tokens}, "
-                  f"server batch <= {args.max_batch_size}, {args.requests} requests per level, "
-                  f"{os.cpu_count()} CPUs")
+                  f"server batch <= {args.max_batch_size}, {args.torch_threads} torch thread(s), "
+                  f"{args.requests} requests per level, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})")
             print(f"{'concurrency':>11} {'req/s':>8} {'p50 s':>8} {'p99 s':>8} {'batch':>6} {'tokens':>7} {'fail':>5}")
             for level in args.concurrency:
                 r = run_level(url, bodies, level, args.requests)

@@ -136,6 +136,10 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
         return VLLMBackend.offline(target, tokenizer), Path(target).name, lambda: None
     if scheme == "hf" and not Path(target).is_dir():
         raise FileNotFoundError(f"llm: {target} is not a checkpoint directory")
+    if scheme == "hf" and config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
     llm = open_llm(config.llm, workers=config.backend_workers)
     backend = _backend(llm)
     if scheme == "openai":

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 import yaml
 
 from data_gen.synthetic import write_synthetic
@@ -93,13 +94,19 @@ def checkpoint(tmp_path_factory, synthetic_dir, dataset, tool):
     recipe = SFTRecipe(model=str(root / "base"), train_file=str(root / "warmup.jsonl"), output_dir=str(root / "sft"),
                        learning_rate=1e-2, max_steps=24, per_device_train_batch_size=8, warmup_ratio=0.0,
                        max_length=1024, eval_steps=0, save_steps=24, report_to=[], seed=0)
-    return train_sft(recipe)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 64-wide model gains nothing from a second thread, and loses much on shared cores
+    try:
+        return train_sft(recipe)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
 def serve_config_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("serve_config") / "serve.yaml"
-    path.write_text(yaml.safe_dump(SERVE_CONFIG), encoding="utf-8")
+    # One torch thread in the server process: the test process and other jobs share the cores.
+    path.write_text(yaml.safe_dump({**SERVE_CONFIG, "torch_threads": 1}), encoding="utf-8")
     return path
 
 
