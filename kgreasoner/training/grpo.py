@@ -103,9 +103,11 @@ class GRPORecipe:
     deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
     rollout_backend: str = field(
-        default="hf", metadata={"help": "hf (our batched KV-cache loop on the training weights) or vllm"}
+        default="hf", metadata={"help": "hf (our batched KV-cache loop on the training weights) or vllm "
+                                        "(TRL's colocated vLLM engine after its weight sync, driven from token ids)"}
     )
-    vllm_mode: str = field(default="colocate", metadata={"help": "vllm backend: colocate or server"})
+    vllm_mode: str = field(default="colocate", metadata={
+        "help": "vllm backend: colocate (server mode, TRL's `trl vllm-serve`, is not wired to the rollout yet)"})
     vllm_server_base_url: str | None = field(default=None, metadata={"help": "vllm server mode: its base URL"})
 
     def __post_init__(self) -> None:
@@ -118,6 +120,9 @@ class GRPORecipe:
             raise ValueError("num_generations must be >= 2: GRPO compares rollouts of one question")
         if self.rollout_backend not in ("hf", "vllm"):
             raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
+        if self.rollout_backend == "vllm" and self.vllm_mode != "colocate":
+            raise ValueError(f"vllm_mode must be colocate with rollout_backend vllm, got {self.vllm_mode!r}: "
+                             "the multi-turn rollout drives TRL's colocated engine; server mode is not wired yet")
         if self.split_scheme not in ("random", "grouped"):
             raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
 
@@ -161,11 +166,18 @@ class KGRollout:
         seed = self.recipe.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
         sampling = SamplingParams(temperature=self.recipe.temperature, top_p=self.recipe.top_p,
                                   top_k=self.recipe.top_k, seed=seed)
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-            was_training = model.training
-            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
-            trajectories = engine.run(prompts, sessions, sampling)
-            model.train(was_training)
+        if self.recipe.rollout_backend == "vllm":
+            from kgreasoner.rollout.vllm_backend import VLLMBackend
+
+            # TRL has synced the current weights into its engine just before calling us.
+            backend = VLLMBackend(trainer.processing_class, llm=trainer.vllm_generation.llm)
+            trajectories = RolloutEngine(backend, None, self.recipe.rollout).run(prompts, sessions, sampling)
+        else:
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+                was_training = model.training
+                engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
+                trajectories = engine.run(prompts, sessions, sampling)
+                model.train(was_training)
         elapsed = time.perf_counter() - started
         self.rollout_seconds += elapsed
         tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
@@ -342,15 +354,39 @@ def _episode_dataset(examples, tokenizer):
     return Dataset.from_list(rows), by_prompt
 
 
+def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool,
+                  reward_funcs=None):
+    """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as a callback."""
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    from kgreasoner.rewards import reward_functions
+
+    root = Path(recipe.output_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    data, by_prompt = _episode_dataset(examples, tokenizer)
+    rollout = KGRollout(recipe, tool, by_prompt, RolloutStats())
+    metrics = RolloutMetrics(StepLog(root / STEP_LOG, number), rollout)
+    trainer = GRPOTrainer(
+        model=model_path,
+        reward_funcs=reward_funcs or reward_functions(),
+        args=grpo_config(recipe, root / f"episode-{number}", episode),
+        train_dataset=data,
+        processing_class=tokenizer,
+        peft_config=recipe.lora.peft_config(),
+        rollout_func=rollout,
+        callbacks=[metrics],
+    )
+    metrics.trainer = trainer
+    return trainer
+
+
 def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     """Run every episode in turn; returns the final model directory of the last one."""
-    from transformers import AutoTokenizer
     from transformers.trainer_utils import get_last_checkpoint
-    from trl import GRPOTrainer
 
     from kgreasoner.data import load_dataset
     from kgreasoner.retrieval.tool import KGSearchTool
-    from kgreasoner.rewards import reward_functions
 
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
@@ -372,27 +408,12 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             examples = [e for e in train_examples if e.id in hard]
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
-        tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-        data, by_prompt = _episode_dataset(examples, tokenizer)
-        stats = RolloutStats()
-        rollout = KGRollout(recipe, tool, by_prompt, stats)
-        metrics = RolloutMetrics(StepLog(root / STEP_LOG, number), rollout)
-        trainer = GRPOTrainer(
-            model=model_path,
-            reward_funcs=reward_functions(),
-            args=grpo_config(recipe, episode_dir, episode),
-            train_dataset=data,
-            processing_class=tokenizer,
-            peft_config=recipe.lora.peft_config(),
-            rollout_func=rollout,
-            callbacks=[metrics],
-        )
-        metrics.trainer = trainer
+        trainer = build_trainer(recipe, number, episode, examples, model_path, tool)
         checkpoint = get_last_checkpoint(str(episode_dir)) if resume and episode_dir.is_dir() else None
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model(str(final))
         if trainer.is_world_process_zero():
-            tokenizer.save_pretrained(str(final))
+            trainer.processing_class.save_pretrained(str(final))
             trainer.model.generation_config.save_pretrained(str(final))
         trainer.accelerator.wait_for_everyone()
         model_path = str(final)

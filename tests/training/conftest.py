@@ -62,3 +62,32 @@ def tiny_checkpoint(tmp_path_factory):
     out = tmp_path_factory.mktemp("tiny")
     build_tiny(config, texts, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def warm_policy(tmp_path_factory):
+    """A tiny model SFT-trained for 150 steps (~2 CPU minutes) on real warm-up trajectories of the synthetic set.
+
+    Returns (model directory, dataset folder, tool config of the trajectories). Shared by the SFT-quality and GRPO tests: GRPO needs
+    a policy that already writes the format, or every reward is 0 and nothing is learned.
+    """
+    from data_gen.synthetic import write_synthetic
+    from data_gen.warmup import WarmupConfig, run
+    from kgreasoner.retrieval.tool import ToolConfig
+    from kgreasoner.tokenizer import read_training_texts
+    from kgreasoner.training.sft import SFTRecipe, train_sft
+
+    tool = ToolConfig(entity_handles=True, top_k=5)
+    root = tmp_path_factory.mktemp("warm")
+    data = write_synthetic(root / "data", seed=0, num_entities=300, num_questions=400)
+    warmup = root / "warmup.jsonl"
+    run(WarmupConfig(dataset=str(data), output=str(warmup), num_examples=None, dev_examples=0,
+                     tool=tool, progress=False))
+    config = TinyModelConfig(hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
+                             intermediate_size=256, max_position_embeddings=2048,
+                             tokenizer=TokenizerConfig(num_handles=32))
+    build_tiny(config, read_training_texts([data / "kb.tsv", warmup]), root / "tiny")
+    final = train_sft(SFTRecipe(model=str(root / "tiny"), train_file=str(warmup), output_dir=str(root / "sft"),
+                                learning_rate=3e-3, max_steps=150, per_device_train_batch_size=8, warmup_ratio=0.0,
+                                eval_steps=0, save_steps=150, logging_steps=20, report_to=[]))
+    return final, data, tool

@@ -64,6 +64,12 @@ def test_recipe_rejects_a_hard_first_episode(tmp_path):
         load_config(GRPORecipe, path)
 
 
+def test_recipe_rejects_vllm_server_mode_for_the_multi_turn_rollout():
+    with pytest.raises(ConfigError, match="vllm_mode must be colocate with rollout_backend vllm, got 'server'"):
+        load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm",
+                                        "vllm_mode=server"])
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_loses_and_repeats_no_step(grpo_world, tmp_path):
     out = tmp_path / "run"

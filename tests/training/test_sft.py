@@ -77,3 +77,26 @@ def test_torchrun_two_processes_on_cpu(tiny_checkpoint, records, tmp_path):
     state = json.loads((Path(recipe.output_dir) / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
     assert (Path(recipe.output_dir) / "final" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_short_warm_up_writes_the_format_on_held_out_questions(warm_policy):
+    """Measured 0.875 format-valid (40 test questions, greedy) for this recipe; asserted with margin."""
+    from kgreasoner.data import load_dataset, open_dataset_kg
+    from kgreasoner.models import load_model_and_tokenizer
+    from kgreasoner.protocol import check_format
+    from kgreasoner.retrieval.tool import KGSearchTool
+    from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
+    from kgreasoner.rollout.hf_backend import HFBackend
+
+    model_dir, data, tool_config = warm_policy
+    dataset = load_dataset(str(data))
+    test = dataset.split("test")
+    model, tokenizer = load_model_and_tokenizer(str(model_dir))
+    engine = RolloutEngine(HFBackend(model, tokenizer), KGSearchTool(open_dataset_kg(dataset), tool_config),
+                           RolloutConfig(max_new_tokens=256, max_turns=6))
+    trajectories = engine.run(test, sampling=SamplingParams(temperature=0.0))
+    valid = sum(check_format(t.text).valid for t in trajectories) / len(trajectories)
+    assert len(test) >= 30
+    assert valid >= 0.6, f"format-valid {valid:.2f} on {len(test)} test questions"
+    assert all(t.num_searches >= 1 for t in trajectories if check_format(t.text).valid)
