@@ -11,6 +11,7 @@ COMMAND_MODULES = (
     "kgreasoner.kg.commands",
     "data_gen.warmup",
     "kgreasoner.models",
+    "kgreasoner.training.hard_cases",
     "kgreasoner.training.plots",
     "kgreasoner.evaluation.commands",
     "kgreasoner.serving.commands",

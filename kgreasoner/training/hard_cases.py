@@ -8,6 +8,7 @@ Later GRPO episodes train only on these.
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,3 +134,25 @@ def _plot_losses(records, losses, epsilon: float, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """`kgreasoner hard-cases --set model=CKPT --set trajectories=WARMUP.jsonl --set output=HARD.jsonl`."""
+    from kgreasoner.config import add_config_arguments, describe
+
+    parser = subparsers.add_parser(
+        "hard-cases", help="score warm-up trajectories with a checkpoint and keep the hard multi-hop ones",
+        description=__doc__ + "\nFields (HardCaseConfig):\n" + describe(HardCaseConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser)
+    parser.set_defaults(func=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from kgreasoner.config import load_config
+
+    output = mine_hard_cases(load_config(HardCaseConfig, args.config, args.overrides))
+    summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
+    print(f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.4f}) -> {output}")
+    return 0

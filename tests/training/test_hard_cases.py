@@ -38,3 +38,14 @@ def test_mine_writes_ids_summary_and_plot(tiny_checkpoint, tmp_path, records):
     summary = json.loads(out.with_suffix(".summary.json").read_text())
     assert summary == {"scored": 2, "hard": 1, "epsilon": 0.0, "min_hops": 2}
     assert out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_cli_command_mines_and_reports(tiny_checkpoint, tmp_path, records, capsys):
+    from kgreasoner.cli import main
+
+    trajectories = write_warmup(records, tmp_path / "traj.jsonl")
+    out = tmp_path / "hard.jsonl"
+    assert main(["hard-cases", "--set", f"model={tiny_checkpoint}", "--set", f"trajectories={trajectories}",
+                 "--set", f"output={out}", "--set", "epsilon=0.0", "--set", "plot=false"]) == 0
+    assert capsys.readouterr().out == f"1 hard of 2 scored (epsilon 0.0000) -> {out}\n"
+    assert read_hard_ids(out) == {"q2"} and not out.with_suffix(".png").exists()
