@@ -57,7 +57,11 @@ def run_serve(args: argparse.Namespace) -> int:
         family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((config.host, config.port))
+        try:
+            sock.bind((config.host, config.port))
+        except OSError as err:
+            sock.close()
+            raise ValueError(f"cannot listen on {config.host}:{config.port}: {err.strerror or err}") from err
         host, port = sock.getsockname()[:2]
         url_host = f"[{host}]" if family == socket.AF_INET6 else host
         print(f"kgreasoner serve: {service.model_name} ({service.kind} backend) on http://{url_host}:{port} "

@@ -133,6 +133,6 @@ def run(args: argparse.Namespace) -> int:
     missing = [tag for tag, single in manifest["single_token_tags"].items() if not single]
     if missing:
         print(f"export: note: {', '.join(missing)} are several tokens each; servers stop on them as strings")
-    print(f"export: serve it with `vllm serve {args.out}` and answer with "
-          f"`kgreasoner answer --llm openai:http://127.0.0.1:8000/v1 ...`")
+    print(f"export: serve it with `vllm serve {args.out}` and answer with `kgreasoner answer "
+          f"--llm vllm:http://127.0.0.1:8000/v1 --tokenizer {args.out} ...` (or --llm openai:URL, text)")
     return 0

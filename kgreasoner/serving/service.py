@@ -123,7 +123,10 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
 
         if target.startswith(("http://", "https://")):
             url, _, model = target.partition("#")
-            model = OpenAIClient(url, model or None).model  # the first served model when none is named
+            try:
+                model = OpenAIClient(url, model or None).model  # the first served model when none is named
+            except RuntimeError as err:
+                raise ValueError(f"llm: {err}") from err
             backend = VLLMBackend(tokenizer, base_url=url, model=model, timeout=config.backend_timeout,
                                   max_concurrency=config.backend_workers)
             return backend, model, lambda: None
@@ -140,7 +143,10 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
         import torch
 
         torch.set_num_threads(config.torch_threads)
-    llm = open_llm(config.llm, workers=config.backend_workers)
+    try:
+        llm = open_llm(config.llm, workers=config.backend_workers)
+    except RuntimeError as err:  # an openai server that cannot list its models
+        raise ValueError(f"llm: {err}") from err
     backend = _backend(llm)
     if scheme == "openai":
         backend.timeout = config.backend_timeout
