@@ -29,6 +29,7 @@ class EvalConfig:
     max_tokens: int = field(default=256, metadata={"help": "reply budget of one LLM call of the pipeline baselines"})
     limit: int | None = field(default=None, metadata={"help": "answer only the first N questions of the split (None: all)"})
     temperature: float = field(default=0.0, metadata={"help": "kgreasoner method sampling temperature (0: greedy)"})
+    tokenizer: str | None = field(default=None, metadata={"help": "kgreasoner method over openai:URL: the model's tokenizer (path), whose chat template renders the prompts as in training"})
     tog: ToGConfig = field(default_factory=ToGConfig, metadata={"help": "ToG beam search"})
     sog: SoGConfig = field(default_factory=SoGConfig, metadata={"help": "SoG tool limits"})
     parog: PaRoGConfig = field(default_factory=PaRoGConfig, metadata={"help": "PaRoG limits"})
@@ -68,7 +69,7 @@ def _kgreasoner(ctx: MethodContext) -> Method:
     from kgreasoner.evaluation.rollout_method import KGReasonerMethod
     from kgreasoner.rollout import SamplingParams
 
-    return KGReasonerMethod(ctx.llm, ctx.tool, ctx.config.rollout, SamplingParams(temperature=ctx.config.temperature, seed=0))
+    return KGReasonerMethod(ctx.llm, ctx.tool, ctx.config.rollout, SamplingParams(temperature=ctx.config.temperature, seed=0), ctx.config.tokenizer)
 
 
 METHODS: dict[str, Callable[[MethodContext], Method]] = {

@@ -27,8 +27,8 @@ class KGReasonerMethod(Method):
     uses_llm = False  # generation goes through the rollout engine, which reports its own usage
 
     def __init__(self, llm: Any, tool: KGSearchTool, rollout: RolloutConfig | None = None,
-                 sampling: SamplingParams | None = None) -> None:
-        self.engine = RolloutEngine(_backend(llm), tool, rollout or RolloutConfig())
+                 sampling: SamplingParams | None = None, tokenizer: str | None = None) -> None:
+        self.engine = RolloutEngine(rollout_backend(llm, tokenizer), tool, rollout or RolloutConfig())
         self.tool = tool
         self.kg = tool.kg
         self.sampling = sampling or SamplingParams(temperature=0.0, seed=0)
@@ -50,8 +50,12 @@ class KGReasonerMethod(Method):
         return results
 
 
-def _backend(llm: Any) -> Any:
-    """The rollout backend serving the same model as the eval's LLM client (a rollout backend as it is)."""
+def rollout_backend(llm: Any, tokenizer: str | None = None) -> Any:
+    """The rollout backend serving the same model as the eval's LLM client (a rollout backend as it is).
+
+    A text endpoint has no tokenizer of its own: without `tokenizer` (the model's, for its chat
+    template) prompts take the plain protocol layout, which a chat-trained model never saw.
+    """
     from kgreasoner.evaluation.llm import HFClient, OpenAIClient
 
     if hasattr(llm, "kind"):
@@ -63,6 +67,11 @@ def _backend(llm: Any) -> Any:
     if isinstance(llm, OpenAIClient):
         from kgreasoner.rollout.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency)
+        backend = OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency)
+        if tokenizer:
+            from transformers import AutoTokenizer
+
+            backend.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
+        return backend
     raise ValueError("the kgreasoner method needs --llm hf:PATH or openai:URL[#MODEL]; "
                      f"got {type(llm).__name__}")

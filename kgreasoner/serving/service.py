@@ -110,7 +110,7 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
     if not config.llm:
         raise ValueError("llm: name the model: hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL]")
     from kgreasoner.evaluation.llm import OpenAIClient, open_llm
-    from kgreasoner.evaluation.rollout_method import _backend
+    from kgreasoner.evaluation.rollout_method import rollout_backend
 
     scheme, _, target = config.llm.partition(":")
     tokenizer = None
@@ -147,7 +147,7 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
         llm = open_llm(config.llm, workers=config.backend_workers)
     except RuntimeError as err:  # an openai server that cannot list its models
         raise ValueError(f"llm: {err}") from err
-    backend = _backend(llm)
+    backend = rollout_backend(llm)
     if scheme == "openai":
         backend.timeout = config.backend_timeout
         if tokenizer is not None:

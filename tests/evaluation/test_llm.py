@@ -125,3 +125,19 @@ def test_hf_client_stops_at_a_stop_string(tiny_checkpoint):
         llm.close()
     assert cut.text == free.text[: free.text.find(stop)] and cut.finish_reason == "stop"
     assert cut.completion_tokens < free.completion_tokens
+
+
+def test_kgreasoner_method_over_a_text_endpoint_renders_the_models_chat_template(tiny_checkpoint, synthetic):
+    from transformers import AutoTokenizer
+
+    from kgreasoner.evaluation.rollout_method import rollout_backend
+    from kgreasoner.protocol import build_prompt
+
+    client = OpenAIClient("http://127.0.0.1:9/v1", "m", retries=0, timeout=2)
+    example = synthetic.examples[0]
+    expected = build_prompt(example.question, list(example.topic_entities),
+                            AutoTokenizer.from_pretrained(str(tiny_checkpoint)))
+    assert expected.startswith("<|im_start|>system")
+    backend = rollout_backend(client, str(tiny_checkpoint))
+    assert build_prompt(example.question, list(example.topic_entities), backend.tokenizer) == expected
+    assert getattr(rollout_backend(client), "tokenizer", None) is None
