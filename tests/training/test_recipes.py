@@ -26,3 +26,11 @@ def test_paper_values_in_the_large_recipes():
     recipe = load_config(GRPORecipe, CONFIGS / "qwen3-8b" / "grpo.yaml")
     assert (recipe.learning_rate, recipe.beta, recipe.epsilon, recipe.num_generations, recipe.temperature) == (
         1e-6, 1e-5, 0.2, 16, 1.0)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("tiny-cpu/model*.yaml")), ids=lambda p: p.stem)
+def test_tiny_model_recipes_load_with_heads_vllm_can_serve(path):
+    from kgreasoner.models import TinyModelConfig
+
+    config = load_config(TinyModelConfig, path)
+    assert config.head_dim >= 32 and config.tokenizer.num_handles == 64
