@@ -157,18 +157,25 @@ def read_jsonl(path: str | Path) -> list[QAExample]:
     return list(iter_jsonl(path))
 
 
-def iter_jsonl(path: str | Path) -> Iterator[QAExample]:
+def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
+    """`(where, value)` per non-blank line of a JSONL file; `where` is `path:line` for error messages."""
     path = Path(path)
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                yield QAExample.from_dict(json.loads(line))
+                yield f"{path}:{number}", json.loads(line)
             except json.JSONDecodeError as err:
                 raise SchemaError(f"{path}:{number}: not valid JSON ({err.msg})") from err
-            except SchemaError as err:
-                raise SchemaError(f"{path}:{number}: {err}") from err
+
+
+def iter_jsonl(path: str | Path) -> Iterator[QAExample]:
+    for where, data in iter_json_lines(path):
+        try:
+            yield QAExample.from_dict(data)
+        except SchemaError as err:
+            raise SchemaError(f"{where}: {err}") from err
 
 
 def write_jsonl(examples: Iterable[QAExample], path: str | Path) -> int:

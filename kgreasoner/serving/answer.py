@@ -232,25 +232,17 @@ def _inputs(args: argparse.Namespace, config: Any) -> tuple[list[tuple[str, dict
 
 
 def _read_questions(path: Path) -> Iterable[tuple[str, dict]]:
-    from kgreasoner.data.schema import QAExample, SchemaError
+    from kgreasoner.data.schema import QAExample, SchemaError, iter_json_lines
 
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
+    for where, data in iter_json_lines(path):
+        if not isinstance(data, dict) or "question" not in data or "topic_entities" not in data:
+            raise ValueError(f"{where}: each line needs 'question' and 'topic_entities'")
+        item = {"question": data["question"], "topic_entities": data["topic_entities"]}
+        if data.get("id") is not None:
+            item["id"] = str(data["id"])
+        if data.get("answers"):
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from err
-            if not isinstance(data, dict) or "question" not in data or "topic_entities" not in data:
-                raise ValueError(f"{where}: each line needs 'question' and 'topic_entities'")
-            item = {"question": data["question"], "topic_entities": data["topic_entities"]}
-            if data.get("id") is not None:
-                item["id"] = str(data["id"])
-            if data.get("answers"):
-                try:
-                    item["answers"] = list(QAExample.from_dict({"id": "x", **data}).answers)
-                except SchemaError as err:
-                    raise ValueError(f"{where}: {err}") from err
-            yield where, item
+                item["answers"] = list(QAExample.from_dict({"id": "x", **data}).answers)
+            except SchemaError as err:
+                raise ValueError(f"{where}: {err}") from err
+        yield where, item

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from kgreasoner.data.schema import SchemaError, TopicEntity
+from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines
 from kgreasoner.protocol import build_prompt
 
 KINDS = ("gold", "correction")
@@ -85,17 +85,8 @@ def read_warmup(path: str | Path) -> list[WarmupRecord]:
 
 
 def iter_warmup(path: str | Path) -> Iterator[WarmupRecord]:
-    path = Path(path)
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise SchemaError(f"{where}: not valid JSON ({err.msg})") from err
-            yield WarmupRecord.from_dict(data, where)
+    for where, data in iter_json_lines(path):
+        yield WarmupRecord.from_dict(data, where)
 
 
 def write_warmup(records, path: str | Path) -> Path:
