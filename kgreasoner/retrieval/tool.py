@@ -198,7 +198,7 @@ class SearchSession:
                 return self._show(node, backtracked=True)
             current = node.parent
         return _error("backtrack_at_root", f"Nothing left to backtrack to: every neighbour on the path from {label} "
-                      "back to the topic entity has been shown. Answer from the triples above.", entity, True)
+                      "back to the topic entity has been shown. Search another entity shown above, or answer.", entity, True)
 
     def _node(self, entity: str) -> _Node:
         if entity not in self._nodes:

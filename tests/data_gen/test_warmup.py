@@ -235,7 +235,7 @@ def test_correction_searches_a_shown_wrong_entity_and_backtracks(tiny_kg, templa
     assert record.completion.endswith("<answer>France</answer>")
     # every neighbour of Ann was shown in the first block: the tool has nothing left to offer
     assert "<search>Chef | backtrack</search>\n<triples>\nNothing left to backtrack to: every neighbour on the path from " \
-           "Chef back to the topic entity has been shown. Answer from the triples above.\n</triples>\n" in record.completion
+           "Chef back to the topic entity has been shown. Search another entity shown above, or answer.\n</triples>\n" in record.completion
     assert generator.stats["backtrack_output:error:backtrack_at_root"] == 1
 
 

@@ -120,7 +120,7 @@ def test_backtracking_walks_the_papers_example(path_kg):
     root = s.call("5 | backtrack")
     assert root.error == "backtrack_at_root" and root.backtracked
     assert root.text == ("Nothing left to backtrack to: every neighbour on the path from 5 back to the topic "
-                         "entity has been shown. Answer from the triples above.")
+                         "entity has been shown. Search another entity shown above, or answer.")
     at_topic = s.call("1 | backtrack")
     assert at_topic.error == "backtrack_at_root"
     assert at_topic.text == "1 is a topic entity: there is nothing to backtrack to. Search one of the entities shown so far."

@@ -66,7 +66,7 @@ def tiny_checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def warm_policy(tmp_path_factory):
-    """A tiny model SFT-trained for 150 steps (~2 CPU minutes) on real warm-up trajectories of the synthetic set.
+    """A tiny model SFT-trained for 300 steps (~3 CPU minutes) on real warm-up trajectories of the synthetic set.
 
     Returns (model directory, dataset folder, tool config of the trajectories). Shared by the SFT-quality and GRPO tests: GRPO needs
     a policy that already writes the format, or every reward is 0 and nothing is learned.
@@ -88,6 +88,6 @@ def warm_policy(tmp_path_factory):
                              tokenizer=TokenizerConfig(num_handles=32))
     build_tiny(config, read_training_texts([data / "kb.tsv", warmup]), root / "tiny")
     final = train_sft(SFTRecipe(model=str(root / "tiny"), train_file=str(warmup), output_dir=str(root / "sft"),
-                                learning_rate=3e-3, max_steps=150, per_device_train_batch_size=8, warmup_ratio=0.0,
-                                eval_steps=0, save_steps=150, logging_steps=20, report_to=[]))
+                                learning_rate=3e-3, max_steps=300, per_device_train_batch_size=8, warmup_ratio=0.0,
+                                eval_steps=0, save_steps=300, logging_steps=20, report_to=[]))
     return final, data, tool

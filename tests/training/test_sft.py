@@ -81,7 +81,10 @@ def test_torchrun_two_processes_on_cpu(tiny_checkpoint, records, tmp_path):
 
 @pytest.mark.slow
 def test_a_short_warm_up_writes_the_format_on_held_out_questions(warm_policy):
-    """Measured 0.875 format-valid (40 test questions, greedy) for this recipe; asserted with margin."""
+    """Measured 1.00 format-valid (40 test questions, greedy) for this recipe; asserted with margin.
+
+    At 150 steps the same recipe gave 0.875 or 0.025 depending on one sentence of the tool's text: too close to
+    the edge of learning the format to test anything."""
     from kgreasoner.data import load_dataset, open_dataset_kg
     from kgreasoner.models import load_model_and_tokenizer
     from kgreasoner.protocol import check_format
@@ -98,5 +101,5 @@ def test_a_short_warm_up_writes_the_format_on_held_out_questions(warm_policy):
     trajectories = engine.run(test, sampling=SamplingParams(temperature=0.0))
     valid = sum(check_format(t.text).valid for t in trajectories) / len(trajectories)
     assert len(test) >= 30
-    assert valid >= 0.6, f"format-valid {valid:.2f} on {len(test)} test questions"
+    assert valid >= 0.8, f"format-valid {valid:.2f} on {len(test)} test questions"
     assert all(t.num_searches >= 1 for t in trajectories if check_format(t.text).valid)
