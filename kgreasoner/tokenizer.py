@@ -245,14 +245,10 @@ def read_training_texts(paths: Iterable[str | Path]) -> Iterator[str]:
 
 
 def _is_warmup_file(path: Path) -> bool:
-    import json
+    from kgreasoner.data.schema import iter_json_lines
 
-    with open(path, encoding="utf-8") as handle:
-        first = next((line for line in handle if line.strip()), "")
-    try:
-        return "segments" in json.loads(first)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}:1: not JSON ({err.msg})") from None
+    _, first = next(iter_json_lines(path), ("", {}))
+    return isinstance(first, dict) and "segments" in first
 
 
 def _warmup_texts(path: Path) -> Iterator[str]:

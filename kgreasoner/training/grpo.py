@@ -354,8 +354,7 @@ def _episode_dataset(examples, tokenizer):
     return Dataset.from_list(rows), by_prompt
 
 
-def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool,
-                  reward_funcs=None):
+def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool):
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as a callback."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
@@ -369,7 +368,7 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     metrics = RolloutMetrics(StepLog(root / STEP_LOG, number), rollout)
     trainer = GRPOTrainer(
         model=model_path,
-        reward_funcs=reward_funcs or reward_functions(),
+        reward_funcs=reward_functions(),
         args=grpo_config(recipe, root / f"episode-{number}", episode),
         train_dataset=data,
         processing_class=tokenizer,

@@ -1,5 +1,6 @@
 """GRPO from a real tiny policy after a short SFT warm-up: weights move, tool tokens carry no loss."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,8 +30,6 @@ def test_three_steps_change_the_weights_and_log_every_reward(warm_policy, tmp_pa
     final = train_grpo(_recipe(warm_policy, tmp_path / "run"))
     before, after = load_file(model / "model.safetensors"), load_file(final / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    import json
-
     rows = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
     assert any(r["reward_std"] > 0 for r in rows), "no reward variance: the warm-up model is too weak"
