@@ -2,7 +2,8 @@
 
 TRL's `SFTTrainer` on pre-tokenised trajectories: `input_ids` plus `assistant_masks`, so the
 loss covers only model-written tokens (the prompt and every `<triples>` block are masked). TRL
-builds labels from the mask and scores only labelled positions through its fused LM head.
+builds labels from the mask. On Triton devices its fused LM head scores only labelled positions;
+elsewhere `labelled_head` makes it do the same (on CPU the full-sequence projection dominated a step).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model
+from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.training.warmup_data import encode_record, read_warmup
 
 logger = logging.getLogger(__name__)
@@ -169,6 +171,9 @@ def train_sft(recipe: SFTRecipe, resume: bool = False) -> Path:
         peft_config=recipe.lora.peft_config(),
         callbacks=callbacks,
     )
+    if not _has_gpu():
+        # PEFT injects its adapters into `model` itself, so the patch also serves a LoRA run
+        add_labelled_lm_head(model)
     trainer.train(resume_from_checkpoint=_last_checkpoint(recipe.output_dir) if resume else None)
     final = Path(recipe.output_dir) / "final"
     trainer.save_model(str(final))
