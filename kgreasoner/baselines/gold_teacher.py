@@ -1,9 +1,13 @@
-"""Rules for `ScriptedLLM` that answer the baselines' prompts from each question's gold path.
+"""The gold-path teacher: rules for `ScriptedLLM` that answer the baselines' prompts from each
+question's gold path.
 
-A test double, not a model: the rules read the prompt (its last `Question:` line names the
-example), look at the gold relation path and the KG, and write the reply a perfect LLM would
-write for that step. They answer only from what the prompt shows (relations listed, candidates
-listed, triplets or tables retrieved), so a baseline that fails to retrieve the answer fails.
+A deterministic teacher built from gold paths, not a model. The rules read the prompt (its last
+`Question:` line names the example), look at the gold relation path and the KG, and write the
+reply a perfect LLM would write for that step. They answer only from what the prompt shows
+(relations listed, candidates listed, triplets or tables retrieved), so a baseline that fails to
+retrieve the answer fails. Used by the tests, to drive each baseline's control flow exactly, and
+by `data_gen/pipeline_sft.py`, to write SFT data for every LLM step of ToG and SoG (the
+same-backbone comparison).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ def _section(prompt: str, start: str, end: str) -> list[str]:
     return [line.strip() for line in body.splitlines() if line.strip()]
 
 
-class GoldScript:
+class GoldTeacher:
     """Per-question gold knowledge: path, frontiers, answer labels."""
 
     def __init__(self, kg: KnowledgeGraph, examples: list[QAExample], sog_frontier_cap: int = 3) -> None:
@@ -125,5 +129,6 @@ class GoldScript:
 
 
 def gold_llm(kg: KnowledgeGraph, examples: list[QAExample], method: str, **options) -> ScriptedLLM:
-    script = GoldScript(kg, examples, **options)
+    """A `ScriptedLLM` that replies as the teacher to `method`'s prompts (`(no rule)` where it has none)."""
+    script = GoldTeacher(kg, examples, **options)
     return ScriptedLLM([getattr(script, method)], default="(no rule)")
