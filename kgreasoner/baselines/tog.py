@@ -47,6 +47,7 @@ class ToGConfig:
     retain_candidates: int = field(default=5, metadata={"help": "size of the seeded random sample when there are too many"})
     seed: int = field(default=0, metadata={"help": "seed of the candidate sampling"})
     max_tokens: int | None = field(default=None, metadata={"help": "reply budget per LLM step (None: the client's)"})
+    few_shot: bool = field(default=True, metadata={"help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"})
 
     def __post_init__(self) -> None:
         if self.mode not in TOG_MODES:
@@ -103,7 +104,7 @@ class ToGMethod(Method):
                 options = list(dict.fromkeys(outgoing + incoming))
                 if not options:
                     continue
-                reply = ask("relations", prompts.relation_prompt(question, label(entity), options, cfg.width))
+                reply = ask("relations", prompts.relation_prompt(question, label(entity), options, cfg.width, cfg.few_shot))
                 picked = prompts.parse_scored(reply, options)[: cfg.width]
                 steps[-1].parsed = picked
                 chosen.extend((entity, rel, rel in outgoing, score) for rel, score in picked)
@@ -163,6 +164,6 @@ class ToGMethod(Method):
         if len(named) == 1:
             return [(named[0], rel_score)]
         shown = list(dict.fromkeys(label(t) for t in named))
-        reply = ask("entities", prompts.entity_prompt(question, entity_label, relation, shown))
+        reply = ask("entities", prompts.entity_prompt(question, entity_label, relation, shown, self.config.few_shot))
         scores = dict(prompts.parse_scored(reply, shown))
         return [(t, rel_score * scores.get(label(t), 0.0)) for t in named]

@@ -7,6 +7,8 @@ scoring, sufficiency check, answer); not ToG's own prompt text. Every prompt has
 - entity scoring: lines `{entity} (score: 0.6)`;
 - sufficiency: `{Yes}` or `{No}` first;
 - answer: `Answer: {A | B}`.
+Relation pruning and entity scoring carry one worked example each (`few_shot`), for a prompted
+model; `ToGConfig.few_shot` leaves it out for a model fine-tuned on these prompts.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ attached to one entity. Choose at most {width} of them that are the most likely 
 answer, and give each a score between 0 and 1 (the scores of your choices add up to 1).
 Write one line per chosen relation, exactly as: {{relation}} (score: 0.5)
 
-Example.
+{example}Question: {question}
+Entity: {entity}
+Relations:
+{relations}
+Choices:
+"""
+
+RELATION_EXAMPLE = """Example.
 Question: Which currency is used in the country where the Danube ends?
 Entity: Danube
 Relations:
@@ -29,14 +38,9 @@ geography.river.mouth
 geography.river.length
 geography.river.basin_countries
 Choices:
-{{geography.river.mouth}} (score: 0.7)
-{{geography.river.basin_countries}} (score: 0.3)
+{geography.river.mouth} (score: 0.7)
+{geography.river.basin_countries} (score: 0.3)
 
-Question: {question}
-Entity: {entity}
-Relations:
-{relations}
-Choices:
 """
 
 ENTITY_PROMPT = """You are walking a knowledge graph to answer a question. Following the relation below \
@@ -44,7 +48,15 @@ from the entity below reaches the candidate entities listed. Score how useful ea
 answering the question, between 0 and 1 (the scores add up to 1).
 Write one line per candidate, exactly as: {{candidate}} (score: 0.5)
 
-Example.
+{example}Question: {question}
+Entity: {entity}
+Relation: {relation}
+Candidates:
+{candidates}
+Scores:
+"""
+
+ENTITY_EXAMPLE = """Example.
 Question: Which currency is used in the country where the Danube ends?
 Entity: Danube
 Relation: geography.river.mouth
@@ -52,15 +64,9 @@ Candidates:
 Black Sea
 Danube Delta
 Scores:
-{{Black Sea}} (score: 0.8)
-{{Danube Delta}} (score: 0.2)
+{Black Sea} (score: 0.8)
+{Danube Delta} (score: 0.2)
 
-Question: {question}
-Entity: {entity}
-Relation: {relation}
-Candidates:
-{candidates}
-Scores:
 """
 
 SUFFICIENCY_PROMPT = """Decide whether the knowledge triplets below, together with what you know, are \
@@ -87,12 +93,14 @@ _SCORED_LINE = re.compile(r"\{([^{}]+)\}\s*\(\s*score\s*:\s*([0-9]*\.?[0-9]+)\s*
 _YES_NO = re.compile(r"\{\s*(yes|no)\s*\}", re.IGNORECASE)
 
 
-def relation_prompt(question: str, entity: str, relations: Sequence[str], width: int) -> str:
-    return RELATION_PROMPT.format(question=question, entity=entity, relations="\n".join(relations), width=width)
+def relation_prompt(question: str, entity: str, relations: Sequence[str], width: int, few_shot: bool = True) -> str:
+    return RELATION_PROMPT.format(question=question, entity=entity, relations="\n".join(relations), width=width,
+                                  example=RELATION_EXAMPLE if few_shot else "")
 
 
-def entity_prompt(question: str, entity: str, relation: str, candidates: Sequence[str]) -> str:
-    return ENTITY_PROMPT.format(question=question, entity=entity, relation=relation, candidates="\n".join(candidates))
+def entity_prompt(question: str, entity: str, relation: str, candidates: Sequence[str], few_shot: bool = True) -> str:
+    return ENTITY_PROMPT.format(question=question, entity=entity, relation=relation, candidates="\n".join(candidates),
+                                example=ENTITY_EXAMPLE if few_shot else "")
 
 
 def format_triplets(triplets: Sequence[tuple[str, str, str]]) -> str:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from kgreasoner.baselines import tog_prompts as prompts
 from kgreasoner.baselines.gold_teacher import gold_llm
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.data import QAExample
@@ -109,3 +110,18 @@ def test_modes_differ_exactly_on_questions_that_need_an_incoming_edge(synthetic_
     assert needs_incoming and hits["faithful"] == hits["fixed"] - needs_incoming
     assert hits["fixed"] & needs_incoming  # fixed does answer some of them
     assert len(hits["fixed"]) >= 0.9 * len(examples)
+
+
+def test_few_shot_off_drops_only_the_worked_examples(synthetic_data):
+    dataset, kg = synthetic_data
+    examples = dataset.examples[:20]
+    runs = {}
+    for few_shot in (True, False):
+        llm = gold_llm(kg, examples, "tog")
+        method = ToGMethod(kg, ToGConfig(mode="fixed", few_shot=few_shot))
+        runs[few_shot] = ([method.answer(e, llm).answers for e in examples], llm.prompts)
+    assert runs[True][0] == runs[False][0]
+    with_examples, without = runs[True][1], runs[False][1]
+    assert sum("\nExample.\n" in p for p in with_examples) > 0 and not any("Example." in p for p in without)
+    stripped = [p.replace(prompts.RELATION_EXAMPLE, "").replace(prompts.ENTITY_EXAMPLE, "") for p in with_examples]
+    assert stripped == without
