@@ -215,7 +215,8 @@ def read_training_texts(paths: Iterable[str | Path]) -> Iterator[str]:
 
     - `*.jsonl`: QA examples (the DESIGN.md schema): the question, topic entity names, answer
       names and aliases; or warm-up trajectories (data_gen/warmup.py): every segment's text, so
-      the thinking templates and the tool's printed triples are words of their own;
+      the thinking templates and the tool's printed triples are words of their own (and the raw
+      prompt of pipeline-step records, data_gen/pipeline_sft.py);
     - `*.nt`: N-Triples KG: `rdfs:label` values, relations and other literal values;
     - a `*.tsv` KG with a `names.tsv` beside it (the KG loader's convention: ids are not labels):
       per triple the subject label, the relation and the object label (literal values as written,
@@ -256,6 +257,8 @@ def _warmup_texts(path: Path) -> Iterator[str]:
 
     for record in iter_warmup(path):
         yield record.question
+        if record.prompt is not None:
+            yield record.prompt
         yield from (segment.text for segment in record.segments)
 
 

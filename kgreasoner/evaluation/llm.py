@@ -215,10 +215,7 @@ class HFClient(LLMClient):
 
     def render(self, prompt: str) -> str:
         """The text the model actually sees for `prompt`."""
-        if self.chat:
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                      add_generation_prompt=True)
-        return prompt
+        return render_prompt(prompt, self.tokenizer, self.chat)
 
     def _complete_many(self, prompts: list[str], max_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         self._ensure_worker()
@@ -270,7 +267,7 @@ class HFClient(LLMClient):
 
         budget = max(r.max_tokens for r in batch)
         room = max(1, self.context - budget)
-        encoded = [self.tokenizer(self.render(r.prompt), add_special_tokens=False)["input_ids"][-room:] for r in batch]
+        encoded = [encode_prompt(r.prompt, self.tokenizer, self.chat)[-room:] for r in batch]
         width = max(len(ids) for ids in encoded)
         input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(batch), width), dtype=torch.long)
@@ -323,6 +320,21 @@ class _StopOnText:
                     self.stopped_at[i] = produced
                     done[i] = True
         return done
+
+
+def render_prompt(prompt: str, tokenizer: Any, chat: bool = True) -> str:
+    """`prompt` as one user turn through the tokenizer's chat template (ending where the reply
+    starts), when `chat` and the tokenizer has a template; else the prompt itself."""
+    if chat and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+    return prompt
+
+
+def encode_prompt(prompt: str, tokenizer: Any, chat: bool = True) -> list[int]:
+    """The prompt token ids a local model is given (`HFClient`, and SFT data of pipeline steps, so
+    that training and evaluation see the same tokens); the template already wrote any BOS."""
+    return list(tokenizer(render_prompt(prompt, tokenizer, chat), add_special_tokens=False)["input_ids"])
 
 
 # --------------------------------------------------------------------------- OpenAI-compatible

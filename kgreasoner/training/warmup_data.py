@@ -7,6 +7,12 @@ model writes and false for what the tool inserts (`<triples>` blocks).
 
 Each segment is tokenised alone, exactly as the rollout engine appends tool text and as the model
 emits its own spans, so the SFT sequences match what the model meets at rollout time.
+
+Pipeline-step records (`data_gen/pipeline_sft.py`: one LLM step of ToG or SoG) carry an optional
+raw `prompt`, used instead of the protocol prompt built from the question: it is rendered as one
+user turn exactly as `HFClient` renders it at evaluation (`evaluation.llm.encode_prompt`), and the
+reply (the segments) ends with the tokenizer's eos token, trained, where the client's generation
+stops. Records without `prompt` are written and encoded as before.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 from typing import Iterator
 
 from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines
+from kgreasoner.evaluation.llm import encode_prompt
 from kgreasoner.protocol import build_prompt
 
 KINDS = ("gold", "correction")
@@ -39,6 +46,7 @@ class WarmupRecord:
     kind: str = "gold"
     hops: int = 0
     split: str = "train"
+    prompt: str | None = None
 
     @property
     def completion(self) -> str:
@@ -53,6 +61,7 @@ class WarmupRecord:
             "kind": self.kind,
             "hops": self.hops,
             "split": self.split,
+            **({"prompt": self.prompt} if self.prompt is not None else {}),
         }
 
     @classmethod
@@ -68,6 +77,7 @@ class WarmupRecord:
                 kind=str(data.get("kind", "gold")),
                 hops=int(data.get("hops", 0)),
                 split=str(data.get("split", "train")),
+                prompt=None if data.get("prompt") is None else str(data["prompt"]),
             )
         except KeyError as err:
             raise SchemaError(f"{where}: missing field {err.args[0]!r}") from err
@@ -100,11 +110,19 @@ def write_warmup(records, path: str | Path) -> Path:
 
 def encode_record(record: WarmupRecord, tokenizer) -> dict[str, list[int]]:
     """`input_ids` of prompt + completion and `assistant_masks` (1 on model-written tokens)."""
-    prompt = build_prompt(record.question, list(record.topic_entities), tokenizer)
-    input_ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    if record.prompt is None:
+        prompt = build_prompt(record.question, list(record.topic_entities), tokenizer)
+        input_ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    else:
+        input_ids = encode_prompt(record.prompt, tokenizer)
     mask = [0] * len(input_ids)
     for segment in record.segments:
         ids = tokenizer(segment.text, add_special_tokens=False)["input_ids"]
         input_ids.extend(ids)
         mask.extend([int(segment.train)] * len(ids))
+    if record.prompt is not None:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"record {record.id}: a pipeline-step record needs a tokenizer with an eos token")
+        input_ids.append(tokenizer.eos_token_id)
+        mask.append(1)
     return {"input_ids": input_ids, "assistant_masks": mask}
