@@ -10,6 +10,7 @@ import sys
 COMMAND_MODULES = (
     "kgreasoner.kg.commands",
     "data_gen.warmup",
+    "data_gen.pipeline_sft",
     "kgreasoner.models",
     "kgreasoner.training.hard_cases",
     "kgreasoner.training.plots",
