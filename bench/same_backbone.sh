@@ -21,6 +21,10 @@
 # (OMP_NUM_THREADS=1): on the shared 2-core machine more threads made jobs 3-25x slower.
 # Output per method in OUT/METHOD/: data.jsonl (+ .summary.json), base/, sft/, eval/ (summary.md,
 # summary.json, per-question JSONL), times.txt (wall seconds per stage).
+# Use a fresh OUT: the evaluation resumes what an OUT/METHOD/eval already holds.
+# Measured here (PQ-2H, 150 steps; docs/results/same-backbone.md): 8.4 min in all; Hits@1 0.000 for
+# both (under-trained: dev loss still falling steeply); per question ToG 2.7 calls / 259 prompt
+# tokens, SoG 10 calls (the turn cap) / 5,273 prompt tokens.
 set -euo pipefail
 
 SET=${1:?usage: bench/same_backbone.sh SET OUT STEPS}
