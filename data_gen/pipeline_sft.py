@@ -136,7 +136,6 @@ class _Recorder:
 class QuestionSteps:
     """One question's run: its LLM steps as (kind, prompt, reply) and whether the answer was right."""
 
-    example: QAExample
     steps: list[tuple[str, str, str]]
     correct: bool
 
@@ -151,7 +150,7 @@ def teacher_steps(method: Method, kg: KnowledgeGraph, example: QAExample, config
     if len(kinds) != len(recorder.calls):
         raise RuntimeError(f"{example.id}: {len(recorder.calls)} LLM calls but {len(kinds)} steps in the trace")
     steps = [(kind, prompt, reply) for kind, (prompt, reply) in zip(kinds, recorder.calls)]
-    return QuestionSteps(example, steps, hits_at_1(result.answers, example.answers) > 0)
+    return QuestionSteps(steps, hits_at_1(result.answers, example.answers) > 0)
 
 
 def generate_records(config: PipelineSFTConfig, method: Method, kg: KnowledgeGraph, examples: Sequence[QAExample],
