@@ -101,7 +101,7 @@ DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
         "Here {fact}.",
         "From these triples, {fact}.",
     ),
-    # before the search of the next hop's entity
+    # before the search of the next hop's entity (slots: need, entity = that entity)
     "next": (
         "Next I need {need}.",
         "Now I look for {need}.",
@@ -704,7 +704,7 @@ class WarmupGenerator:
                 w.finish(answers)
                 break
             next_relations = w.step_relations(chosen.target, hop_after)
-            hint = first + " " + w.template("next", need=w.need(chosen.target, next_relations))
+            hint = first + " " + w.template("next", entity=w.ref(chosen.target), need=w.need(chosen.target, next_relations))
             w.think(hint, f"search {w.query(chosen.target)}")
             result = w.search_entity(chosen.target)
             current, hop, step_index = chosen.target, hop_after, step_index + 1

@@ -454,3 +454,16 @@ def test_summary_reports_mean_tokens_with_a_tokenizer(synthetic, tmp_path):
     assert summary["mean_completion_tokens"] == round(sum(map(sum, counts)) / 8, 1)
     trained = sum(n for r, c in zip(records, counts) for s, n in zip(r.segments, c) if s.train)
     assert summary["mean_trained_tokens"] == round(trained / 8, 1) < summary["mean_completion_tokens"]
+
+
+def test_templates_that_name_no_relation_before_the_triples(tiny_kg, tmp_path):
+    copy = dict(ONE_TEMPLATE, start="I search {entity}.", fact="{fact}.", next="Next I search {entity}.")
+    path = tmp_path / "copy.yaml"
+    path.write_text(json.dumps({group: [text] for group, text in copy.items()}), encoding="utf-8")
+    generator = tiny_generator(tiny_kg, path, "tool.entity_handles=true")
+    thoughts = [s.text for s in generator.make(spouse_question(), correction=False).segments if s.train]
+    assert thoughts == [
+        "<think> I search E1. <search>E1</search>",
+        "E1 has person spouse s / marriage spouse E3. Next I search E3. <search>E3</search>",
+        "E3 has person nationality E5. The answer is E5. </think>\n<answer>E5</answer>",
+    ]
