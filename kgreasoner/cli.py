@@ -9,6 +9,7 @@ import sys
 # module path -> it defines `register(subparsers)`; each subcommand sets `func(args) -> int`.
 COMMAND_MODULES = (
     "kgreasoner.kg.commands",
+    "kgreasoner.data.prepare",
     "data_gen.warmup",
     "data_gen.pipeline_sft",
     "kgreasoner.models",

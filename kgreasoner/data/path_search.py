@@ -1,0 +1,122 @@
+"""Candidate gold relation paths for questions that come without them (issue 9, `--data PATH`).
+
+Warm-up trajectories, ranker labels, the oracle and the `grouped` split all read `gold_paths`.
+A dataset that gives only topic entities and answers gets them here: a breadth-first search over
+relation paths from the topic entity, both edge directions (`^rel` walks an edge backwards, as
+in `kgreasoner.kg.base`), one hop more per level, stopping at the first level where some path
+reaches an answer. Only paths of that shortest length are kept, the most precise first
+(precision = answers among the nodes the path reaches; ties: fewer backward steps, then by name,
+so a marriage is walked `spouse_s, spouse` rather than backwards); longer paths that also reach an answer
+are mostly coincidences (two people who share a hub country) and would teach wrong relations.
+
+A node counts as an answer when its id is an answer id or its label, normalised, is one of the
+answers' surface forms (so literal values and name-only answers match). The topic entity counts
+only when it is itself a gold answer (PathQuestion asks "the child of X's parent" meaning X);
+otherwise a path through a marriage, which leads back to it, would always hit. Paths whose node set grows past
+`max_branch` (fan-out through a hub) are not extended further; they stay candidates at their own
+length only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.data.schema import QAExample
+from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
+
+
+@dataclass(frozen=True)
+class PathSearch:
+    """Limits of the search (fields of `kgreasoner prepare-data` and of the demo's data stage)."""
+
+    max_hops: int = field(default=3, metadata={"help": "longest relation path searched"})
+    max_paths: int = field(default=3, metadata={"help": "candidate paths kept per question (the most precise first)"})
+    max_branch: int = field(default=200, metadata={"help": "a path reaching more nodes than this is not extended"})
+    neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node"})
+
+    def __post_init__(self) -> None:
+        if self.max_hops < 1 or self.max_paths < 1 or self.max_branch < 1:
+            raise ValueError("max_hops, max_paths and max_branch must be >= 1")
+        if self.neighbor_limit is not None and self.neighbor_limit < 1:
+            raise ValueError("neighbor_limit must be >= 1 or None")
+
+
+def find_paths(kg: KnowledgeGraph, example: QAExample, search: PathSearch = PathSearch()) -> list[tuple[str, ...]]:
+    """The shortest relation paths from the example's first topic entity to any of its answers."""
+    start = example.topic_entities[0].id
+    answer_ids = {a.id for a in example.answers}
+    forms = {normalize_answer(f) for a in example.answers for f in a.surface_forms()}
+    labels: dict[str, bool] = {}
+    edges: dict[str, list] = {}
+
+    def is_answer(node: str) -> bool:
+        if node in answer_ids:
+            return True
+        if node not in labels:
+            labels[node] = normalize_answer(kg.label(node)) in forms
+        return labels[node]
+
+    keep_start = is_answer(start)
+    level: dict[tuple[str, ...], set[str]] = {(): {start}}
+    for _ in range(search.max_hops):
+        reached: dict[tuple[str, ...], set[str]] = {}
+        for path, nodes in level.items():
+            for node in sorted(nodes):
+                if node not in edges:
+                    edges[node] = kg.neighbors(node, "both", limit=search.neighbor_limit)
+                for edge in edges[node]:
+                    reached.setdefault(path + (edge.path_relation,), set()).add(edge.neighbor)
+        scored = []
+        for path, nodes in reached.items():
+            if not keep_start:
+                nodes.discard(start)
+            hits = sum(1 for n in nodes if is_answer(n))
+            if hits:
+                backwards = sum(r.startswith(INVERSE_PREFIX) for r in path)
+                scored.append((-hits / len(nodes), backwards, path))
+        if scored:
+            return [path for *_, path in sorted(scored)[: search.max_paths]]
+        level = {p: n for p, n in reached.items() if n and len(n) <= search.max_branch}
+        if not level:
+            break
+    return []
+
+
+@dataclass
+class PathReport:
+    """What `add_gold_paths` did, for the data stage's summary."""
+
+    given: int = 0
+    derived: int = 0
+    not_found: int = 0
+    derived_lengths: Counter[int] = field(default_factory=Counter)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"given": self.given, "derived": self.derived, "not_found": self.not_found,
+                "derived_by_length": {str(k): v for k, v in sorted(self.derived_lengths.items())}}
+
+
+def add_gold_paths(examples: Sequence[QAExample], kg: KnowledgeGraph,
+                   search: PathSearch = PathSearch()) -> tuple[list[QAExample], PathReport]:
+    """Examples without gold paths get the shortest candidates `find_paths` finds (and `hops` their
+    length when it was 0); examples with paths are kept as they are, as are those with none found."""
+    report = PathReport()
+    out = []
+    for example in examples:
+        if example.gold_paths:
+            report.given += 1
+            out.append(example)
+            continue
+        paths = find_paths(kg, example, search)
+        if not paths:
+            report.not_found += 1
+            out.append(example)
+            continue
+        report.derived += 1
+        report.derived_lengths[len(paths[0])] += 1
+        hops = example.hops or len(paths[0])
+        out.append(QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": hops}))
+    return out, report
