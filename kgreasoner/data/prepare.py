@@ -88,12 +88,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data-root", default=None, help="data root for named benchmarks (default: $KGREASONER_DATA, ../shared/data)")
     parser.add_argument("--max-hops", type=int, default=PathSearch.max_hops, help="longest path searched for questions without gold paths")
     parser.add_argument("--max-paths", type=int, default=PathSearch.max_paths, help="candidate paths kept per question")
+    parser.add_argument("--max-branch", type=int, default=PathSearch.max_branch, help="a path reaching more nodes is not extended")
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     summary = prepare_dataset(args.source, args.out, args.scheme, args.seed, args.data_root,
-                              PathSearch(max_hops=args.max_hops, max_paths=args.max_paths))
+                              PathSearch(max_hops=args.max_hops, max_paths=args.max_paths, max_branch=args.max_branch))
     print(json.dumps(summary, indent=2))
     print(f"wrote {args.out}")
     return 0
