@@ -1,60 +1,506 @@
-"""`kgreasoner demo`: the main job on the embedded default, on one CPU machine.
+"""`kgreasoner demo`: the whole pipeline on one CPU machine, every stage through its library API.
 
-Until the training stages land, the demo builds the synthetic KG, loads it into the embedded
-store and answers a few test questions with the *oracle* path-follower (it walks each
-question's gold relation path on the KG): a check that data, KG and scoring agree, not a model.
+    kgreasoner demo                      # synthetic KG + questions, configs/demo/full.yaml (<= 30 min on 2 cores)
+    kgreasoner demo --quick              # configs/demo/quick.yaml: tiny budgets (<= 5 min), what the tests run
+    kgreasoner demo --data PQ-2H         # a PathQuestion set (also pathquestion:PQ-3H; `pathquestion` = PQ-2H)
+    kgreasoner demo --data DIR           # a dataset folder: kb.tsv (+ names.tsv) + questions.jsonl
+
+Stages, each into its own folder under `--out` (default outputs/demo):
+
+ 1. data     `data/`: the dataset folder every later stage reads (splits fixed; gold paths
+             derived where the questions have none, `kgreasoner.data.path_search`)
+ 2. kg       `kg/stats.json`: the KB in the embedded memory store
+ 3. ranker   `ranker/`: the question-conditioned GAT ranker the tool orders candidates with
+ 4. warmup   `warmup/warmup.jsonl`: SFT trajectories (the tool in the loop, entity handles)
+ 5. model    `base/`: a tiny Qwen3 and a word tokenizer trained on the KB and warm-up texts
+ 6. sft      `sft/final`: the SFT warm-up
+ 7. hard     `hard/hard.jsonl`: hard cases (per-example SFT loss above the median, hops >= 2)
+ 8. grpo     `grpo/episode-1/final` (all questions), `grpo/episode-2/final` (hard cases)
+ 9. eval     `eval/sft`, `eval/grpo`: the kgreasoner method on both checkpoints and the oracle
+10. report   `report/report.md` with the results table, the curves (PNG), each stage's command
+             and wall time; no checkpoints, so the folder can be committed
+
+Every stage prints the command that does the same from the shell. A stage that finished leaves
+`stages/<name>.json` (its wall time and command); a run finds it and skips the stage, so an
+interrupted demo resumes (SFT and GRPO from their last checkpoint). `demo.yaml` in `--out`
+records the settings; another run with different settings into the same folder is refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
+import shlex
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import read_jsonl
-from kgreasoner.kg.base import execute_path
-from kgreasoner.kg.memory import MemoryKG
+import yaml
+
+from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
+from kgreasoner.data.path_search import PathSearch
+
+SYNTHETIC = "synthetic"
+FULL_CONFIG = "configs/demo/full.yaml"
+QUICK_CONFIG = "configs/demo/quick.yaml"
+STAGE_NAMES = ("data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo", "eval", "report")
+RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
+BASELINES_LEFT_OUT = (
+    "The pipeline baselines (ToG, SoG, PaRoG) and IO/CoT prompt the LLM with instructions in natural "
+    "language; a tiny model trained here from scratch only on the search protocol cannot follow them, so "
+    "the demo leaves them out (`bench/same_backbone.sh` SFT-trains ToG/SoG steps into the tiny model instead). "
+    "The oracle walks each question's gold path with the same tool: the retrieval upper bound."
+)
+
+
+@dataclass
+class StageRecipe:
+    """A stage's own recipe (the YAML its command takes) and `--set` overrides on top of it."""
+
+    config: str | None = field(default=None, metadata={"help": "the stage's YAML recipe (relative paths: from the current directory, else the repository)"})
+    set: dict[str, Any] = field(default_factory=dict, metadata={"help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"})
+
+
+@dataclass
+class SyntheticSize:
+    """The synthetic world (data_gen/synthetic.py) when `data` is `synthetic`."""
+
+    num_entities: int | None = field(default=None, metadata={"help": "about this many named entities (None: about 2,800)"})
+    num_questions: int = field(default=3000, metadata={"help": "questions, a third per hop count (split 80/10/10 grouped)"})
+
+
+def _recipe(config: str | None, **overrides: Any) -> Callable[[], StageRecipe]:
+    return lambda: StageRecipe(config, dict(overrides))
+
+
+@dataclass
+class DemoConfig:
+    """Settings of `kgreasoner demo` (configs/demo/full.yaml is these defaults; quick.yaml shrinks them).
+
+    A stage section given in a YAML replaces that stage's default section as a whole (its `config`
+    too), so write new YAMLs from full.yaml; `--set sft.set.max_steps=300` on the command line
+    changes one value of the YAML in use (full.yaml unless `--config` or `--quick`).
+    """
+
+    data: str = field(default=SYNTHETIC, metadata={"help": "synthetic, a PathQuestion set (PQ-2H, pathquestion:PQ-3H) or a dataset folder"})
+    synthetic: SyntheticSize = field(default_factory=SyntheticSize, metadata={"help": "size of the synthetic world"})
+    split_scheme: str = field(default="grouped", metadata={"help": "split of sources without one: random or grouped"})
+    split_seed: int = field(default=0, metadata={"help": "seed of that split"})
+    paths: PathSearch = field(default_factory=PathSearch, metadata={"help": "gold-path search for questions without paths"})
+    seed: int = field(default=0, metadata={"help": "seed of the synthetic world and of every training stage"})
+    tool: dict[str, Any] = field(default_factory=lambda: {"entity_handles": True, "top_k": 10}, metadata={
+        "help": "ToolConfig fields shared by warm-up, GRPO and eval (ranking=gat with the demo's ranker is added)"})
+    rollout: dict[str, Any] = field(default_factory=lambda: {"max_turns": 6, "max_new_tokens": 192, "max_turn_tokens": 64}, metadata={
+        "help": "RolloutConfig fields shared by GRPO and eval"})
+    ranker: StageRecipe = field(default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180), metadata={
+        "help": "train/ranker.py (RankerTrainConfig)"})
+    warmup: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/warmup.yaml", templates="configs/tiny-cpu/templates-copy.yaml"), metadata={
+        "help": "kgreasoner warmup (WarmupConfig)"})
+    model: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/model-1m.yaml"), metadata={
+        "help": "kgreasoner build-tiny (TinyModelConfig)"})
+    sft: StageRecipe = field(default_factory=_recipe(
+        "configs/tiny-cpu/sft.yaml", learning_rate=3e-3, per_device_train_batch_size=16, max_steps=600,
+        eval_steps=100, save_steps=100, logging_steps=10, report_to=[]), metadata={"help": "train/sft.py (SFTRecipe)"})
+    hard: StageRecipe = field(default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"})
+    grpo: StageRecipe = field(default_factory=_recipe(
+        "configs/tiny-cpu/grpo.yaml", episodes=[{"data": "all", "max_steps": 30}, {"data": "hard", "max_steps": 15}],
+        save_steps=15, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
+    eval: StageRecipe = field(default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"})
+    eval_questions: int | None = field(default=None, metadata={"help": "evaluate only the first N test questions (None: all)"})
+
+    def __post_init__(self) -> None:
+        if self.split_scheme not in ("random", "grouped"):
+            raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
+        if self.eval_questions is not None and self.eval_questions < 1:
+            raise ValueError(f"eval_questions must be >= 1 or null, got {self.eval_questions}")
+        for name in ("tool", "rollout"):
+            if not isinstance(getattr(self, name), dict):
+                raise ValueError(f"{name} must be a mapping of field names to values")
+        for name in RECIPE_STAGES:
+            if not isinstance(getattr(self, name).set, dict):
+                raise ValueError(f"{name}.set must be a mapping of field names to values")
+
+
+# --- commands and overrides -------------------------------------------------------------------------
+def cli_value(value: Any) -> str:
+    """A value as `--set` takes it (parsed back with yaml.safe_load to the same value)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30)
+    return text.removesuffix("\n...\n").strip()
+
+
+def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys (`{encoder: {kind: x}}` -> `encoder.kind`), so an override
+    changes one field of a recipe's section instead of replacing the section."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def overrides(values: dict[str, Any], prefix: str = "") -> list[str]:
+    """`key=value` strings as `--set` takes them, one per (dotted) field."""
+    return [f"{key}={cli_value(value)}" for key, value in flatten(values, prefix).items()]
+
+
+def command(*parts: Any, sets: list[str] = ()) -> str:
+    words = [str(p) for p in parts if p is not None]
+    for item in sets:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def resolve_recipe(path: str | None) -> str | None:
+    """A recipe path as given when it exists from here, else from the repository root (installed elsewhere)."""
+    if path is None or Path(path).exists():
+        return path
+    from kgreasoner.data.paths import repo_root
+
+    candidate = repo_root() / path
+    if candidate.exists():
+        return str(candidate)
+    raise FileNotFoundError(f"recipe {path} not found here or in {repo_root()}")
+
+
+@dataclass
+class Stage:
+    """One stage: its name, a title for the progress lines, the shell commands doing the same, and what runs it."""
+
+    name: str
+    title: str
+    commands: list[str]
+    run: Callable[[], dict[str, Any]]
+
+
+class Demo:
+    """The stages of one demo run into `out`, built from a DemoConfig (every stage config is validated up front)."""
+
+    def __init__(self, config: DemoConfig, out: Path) -> None:
+        from kgreasoner.data.prepare import source_name
+        from kgreasoner.evaluation.methods import EvalConfig
+        from kgreasoner.models import TinyModelConfig
+        from kgreasoner.retrieval.training import RankerTrainConfig
+        from kgreasoner.training.grpo import GRPORecipe
+        from kgreasoner.training.hard_cases import HardCaseConfig
+        from kgreasoner.training.sft import SFTRecipe
+        from data_gen.warmup import WarmupConfig
+
+        self.config = config
+        self.out = out
+        self.source = config.data if config.data == SYNTHETIC else source_name(config.data)
+        o = {name: str(out / name) for name in ("data", "kg", "ranker", "warmup", "base", "sft", "hard", "grpo", "eval", "report")}
+        self.paths = o
+        self.warmup_file = f"{o['warmup']}/warmup.jsonl"
+        self.hard_file = f"{o['hard']}/hard.jsonl"
+        self.sft_final = f"{o['sft']}/final"
+        self.kb_file = f"{o['data']}/{self._kb_name()}"
+        cache = str(out / "cache" / "embeddings")
+        tool = {**config.tool, "ranking": "gat", "ranker_path": o["ranker"], "encoder.cache_dir": cache}
+        tool_sets = overrides(tool, "tool.")
+        rollout_sets = overrides(config.rollout, "rollout.")
+        seed = config.seed
+
+        self.ranker = self._stage_config(RankerTrainConfig, "ranker", {
+            "data": o["data"], "scheme": config.split_scheme, "split_seed": config.split_seed, "seed": seed,
+            "out_dir": o["ranker"], "encoder.cache_dir": cache})
+        self.warmup = self._stage_config(WarmupConfig, "warmup", {
+            "dataset": o["data"], "output": self.warmup_file, "split_scheme": config.split_scheme,
+            "split_seed": config.split_seed, "seed": seed}, tool_sets)
+        self.model = self._stage_config(TinyModelConfig, "model", {"seed": seed})
+        self.sft = self._stage_config(SFTRecipe, "sft", {
+            "model": o["base"], "tiny_model": None, "tokenizer_texts": [], "train_file": self.warmup_file,
+            "output_dir": o["sft"], "seed": seed})
+        self.hard = self._stage_config(HardCaseConfig, "hard", {
+            "model": self.sft_final, "trajectories": self.warmup_file, "output": self.hard_file})
+        self.grpo = self._stage_config(GRPORecipe, "grpo", {
+            "model": self.sft_final, "dataset": o["data"], "output_dir": o["grpo"], "hard_cases": self.hard_file,
+            "hard_case_trajectories": None, "split_scheme": config.split_scheme, "split_seed": config.split_seed,
+            "seed": seed}, tool_sets + rollout_sets)
+        self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo[0].episodes)}/final"
+        self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
+        if config.eval_questions is not None:
+            self.eval[0].limit = config.eval_questions
+
+    def _kb_name(self) -> str:
+        """The KB file the data stage writes: kb.nt for a folder that has only an N-Triples KB, else kb.tsv."""
+        from kgreasoner.data.datasets import KB_FILES
+
+        folder = Path(self.source)
+        if self.source != SYNTHETIC and folder.is_dir():
+            return next((name for name in KB_FILES if (folder / name).is_file()), KB_FILES[0])
+        return KB_FILES[0]
+
+    def _stage_config(self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = ()) -> tuple[Any, str | None, list[str]]:
+        """(config object, recipe path, the `--set` list) of a stage: the recipe, the user's overrides,
+        then what the demo owns (paths, seeds, the shared tool), exactly as the printed command has them."""
+        recipe: StageRecipe = getattr(self.config, name)
+        clash = sorted(set(flatten(recipe.set)) & set(owned))
+        if clash:
+            raise ConfigError(f"{name}.set: {', '.join(clash)} is set by the demo (paths and seeds); leave it out")
+        path = resolve_recipe(recipe.config)
+        sets = overrides(recipe.set) + overrides(owned) + list(extra)
+        try:
+            return load_config(cls, path, sets), path, sets
+        except ConfigError as err:
+            raise ConfigError(f"demo stage {name}: {err}") from err
+
+    # --- the stages ---
+    def stages(self) -> list[Stage]:
+        o = self.paths
+        eval_sets = self.eval[2]
+        limit = [] if self.config.eval_questions is None else ["--limit", self.config.eval_questions]
+        eval_common = ["--dataset", o["data"], "--split", "test", *limit]
+        return [
+            Stage("data", "dataset folder", [self._data_command()], self.run_data),
+            Stage("kg", "KG in the embedded store", [command("kgreasoner", "kg", "stats", f"memory:{o['data']}")], self.run_kg),
+            Stage("ranker", "GAT ranker", [command("python", "train/ranker.py", *_recipe_args(self.ranker), sets=self.ranker[2])], self.run_ranker),
+            Stage("warmup", "warm-up trajectories", [command("kgreasoner", "warmup", *_recipe_args(self.warmup), sets=self.warmup[2])], self.run_warmup),
+            Stage("model", "tiny model + tokenizer", [command("kgreasoner", "build-tiny", *_recipe_args(self.model), "--texts",
+                                                              self.kb_file, self.warmup_file, "--out", o["base"], sets=self.model[2])], self.run_model),
+            Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *_recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
+            Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *_recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
+            Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *_recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
+            Stage("eval", "evaluation", [
+                command("kgreasoner", "eval", "--methods", "kgreasoner,oracle", *eval_common, "--llm", f"hf:{self.sft_final}",
+                        "--out", f"{o['eval']}/sft", sets=eval_sets),
+                command("kgreasoner", "eval", "--methods", "kgreasoner", *eval_common, "--llm", f"hf:{self.grpo_final}",
+                        "--out", f"{o['eval']}/grpo", sets=eval_sets)], self.run_eval),
+            Stage("report", "report", [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")], self.run_report),
+        ]
+
+    def _data_command(self) -> str:
+        c = self.config
+        if self.source == SYNTHETIC:
+            size = [] if c.synthetic.num_entities is None else ["--num-entities", c.synthetic.num_entities]
+            return command("python", "-m", "data_gen.synthetic", "--out", self.paths["data"], "--seed", c.seed, *size,
+                           "--questions", c.synthetic.num_questions)
+        return command("kgreasoner", "prepare-data", self.source, "--out", self.paths["data"], "--scheme", c.split_scheme,
+                       "--seed", c.split_seed, "--max-hops", c.paths.max_hops, "--max-paths", c.paths.max_paths,
+                       "--max-branch", c.paths.max_branch)
+
+    def run_data(self) -> dict[str, Any]:
+        c = self.config
+        if self.source == SYNTHETIC:
+            from data_gen.synthetic import write_synthetic
+
+            write_synthetic(self.paths["data"], seed=c.seed, num_entities=c.synthetic.num_entities,
+                            num_questions=c.synthetic.num_questions)
+        else:
+            from kgreasoner.data.prepare import prepare_dataset
+
+            prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed, search=c.paths)
+        from kgreasoner.data import load_dataset
+
+        dataset = load_dataset(self.paths["data"])
+        sizes = {s: len(dataset.split(s)) for s in ("train", "dev", "test")}
+        with_paths = sum(1 for e in dataset if e.gold_paths)
+        return {"questions": len(dataset), "splits": sizes, "with_gold_paths": with_paths,
+                "line": f"{len(dataset)} questions (train/dev/test {sizes['train']}/{sizes['dev']}/{sizes['test']}), "
+                        f"{with_paths} with gold paths"}
+
+    def run_kg(self) -> dict[str, Any]:
+        from kgreasoner.data import load_dataset, open_dataset_kg
+        from kgreasoner.kg.commands import graph_stats
+
+        started = time.perf_counter()
+        kg = open_dataset_kg(load_dataset(self.paths["data"]))
+        seconds = time.perf_counter() - started
+        stats = graph_stats(kg, 5)
+        stats["load_seconds"] = round(seconds, 3)
+        _write_json(Path(self.paths["kg"]) / "stats.json", stats)
+        return {**stats, "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, loaded in {seconds:.2f}s"}
+
+    def run_ranker(self) -> dict[str, Any]:
+        from kgreasoner.retrieval.training import train_ranker
+
+        result = train_ranker(self.ranker[0])
+        test = result.test or result.dev
+        gat, none = test.get("gat", {}), test.get("none", {})
+        return {"line": f"best epoch {result.best_epoch} of {result.epochs_run}; test recall@1 gat {gat.get('recall@1', 0):.3f} "
+                        f"vs KG order {none.get('recall@1', 0):.3f}"}
+
+    def run_warmup(self) -> dict[str, Any]:
+        from data_gen.warmup import run
+
+        summary = run(self.warmup[0])
+        return {"line": f"{summary['records']} trajectories {summary['by_kind']} by split {summary['by_split']}, "
+                        f"skipped {summary['skipped']}"}
+
+    def run_model(self) -> dict[str, Any]:
+        from kgreasoner.models import build_tiny, parameter_counts
+        from kgreasoner.tokenizer import read_training_texts
+
+        model, tokenizer = build_tiny(self.model[0], read_training_texts([self.kb_file, self.warmup_file]),
+                                      self.paths["base"])
+        counts = parameter_counts(model)
+        return {"parameters": counts, "vocab": len(tokenizer),
+                "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), vocabulary {len(tokenizer):,}"}
+
+    def run_sft(self) -> dict[str, Any]:
+        from kgreasoner.training.sft import train_sft
+
+        final = train_sft(self.sft[0], resume=True)
+        state = sft_log_history(self.paths["sft"])
+        evals = [r["eval_loss"] for r in state if "eval_loss" in r]
+        return {"line": f"{final}; {max((r.get('step', 0) for r in state), default=0)} steps"
+                        + (f", best dev loss {min(evals):.3f}" if evals else "")}
+
+    def run_hard(self) -> dict[str, Any]:
+        from kgreasoner.training.hard_cases import mine_hard_cases
+
+        output = mine_hard_cases(self.hard[0])
+        summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
+        return {"line": f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.3f})"}
+
+    def run_grpo(self) -> dict[str, Any]:
+        from kgreasoner.training.grpo import train_grpo
+
+        final = train_grpo(self.grpo[0], resume=True)
+        return {"line": str(final)}
+
+    def run_eval(self) -> dict[str, Any]:
+        results = {}
+        for label, model, methods in (("sft", self.sft_final, ["kgreasoner", "oracle"]), ("grpo", self.grpo_final, ["kgreasoner"])):
+            summaries = self._evaluate(model, methods, Path(self.paths["eval"]) / label)
+            results[label] = {m: round(s["hits1"], 4) for m, s in summaries.items()}
+        return {"hits1": results, "line": f"Hits@1 SFT {results['sft']['kgreasoner']:.3f}, GRPO {results['grpo']['kgreasoner']:.3f}, "
+                                          f"oracle {results['sft']['oracle']:.3f}"}
+
+    def _evaluate(self, model: str, methods: list[str], out: Path) -> dict[str, dict[str, Any]]:
+        from kgreasoner.data import load_dataset, open_dataset_kg
+        from kgreasoner.evaluation.harness import run_evaluation, select_examples
+        from kgreasoner.evaluation.llm import open_llm
+        from kgreasoner.evaluation.methods import MethodContext
+        from kgreasoner.evaluation.report import RunInfo
+
+        config = self.eval[0]
+        dataset = load_dataset(self.paths["data"], split="test")
+        kg = open_dataset_kg(dataset)
+        llm = open_llm(f"hf:{model}", config.max_tokens, config.batch_size, config.workers or 8)
+        try:
+            info = RunInfo(dataset.name, "test", dataset.split_scheme, dataset.seed, kg=str(dataset.kb_path), llm=f"hf:{model}")
+            return run_evaluation(methods, select_examples(dataset.examples, config.limit), MethodContext(kg, llm, config),
+                                  out, info, progress=False)
+        finally:
+            llm.close()
+            kg.close()
+
+    def run_report(self) -> dict[str, Any]:
+        from kgreasoner.demo_report import write_report
+
+        path = write_report(self)
+        return {"line": str(path)}
+
+
+def _recipe_args(stage: tuple[Any, str | None, list[str]]) -> list[str]:
+    return ["--config", stage[1]] if stage[1] else []
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def sft_log_history(output_dir: str | Path) -> list[dict[str, Any]]:
+    """The SFT run's logged rows (train loss, eval loss by step) from its newest checkpoint's trainer_state.json."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    if last is None:
+        return []
+    return json.loads((Path(last) / "trainer_state.json").read_text(encoding="utf-8")).get("log_history", [])
+
+
+# --- running -------------------------------------------------------------------------------------------
+def default_threads() -> int:
+    """All cores when the machine is idle; the cores other jobs leave free (1-minute load) when it is not."""
+    cores = os.cpu_count() or 1
+    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return max(1, cores - busy)
+
+
+def check_settings(out: Path, config: DemoConfig) -> None:
+    """Record the settings in OUT/demo.yaml; refuse to resume a folder made with other settings."""
+    path = out / "demo.yaml"
+    settings = dataclasses.asdict(config)
+    if path.exists():
+        stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        different = sorted(k for k in set(stored) | set(settings) if stored.get(k) != settings.get(k))
+        if different:
+            raise ValueError(f"{out} holds a demo run with other settings ({', '.join(different)} differ, see {path}); "
+                             "use another --out, or delete the folder to start over")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
+
+
+def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) -> Path:
+    """Run (or resume) every stage; returns the report's path."""
+    import torch
+
+    out = Path(out)
+    demo = Demo(config, out)  # validates every stage's config before any work
+    check_settings(out, config)
+    threads = threads or default_threads()
+    torch.set_num_threads(threads)
+    stages = demo.stages()
+    print(f"kgreasoner demo: data {demo.source} -> {out} ({threads} torch thread{'s' * (threads > 1)}; "
+          f"{os.cpu_count()} cores)", flush=True)
+    started = time.perf_counter()
+    for number, stage in enumerate(stages, 1):
+        marker = out / "stages" / f"{stage.name}.json"
+        head = f"[{number}/{len(stages)}] {stage.name}: {stage.title}"
+        if marker.exists():
+            done = json.loads(marker.read_text(encoding="utf-8"))
+            print(f"{head}: done earlier in {done['seconds']:.1f}s, skipped", flush=True)
+            continue
+        print(f"{head} ...", flush=True)
+        for line in stage.commands:
+            print(f"    $ {line}", flush=True)
+        t0 = time.perf_counter()
+        result = stage.run()
+        seconds = time.perf_counter() - t0
+        print(f"{head}: {result['line']} ({seconds:.1f}s)", flush=True)
+        _write_json(marker, {"stage": stage.name, "seconds": round(seconds, 2), "commands": stage.commands,
+                             "threads": threads, "result": result})
+    report = Path(demo.paths["report"]) / "report.md"
+    print(f"kgreasoner demo: finished in {time.perf_counter() - started:.1f}s; report: {report}", flush=True)
+    return report
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="run the main job on the embedded default (synthetic KG)")
-    parser.add_argument("--out", default="outputs/demo", help="folder for the dataset and the report")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic KG and questions")
-    parser.add_argument("--questions", type=int, default=5, help="how many test questions to answer")
+    parser = subparsers.add_parser(
+        "demo", help="the whole pipeline on one CPU machine (data, ranker, warm-up, SFT, GRPO, eval, report)",
+        description=__doc__ + "\nFields of the --config YAML (DemoConfig):\n" + describe(DemoConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_arguments(parser)
+    parser.add_argument("--quick", action="store_true", help=f"tiny budgets ({QUICK_CONFIG}, <= 5 minutes; default {FULL_CONFIG})")
+    parser.add_argument("--data", default=None, help="synthetic (default), a PathQuestion set, or a dataset folder")
+    parser.add_argument("--out", default="outputs/demo", type=Path, help="folder of every stage's output and the report")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the synthetic world and the training stages")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from data_gen.synthetic import write_synthetic
-
-    out = Path(args.out)
-    data_dir = out / "data"
-    started = time.perf_counter()
-    if (data_dir / "kb.tsv").exists() and (data_dir / "questions.jsonl").exists():
-        print(f"[1/3] synthetic dataset: exists in {data_dir}, skipped")
-    else:
-        print(f"[1/3] synthetic dataset: generating (seed {args.seed}) into {data_dir}")
-        write_synthetic(data_dir, seed=args.seed)
-    t0 = time.perf_counter()
-    kg = MemoryKG.from_file(data_dir / "kb.tsv")
-    print(
-        f"[2/3] embedded KG: {kg.num_triples:,} triples, {len(kg.entities):,} nodes, "
-        f"{len(kg.relation_types)} relation types, loaded in {time.perf_counter() - t0:.2f}s"
-    )
-    examples = [e for e in read_jsonl(data_dir / "questions.jsonl") if e.split == "test"][: args.questions]
-    print(f"[3/3] answering {len(examples)} test questions with the ORACLE path-follower "
-          "(walks the gold path; no model is trained yet)")
-    correct = 0
-    for example in examples:
-        topic = example.topic_entities[0]
-        reached = execute_path(kg, topic.id, example.gold_paths[0]) if example.gold_paths else set()
-        reached.discard(topic.id)  # a path through a marriage leads back to the topic: never its own answer
-        predicted = sorted(kg.label(x) for x in reached)
-        gold = {normalize_answer(f) for a in example.answers for f in a.surface_forms()}
-        hit = bool(predicted) and normalize_answer(predicted[0]) in gold
-        correct += hit
-        print(f"  Q: {example.question}\n     path: {' -> '.join(example.gold_paths[0]) if example.gold_paths else '-'}"
-              f"\n     answer: {' | '.join(predicted[:3]) or '(none)'}  [{'correct' if hit else 'wrong'}]")
-    print(f"oracle Hits@1 {correct}/{len(examples)}; total {time.perf_counter() - started:.1f}s")
+    if args.quick and args.config:
+        raise ValueError("--quick is configs/demo/quick.yaml; give either --quick or --config")
+    if args.threads < 0:
+        raise ValueError(f"--threads must be >= 0, got {args.threads}")
+    path = args.config or resolve_recipe(QUICK_CONFIG if args.quick else FULL_CONFIG)
+    sets = list(args.overrides)
+    if args.data is not None:
+        sets.append(f"data={cli_value(args.data)}")
+    if args.seed is not None:
+        sets.append(f"seed={args.seed}")
+    config = load_config(DemoConfig, path, sets)
+    run_demo(config, args.out, args.threads or None)
     return 0
+

@@ -1,0 +1,153 @@
+"""The demo's report folder: `report.md`, `results.json` and the figures (no checkpoints).
+
+- `sft_loss.png`: training and dev loss of the SFT warm-up over steps (its trainer_state.json);
+- `grpo_curves.png`: reward, response length and retrievals per rollout over GRPO steps (`kgreasoner plot`);
+- `hard_cases.png`: the per-example SFT losses and the hard-case threshold.
+The results table merges the two evaluation folders: the kgreasoner method on the SFT and on the
+GRPO checkpoint, and the oracle (gold path walked with the same tool).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kgreasoner.demo import Demo
+
+SFT_METHOD = "kgreasoner (SFT)"
+GRPO_METHOD = "kgreasoner (SFT + GRPO)"
+
+
+def plot_sft_loss(history: list[dict[str, Any]], output: Path) -> Path:
+    """Training loss per logged step and dev loss per evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    train = [(r["step"], r["loss"]) for r in history if "loss" in r and "step" in r]
+    dev = [(r["step"], r["eval_loss"]) for r in history if "eval_loss" in r and "step" in r]
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    if train:
+        ax.plot(*zip(*train), label="train")
+    if dev:
+        ax.plot(*zip(*dev), marker="o", label="dev")
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("loss (model-written tokens)")
+    ax.set_title("SFT warm-up")
+    ax.legend()
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+    return output
+
+
+def _stage_records(demo: "Demo") -> dict[str, dict[str, Any]]:
+    records = {}
+    for path in sorted((demo.out / "stages").glob("*.json")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        records[record["stage"]] = record
+    return records
+
+
+def _methods(demo: "Demo") -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Summaries of the three methods by report label, and the SFT evaluation's summary (for its header)."""
+    def load(label: str) -> dict[str, Any]:
+        return json.loads((Path(demo.paths["eval"]) / label / "summary.json").read_text(encoding="utf-8"))
+
+    sft, grpo = load("sft"), load("grpo")
+    return {SFT_METHOD: sft["methods"]["kgreasoner"], GRPO_METHOD: grpo["methods"]["kgreasoner"],
+            "oracle": sft["methods"]["oracle"]}, sft
+
+
+def _data_line(demo: "Demo") -> str:
+    prepared = Path(demo.paths["data"]) / "prepare.json"
+    if prepared.exists():
+        p = json.loads(prepared.read_text(encoding="utf-8"))
+        scheme = p["split_scheme"] + ("" if p["split_seed"] is None else f", seed {p['split_seed']}")
+        paths = p["gold_paths"]
+        derived = (f"; gold paths derived for {paths['derived']} questions (none found for {paths['not_found']})"
+                   if paths["derived"] or paths["not_found"] else "")
+        return f"{p['dataset']} ({p['source']}), {scheme} split{derived}"
+    return f"synthetic KG and questions (seed {demo.config.seed}, grouped split made by the generator)"
+
+
+def write_report(demo: "Demo") -> Path:
+    from kgreasoner.evaluation.report import RunInfo, render_markdown
+    from kgreasoner.training.plots import plot_runs
+    from kgreasoner.demo import BASELINES_LEFT_OUT, sft_log_history
+
+    out = Path(demo.paths["report"])
+    out.mkdir(parents=True, exist_ok=True)
+    plot_sft_loss(sft_log_history(demo.paths["sft"]), out / "sft_loss.png")
+    plot_runs([demo.paths["grpo"]], out / "grpo_curves.png")
+    figures = [("SFT warm-up loss", "sft_loss.png"), ("GRPO: reward, response length, retrievals", "grpo_curves.png")]
+    histogram = Path(demo.hard_file).with_suffix(".png")
+    if histogram.exists():
+        shutil.copyfile(histogram, out / "hard_cases.png")
+        figures.append(("hard cases: per-example SFT loss and threshold", "hard_cases.png"))
+
+    methods, sft_run = _methods(demo)
+    stages = _stage_records(demo)
+    info = RunInfo(sft_run["dataset"], sft_run["split"], sft_run["split_scheme"], sft_run["seed"])
+    table = render_markdown(info, methods).splitlines()[2:]  # without the title and its blank line
+    kg = stages.get("kg", {}).get("result", {})
+    model = stages.get("model", {}).get("result", {})
+    params = model.get("parameters", {})
+    total = sum(r["seconds"] for r in stages.values())
+    lines = [
+        f"# kgreasoner demo: {demo.source}",
+        "",
+        "The whole pipeline on one CPU machine: KG store, GAT ranker, warm-up trajectories, a tiny Qwen3 "
+        "trained from scratch with SFT, hard-case mining, GRPO (episode 1 on all training questions, "
+        "episode 2 on the hard cases), evaluation. Every stage's command is listed below.",
+        "",
+        f"- Data: {_data_line(demo)}.",
+        f"- KG: {kg.get('triples', 0):,} triples, {kg.get('nodes', 0):,} nodes, {kg.get('relations', 0)} relation types "
+        "(embedded memory store).",
+        f"- Model: {params.get('total', 0):,} parameters ({params.get('non_embedding', 0):,} without embeddings), "
+        f"word vocabulary of {model.get('vocab', 0):,} tokens.",
+        f"- Tool: {', '.join(f'{k}={v}' for k, v in demo.config.tool.items())}, ranking=gat (the demo's ranker); "
+        f"rollout {', '.join(f'{k}={v}' for k, v in demo.config.rollout.items())}; greedy decoding in evaluation.",
+        f"- Seeds: {demo.config.seed} (data and training); wall time of the stages {total / 60:.1f} min "
+        f"with {next(iter(stages.values()), {}).get('threads', '?')} torch thread(s).",
+        "",
+        f"## Results: {info.describe_split()}",
+        "",
+        *table,
+        "",
+        BASELINES_LEFT_OUT,
+        "",
+        "## Training curves",
+        "",
+    ]
+    for title, name in figures:
+        lines += [f"![{title}]({name})", ""]
+    lines += ["## Stages", "", "| # | stage | wall time | result |", "|---|---|---|---|"]
+    for number, name in enumerate(stages_in_order(stages), 1):
+        record = stages[name]
+        lines.append(f"| {number} | {name} | {_duration(record['seconds'])} | {record['result']['line']} |")
+    lines += ["", "Commands (each stage from the shell, in order):", "", "```"]
+    for name in stages_in_order(stages):
+        lines += stages[name]["commands"]
+    lines += [f"kgreasoner plot {demo.paths['grpo']} --out {demo.paths['report']}/grpo_curves.png", "```", ""]
+    report = out / "report.md"
+    report.write_text("\n".join(lines), encoding="utf-8")
+    results = {"dataset": demo.source, "split": info.describe_split(), "methods": methods,
+               "stages": {name: {"seconds": r["seconds"], **r["result"]} for name, r in stages.items()}}
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return report
+
+
+def stages_in_order(stages: dict[str, Any]) -> list[str]:
+    from kgreasoner.demo import STAGE_NAMES
+
+    return [name for name in STAGE_NAMES if name in stages]
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"

@@ -1,0 +1,152 @@
+"""`kgreasoner demo`: settings, the printed commands, and `--quick` end to end (issue 9)."""
+
+import json
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+
+from kgreasoner.cli import build_parser, main
+from kgreasoner.config import ConfigError, load_config
+from kgreasoner.demo import STAGE_NAMES, Demo, DemoConfig, cli_value
+from kgreasoner.demo_report import GRPO_METHOD, SFT_METHOD
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_full_yaml_spells_out_the_defaults_and_quick_shrinks_them():
+    assert load_config(DemoConfig, ROOT / "configs/demo/full.yaml") == DemoConfig()
+    quick = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml")
+    assert quick.synthetic.num_questions == 300 and quick.sft.set["max_steps"] == 150
+    assert quick.model.set == {"num_layers": 2}
+
+
+@pytest.mark.parametrize("value", ["a b", "null", "3", 0.003, None, [], [{"data": "all", "max_steps": 30}], True])
+def test_cli_values_parse_back(value):
+    import yaml
+
+    assert yaml.safe_load(cli_value(value)) == value
+
+
+def _sets(words: list[str]) -> tuple[str | None, list[str]]:
+    config = words[words.index("--config") + 1] if "--config" in words else None
+    return config, [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+
+
+def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
+    """Each stage's command, parsed as the shell would split it, gives the same config object."""
+    from data_gen.warmup import WarmupConfig
+    from kgreasoner.evaluation.methods import EvalConfig
+    from kgreasoner.models import TinyModelConfig
+    from kgreasoner.retrieval.training import RankerTrainConfig
+    from kgreasoner.training.grpo import GRPORecipe
+    from kgreasoner.training.hard_cases import HardCaseConfig
+    from kgreasoner.training.sft import SFTRecipe
+
+    config = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", ["data=PQ-2H", "eval_questions=7"])
+    demo = Demo(config, tmp_path / "out dir")  # a space, quoted in the commands
+    stages = {s.name: s for s in demo.stages()}
+    assert list(stages) == list(STAGE_NAMES)
+    classes = {"ranker": (RankerTrainConfig, demo.ranker), "warmup": (WarmupConfig, demo.warmup),
+               "model": (TinyModelConfig, demo.model), "sft": (SFTRecipe, demo.sft),
+               "hard": (HardCaseConfig, demo.hard), "grpo": (GRPORecipe, demo.grpo)}
+    for name, (cls, (built, _, _)) in classes.items():
+        (line,) = stages[name].commands
+        path, sets = _sets(shlex.split(line))
+        assert load_config(cls, path, sets) == built, name
+    for line in stages["eval"].commands:
+        words = shlex.split(line)
+        args = build_parser().parse_args(words[1:])
+        parsed = load_config(EvalConfig, args.config, args.overrides)
+        parsed.limit = args.limit
+        assert parsed == demo.eval[0] and args.limit == 7 and args.dataset == str(tmp_path / "out dir" / "data")
+    assert demo.grpo[0].tool == demo.warmup[0].tool == demo.eval[0].tool
+    assert demo.grpo[0].tool.ranking == "gat" and demo.grpo[0].tool.ranker_path == str(tmp_path / "out dir" / "ranker")
+    assert demo.grpo[0].rollout == demo.eval[0].rollout
+    assert shlex.split(stages["data"].commands[0])[:3] == ["kgreasoner", "prepare-data", "PQ-2H"]
+    build = build_parser().parse_args(shlex.split(stages["model"].commands[0])[1:])
+    assert [str(p) for p in build.texts] == [demo.paths["data"] + "/kb.tsv", demo.warmup_file]
+
+
+def test_bad_settings_name_the_stage_and_field(tmp_path):
+    full = ROOT / "configs/demo/full.yaml"
+    with pytest.raises(ConfigError, match="demo stage sft: .*unknown key.*'max_step'"):
+        Demo(load_config(DemoConfig, full, ["sft.set.max_step=3"]), tmp_path)
+    with pytest.raises(ConfigError, match="grpo.set: output_dir is set by the demo"):
+        Demo(load_config(DemoConfig, full, ["grpo.set.output_dir=x"]), tmp_path)
+    with pytest.raises(ConfigError, match="demo stage ranker: .*encoder.kind must be one of"):
+        Demo(load_config(DemoConfig, full, ["ranker.set.encoder.kind=bert"]), tmp_path)
+    with pytest.raises(ConfigError, match="ranker.set: encoder.cache_dir is set by the demo"):
+        Demo(load_config(DemoConfig, full, ["ranker.set.encoder.cache_dir=x"]), tmp_path)
+
+
+def test_a_nested_override_changes_one_field_of_the_recipe_section(tmp_path):
+    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/full.yaml", ["ranker.set.encoder.batch_size=7"]), tmp_path)
+    encoder = demo.ranker[0].encoder
+    assert (encoder.kind, encoder.batch_size, encoder.cache_dir) == ("minilm", 7, str(tmp_path / "cache" / "embeddings"))
+    assert "encoder.batch_size=7" in demo.ranker[2]
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(DemoConfig, None, ["sfft.set.max_steps=3"])
+    assert main(["demo", "--quick", "--config", str(ROOT / "configs/demo/full.yaml"), "--out", str(tmp_path)]) == 1
+
+
+@pytest.mark.slow
+def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, capsys):
+    out = tmp_path / "demo"
+    started = time.perf_counter()
+    assert main(["demo", "--quick", "--out", str(out), "--threads", "1"]) == 0
+    first = time.perf_counter() - started
+    log = capsys.readouterr().out
+    for number, name in enumerate(STAGE_NAMES, 1):
+        assert f"[{number}/10] {name}: " in log
+    assert log.count("    $ ") == 11  # one command per stage, two for the evaluation
+
+    # Stage outputs.
+    data = out / "data"
+    assert {p.name for p in data.iterdir()} >= {"kb.tsv", "names.tsv", "questions.jsonl"}
+    assert json.loads((out / "kg" / "stats.json").read_text())["triples"] > 0
+    assert (out / "ranker" / "ranker.json").exists() and (out / "ranker" / "model.safetensors").exists()
+    warmup = [json.loads(x) for x in (out / "warmup" / "warmup.jsonl").read_text().splitlines()]
+    assert {r["split"] for r in warmup} == {"train", "dev"}
+    for model in ("base", "sft/final", "grpo/episode-1/final", "grpo/episode-2/final"):
+        assert (out / model / "config.json").exists() and (out / model / "tokenizer.json").exists(), model
+    assert (out / "hard" / "hard.jsonl").read_text().strip()
+    steps = [json.loads(x) for x in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
+    assert [(r["episode"], r["step"]) for r in steps] == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
+    sft_eval = json.loads((out / "eval" / "sft" / "summary.json").read_text())
+    grpo_eval = json.loads((out / "eval" / "grpo" / "summary.json").read_text())
+    assert set(sft_eval["methods"]) == {"kgreasoner", "oracle"} and set(grpo_eval["methods"]) == {"kgreasoner"}
+    assert sft_eval["methods"]["kgreasoner"]["n"] == 30 and sft_eval["methods"]["oracle"]["hits1"] > 0.5
+
+    # The report folder: table rows per method, figures, every stage's command and time; no checkpoint.
+    report = out / "report"
+    assert {p.name for p in report.iterdir()} == {"report.md", "results.json", "sft_loss.png", "grpo_curves.png", "hard_cases.png"}
+    text = (report / "report.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    for method in (SFT_METHOD, GRPO_METHOD, "oracle"):
+        row = next(r for r in rows if r.startswith(f"| {method} | 30 | "))
+        assert len(row.split("|")) == 14  # n, Hits@1, F1, EM, format-valid, errors and five costs
+    for name in STAGE_NAMES[:-1]:
+        assert any(r.startswith(f"| {STAGE_NAMES.index(name) + 1} | {name} | ") for r in rows)
+    assert "python train/sft.py --config" in text and "kgreasoner eval --methods kgreasoner,oracle" in text
+    for png in ("sft_loss.png", "grpo_curves.png", "hard_cases.png"):
+        assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png})" in text
+    results = json.loads((report / "results.json").read_text())
+    assert set(results["methods"]) == {SFT_METHOD, GRPO_METHOD, "oracle"}
+
+    # A second run finds every stage done and skips it.
+    report_bytes = (report / "report.md").read_bytes()
+    started = time.perf_counter()
+    assert main(["demo", "--quick", "--out", str(out), "--threads", "1"]) == 0
+    second = time.perf_counter() - started
+    log = capsys.readouterr().out
+    assert log.count("skipped") == 10 and "    $ " not in log
+    assert second < 5.0, second
+    assert (report / "report.md").read_bytes() == report_bytes
+    print(f"quick demo: {first:.1f}s, resumed run {second:.2f}s")
+
+    # Other settings into the same folder are refused, naming what differs.
+    assert main(["demo", "--quick", "--out", str(out), "--set", "sft.set.max_steps=10"]) == 1
+    assert "sft differ" in capsys.readouterr().err
