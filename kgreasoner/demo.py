@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import shlex
 import time
@@ -424,6 +425,16 @@ def default_threads() -> int:
     return max(1, cores - busy)
 
 
+def _log_progress() -> None:
+    """The library's own INFO lines (ranker epochs, ...) on stderr: stages that print nothing else for minutes."""
+    logger = logging.getLogger("kgreasoner")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("    %(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def check_settings(out: Path, config: DemoConfig) -> None:
     """Record the settings in OUT/demo.yaml; refuse to resume a folder made with other settings."""
     path = out / "demo.yaml"
@@ -445,6 +456,7 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
 
     out = Path(out)
     demo = Demo(config, out)  # validates every stage's config before any work
+    _log_progress()
     check_settings(out, config)
     threads = threads or default_threads()
     torch.set_num_threads(threads)

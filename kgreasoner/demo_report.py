@@ -131,7 +131,8 @@ def write_report(demo: "Demo") -> Path:
     for number, name in enumerate(stages_in_order(stages), 1):
         record = stages[name]
         lines.append(f"| {number} | {name} | {_duration(record['seconds'])} | {record['result']['line']} |")
-    lines += ["", "Commands (each stage from the shell, in order):", "", "```"]
+    lines += ["", "Wall time is that of the run that finished the stage (a resumed SFT or GRPO counts from its "
+              "checkpoint).", "", "Commands (each stage from the shell, in order):", "", "```"]
     for name in stages_in_order(stages):
         lines += stages[name]["commands"]
     lines += [f"kgreasoner plot {demo.paths['grpo']} --out {demo.paths['report']}/grpo_curves.png", "```", ""]
