@@ -84,9 +84,14 @@ from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
 
 ANSWER_MODES = ("first", "all")
 SPLIT_SCHEMES = ("random", "grouped")
+PLAN_SEPARATOR = ","
 
 # Template groups and the slots they may use (every slot is filled in every call; unused ones are ignored).
-SLOTS = ("entity", "need", "fact", "answer", "wrong", "wrong_fact", "wrong_relation", "next_relation", "question")
+# `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with the relation ids exactly as the
+# triples print them ("E1 spouse E2"), and `plan` is the whole gold relation path in those ids
+# ("spouse , parents"), so a template set can have the model plan once and then copy tokens it has seen.
+SLOTS = ("entity", "need", "fact", "hop", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_relation",
+         "next_relation", "question")
 DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
     # before the first search of the topic entity
     "start": (
@@ -389,7 +394,7 @@ class _Writer:
     # --- text ---
     def template(self, group: str, **slots: str) -> str:
         values = {slot: "" for slot in SLOTS}
-        values.update(question=self.example.question, **slots)
+        values.update(question=self.example.question, plan=f" {PLAN_SEPARATOR} ".join(self.route.path), **slots)
         return self.rng.choice(self.g.templates[group]).format(**values)
 
     def think(self, hint: str, action: str) -> None:
@@ -515,6 +520,10 @@ class _Writer:
         if all(r.startswith(INVERSE_PREFIX) for r in step.relations):
             return f"{self.ref(step.target)} has {relation_words(step.relations[::-1])} {self.ref(step.source)}"
         return f"{self.ref(step.source)} has {relation_words(step.relations)} {self.ref(step.target)}"
+
+    def hop(self, step: Step) -> str:
+        """The step along the path with relation ids as the triples print them (`^` marks an incoming edge)."""
+        return " ".join([self.ref(step.source), *step.relations, self.ref(step.target)])
 
 
 _HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")
@@ -694,7 +703,9 @@ class WarmupGenerator:
                 options = w.steps(current, hop)  # the backtrack may have shown more; the chosen one stays valid
             hop_after = hop + len(chosen.relations)
             fact = w.fact(chosen)
-            first = w.template("recover", entity=w.ref(current), fact=fact) if lead else w.template("fact", fact=fact)
+            hop_text = w.hop(chosen)
+            first = (w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text) if lead
+                     else w.template("fact", fact=fact, hop=hop_text))
             if hop_after == len(path):
                 answers = [chosen.target]
                 if self.config.answer_mode == "all":
@@ -735,7 +746,7 @@ class WarmupGenerator:
         # A sibling by the same relation that does not continue the path is the most plausible mistake.
         siblings = [s for s in wrong if s.relations == chosen.relations]
         pick = siblings[0] if siblings else w.rng.choice(wrong[:3])
-        w.think(w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick)), f"search {w.query(pick.target)}")
+        w.think(w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick)), f"search {w.query(pick.target)}")
         result = w.search_entity(pick.target)
         need = w.need(current, chosen.relations)
         rest = hop + len(chosen.relations)

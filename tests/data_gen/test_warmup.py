@@ -467,3 +467,16 @@ def test_templates_that_name_no_relation_before_the_triples(tiny_kg, tmp_path):
         "E1 has person spouse s / marriage spouse E3. Next I search E3. <search>E3</search>",
         "E3 has person nationality E5. The answer is E5. </think>\n<answer>E5</answer>",
     ]
+
+
+def test_plan_and_hop_slots_write_relation_ids_as_the_triples_print_them(tiny_kg, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(json.dumps({"start": ["Path: {plan}. I search {entity}."], "fact": ["{hop}."],
+                                "next": ["Next I search {entity}."], "final": ["So the answer is {answer}."]}))
+    record = tiny_generator(tiny_kg, plan, "tool.entity_handles=true").make(spouse_question(), correction=False)
+    thoughts = [s.text.split("</triples>\n")[-1].split("<search>")[0] for s in record.segments if s.train]
+    assert thoughts == [
+        "<think> Path: people.person.spouse_s , people.marriage.spouse , people.person.nationality. I search E1. ",
+        "E1 people.person.spouse_s people.marriage.spouse E3. Next I search E3. ",
+        "E3 people.person.nationality E5. So the answer is E5. </think>\n<answer>E5</answer>",
+    ]
