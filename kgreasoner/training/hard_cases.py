@@ -43,7 +43,13 @@ class HardCaseConfig:
 
 @torch.no_grad()
 def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: int = 16) -> list[float]:
-    """Mean next-token NLL over the model-written tokens of each trajectory."""
+    """Mean next-token NLL over the model-written tokens of each trajectory.
+
+    Only the labelled positions go through the LM head: a trajectory is mostly prompt and masked
+    `<triples>`, so projecting every position through the vocabulary was most of the cost.
+    """
+    from kgreasoner.training.labelled_head import labelled_logits  # imports TRL: not at CLI start
+
     model.eval()
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -62,11 +68,11 @@ def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: 
             attention[row, :n] = 1
             mask = torch.tensor(e["assistant_masks"], dtype=torch.bool)
             labels[row, :n] = torch.where(mask, ids[row, :n], torch.tensor(-100))
-        logits = model(input_ids=ids.to(device), attention_mask=attention.to(device)).logits[:, :-1].float()
-        target = labels[:, 1:].to(device)
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, ignore_index=-100, reduction="none")
-        counts = (target != -100).sum(dim=1).clamp(min=1)
-        for row, value in enumerate((nll.sum(dim=1) / counts).tolist()):
+        labels = labels.to(device)
+        logits, mask = labelled_logits(model, ids.to(device), attention.to(device), labels)
+        nll = torch.nn.functional.cross_entropy(logits, labels[:, 1:][mask], reduction="none")
+        sums = nll.new_zeros(len(batch)).index_add_(0, mask.nonzero()[:, 0], nll)
+        for row, value in enumerate((sums / mask.sum(dim=1).clamp(min=1)).tolist()):
             losses[order[start + row]] = value
     return losses
 

@@ -18,16 +18,39 @@ import torch
 from trl.trainer.utils import FusedCausalLMOutput
 
 
+def logit_scaling(model) -> str | None:
+    """The config field by which `model` scales or soft-caps its logits, or None for a plain `lm_head(hidden)`."""
+    config = model.config.get_text_config()
+    for name in ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling"):
+        if getattr(config, name, None) not in (None, 1.0):
+            return name
+    return None
+
+
+def labelled_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                    labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Next-token logits (float32) at the labelled positions only, and the boolean mask of those positions.
+
+    `labels` are aligned with `input_ids` (-100 where unlabelled); position t predicts labels[t + 1].
+    Models with scaled logits (`logit_scaling`) go through their own full forward.
+    """
+    targets = labels[:, 1:]
+    mask = targets != -100
+    if logit_scaling(model) is not None:
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][mask].float(), mask
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    return model.get_output_embeddings()(hidden[:, :-1][mask]).float(), mask
+
+
 def add_labelled_lm_head(model) -> None:
     """Replace `model.forward`'s `fused_lm_head=True` path by one that projects only labelled positions.
 
     Call it after TRL patched the model (the `fused_lm_head=False` path goes on to TRL's forward).
     Models that scale or soft-cap their logits are refused: this head applies neither.
     """
-    config = model.config.get_text_config()
-    for name in ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling"):
-        if getattr(config, name, None) not in (None, 1.0):
-            raise ValueError(f"labelled LM head: {config.model_type} sets {name}, which this head does not apply")
+    scaling = logit_scaling(model)
+    if scaling is not None:
+        raise ValueError(f"labelled LM head: {model.config.get_text_config().model_type} sets {scaling}, which this head does not apply")
     previous_forward = model.forward
 
     @functools.wraps(type(model).forward)
