@@ -48,6 +48,8 @@ SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
 QUICK_CONFIG = "configs/demo/quick.yaml"
 STAGE_NAMES = ("data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo", "eval", "report")
+STAGE_FOLDERS = {name: "base" if name == "model" else name for name in STAGE_NAMES}
+"""The folder under `--out` each stage writes (and only that one, besides the embedding cache)."""
 RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
 BASELINES_LEFT_OUT = (
     "The pipeline baselines (ToG, SoG, PaRoG) and IO/CoT prompt the LLM with instructions in natural "
@@ -93,7 +95,8 @@ class DemoConfig:
     paths: PathSearch = field(default_factory=PathSearch, metadata={"help": "gold-path search for questions without paths"})
     seed: int = field(default=0, metadata={"help": "seed of the synthetic world and of every training stage"})
     tool: dict[str, Any] = field(default_factory=lambda: {"entity_handles": True, "top_k": 10}, metadata={
-        "help": "ToolConfig fields shared by warm-up, GRPO and eval (ranking=gat with the demo's ranker is added)"})
+        "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless set here; "
+                "ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"})
     rollout: dict[str, Any] = field(default_factory=lambda: {"max_turns": 6, "max_new_tokens": 192, "max_turn_tokens": 64}, metadata={
         "help": "RolloutConfig fields shared by GRPO and eval"})
     ranker: StageRecipe = field(default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180), metadata={
@@ -111,6 +114,9 @@ class DemoConfig:
         save_steps=15, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
     eval: StageRecipe = field(default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"})
     eval_questions: int | None = field(default=None, metadata={"help": "evaluate only the first N test questions (None: all)"})
+    sft_warmup: bool = field(default=True, metadata={
+        "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
+                "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"})
 
     def __post_init__(self) -> None:
         if self.split_scheme not in ("random", "grouped"):
@@ -194,27 +200,36 @@ class Demo:
         self.config = config
         self.out = out
         self.source = config.data if config.data == SYNTHETIC else source_name(config.data)
-        o = {name: str(out / name) for name in ("data", "kg", "ranker", "warmup", "base", "sft", "hard", "grpo", "eval", "report")}
+        o = {folder: str(out / folder) for folder in STAGE_FOLDERS.values()}
         self.paths = o
         self.warmup_file = f"{o['warmup']}/warmup.jsonl"
+        self.train_file = self.sft_train_file()
         self.hard_file = f"{o['hard']}/hard.jsonl"
-        self.sft_final = f"{o['sft']}/final"
+        # Without the warm-up every later stage starts from the untrained base model.
+        self.sft_final = f"{o['sft']}/final" if config.sft_warmup else o["base"]
+        self.first_eval = "sft" if config.sft_warmup else "base"
         self.kb_file = f"{o['data']}/{self._kb_name()}"
         cache = str(out / "cache" / "embeddings")
-        tool = {**config.tool, "ranking": "gat", "ranker_path": o["ranker"], "encoder.cache_dir": cache}
-        tool_sets = overrides(tool, "tool.")
         rollout_sets = overrides(config.rollout, "rollout.")
         seed = config.seed
 
         self.ranker = self._stage_config(RankerTrainConfig, "ranker", {
             "data": o["data"], "scheme": config.split_scheme, "split_seed": config.split_seed, "seed": seed,
             "out_dir": o["ranker"], "encoder.cache_dir": cache})
+        tool = {"ranking": "gat", **flatten(config.tool)}
+        if tool["ranking"] == "gat":
+            tool["ranker_path"] = o["ranker"]
+        elif tool["ranking"] == "embedding":
+            # The ranker's encoder (its kind and vectors), so embedding vs gat isolates the context aggregation.
+            encoder = self.ranker[0].encoder
+            tool = {**{f"encoder.{k}": getattr(encoder, k) for k in ("kind", "model_path", "max_length", "hashing_dim")}, **tool}
+        tool_sets = overrides({**tool, "encoder.cache_dir": cache}, "tool.")
         self.warmup = self._stage_config(WarmupConfig, "warmup", {
             "dataset": o["data"], "output": self.warmup_file, "split_scheme": config.split_scheme,
             "split_seed": config.split_seed, "seed": seed}, tool_sets)
         self.model = self._stage_config(TinyModelConfig, "model", {"seed": seed})
         self.sft = self._stage_config(SFTRecipe, "sft", {
-            "model": o["base"], "tiny_model": None, "tokenizer_texts": [], "train_file": self.warmup_file,
+            "model": o["base"], "tiny_model": None, "tokenizer_texts": [], "train_file": self.train_file,
             "output_dir": o["sft"], "seed": seed})
         self.hard = self._stage_config(HardCaseConfig, "hard", {
             "model": self.sft_final, "trajectories": self.warmup_file, "output": self.hard_file})
@@ -227,6 +242,10 @@ class Demo:
         if config.eval_questions is not None:
             self.eval[0].limit = config.eval_questions
 
+    def sft_train_file(self) -> str:
+        """What the tiny model's tokenizer and SFT learn from: the warm-up trajectories (a subclass may train on other records)."""
+        return self.warmup_file
+
     def _kb_name(self) -> str:
         """The KB file the data stage writes: kb.nt for a folder that has only an N-Triples KB, else kb.tsv."""
         from kgreasoner.data.datasets import KB_FILES
@@ -236,10 +255,12 @@ class Demo:
             return next((name for name in KB_FILES if (folder / name).is_file()), KB_FILES[0])
         return KB_FILES[0]
 
-    def _stage_config(self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = ()) -> tuple[Any, str | None, list[str]]:
-        """(config object, recipe path, the `--set` list) of a stage: the recipe, the user's overrides,
-        then what the demo owns (paths, seeds, the shared tool), exactly as the printed command has them."""
-        recipe: StageRecipe = getattr(self.config, name)
+    def _stage_config(self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = (),
+                      recipe: StageRecipe | None = None) -> tuple[Any, str | None, list[str]]:
+        """(config object, recipe path, the `--set` list) of a stage: the recipe (the DemoConfig section
+        `name` unless given), the user's overrides, then what the demo owns (paths, seeds, the shared
+        tool), exactly as the printed command has them."""
+        recipe = recipe or getattr(self.config, name)
         clash = sorted(set(flatten(recipe.set)) & set(owned))
         if clash:
             raise ConfigError(f"{name}.set: {', '.join(clash)} is set by the demo (paths and seeds); leave it out")
@@ -253,26 +274,27 @@ class Demo:
     # --- the stages ---
     def stages(self) -> list[Stage]:
         o = self.paths
-        eval_sets = self.eval[2]
-        limit = [] if self.config.eval_questions is None else ["--limit", self.config.eval_questions]
-        eval_common = ["--dataset", o["data"], "--split", "test", *limit]
-        return [
+        stages = [
             Stage("data", "dataset folder", [self._data_command()], self.run_data),
             Stage("kg", "KG in the embedded store", [command("kgreasoner", "kg", "stats", f"memory:{o['data']}")], self.run_kg),
             Stage("ranker", "GAT ranker", [command("python", "train/ranker.py", *_recipe_args(self.ranker), sets=self.ranker[2])], self.run_ranker),
             Stage("warmup", "warm-up trajectories", [command("kgreasoner", "warmup", *_recipe_args(self.warmup), sets=self.warmup[2])], self.run_warmup),
             Stage("model", "tiny model + tokenizer", [command("kgreasoner", "build-tiny", *_recipe_args(self.model), "--texts",
-                                                              self.kb_file, self.warmup_file, "--out", o["base"], sets=self.model[2])], self.run_model),
+                                                              self.kb_file, self.train_file, "--out", o["base"], sets=self.model[2])], self.run_model),
             Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *_recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
             Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *_recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
             Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *_recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
-            Stage("eval", "evaluation", [
-                command("kgreasoner", "eval", "--methods", "kgreasoner,oracle", *eval_common, "--llm", f"hf:{self.sft_final}",
-                        "--out", f"{o['eval']}/sft", sets=eval_sets),
-                command("kgreasoner", "eval", "--methods", "kgreasoner", *eval_common, "--llm", f"hf:{self.grpo_final}",
-                        "--out", f"{o['eval']}/grpo", sets=eval_sets)], self.run_eval),
+            Stage("eval", "evaluation", [self.eval_command("kgreasoner,oracle", self.sft_final, self.first_eval),
+                                         self.eval_command("kgreasoner", self.grpo_final, "grpo")], self.run_eval),
             Stage("report", "report", [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")], self.run_report),
         ]
+        return [s for s in stages if s.name != "sft" or self.config.sft_warmup]
+
+    def eval_command(self, methods: str, model: str, label: str) -> str:
+        """`kgreasoner eval` of `methods` with checkpoint `model` on the test split into eval/<label>."""
+        limit = [] if self.config.eval_questions is None else ["--limit", self.config.eval_questions]
+        return command("kgreasoner", "eval", "--methods", methods, "--dataset", self.paths["data"], "--split", "test", *limit,
+                       "--llm", f"hf:{model}", "--out", f"{self.paths['eval']}/{label}", sets=self.eval[2])
 
     def _data_command(self) -> str:
         c = self.config
@@ -336,7 +358,7 @@ class Demo:
         from kgreasoner.models import build_tiny, parameter_counts
         from kgreasoner.tokenizer import read_training_texts
 
-        model, tokenizer = build_tiny(self.model[0], read_training_texts([self.kb_file, self.warmup_file]),
+        model, tokenizer = build_tiny(self.model[0], read_training_texts([self.kb_file, self.train_file]),
                                       self.paths["base"])
         counts = parameter_counts(model)
         return {"parameters": counts, "vocab": len(tokenizer),
@@ -366,11 +388,12 @@ class Demo:
 
     def run_eval(self) -> dict[str, Any]:
         results = {}
-        for label, model, methods in (("sft", self.sft_final, ["kgreasoner", "oracle"]), ("grpo", self.grpo_final, ["kgreasoner"])):
+        first = self.first_eval
+        for label, model, methods in ((first, self.sft_final, ["kgreasoner", "oracle"]), ("grpo", self.grpo_final, ["kgreasoner"])):
             summaries = self._evaluate(model, methods, Path(self.paths["eval"]) / label)
             results[label] = {m: round(s["hits1"], 4) for m, s in summaries.items()}
-        return {"hits1": results, "line": f"Hits@1 SFT {results['sft']['kgreasoner']:.3f}, GRPO {results['grpo']['kgreasoner']:.3f}, "
-                                          f"oracle {results['sft']['oracle']:.3f}"}
+        return {"hits1": results, "line": f"Hits@1 {'SFT' if first == 'sft' else 'base model'} {results[first]['kgreasoner']:.3f}, "
+                                          f"GRPO {results['grpo']['kgreasoner']:.3f}, oracle {results[first]['oracle']:.3f}"}
 
     def _evaluate(self, model: str, methods: list[str], out: Path) -> dict[str, dict[str, Any]]:
         from kgreasoner.data import load_dataset, open_dataset_kg
@@ -440,7 +463,8 @@ def check_settings(out: Path, config: DemoConfig) -> None:
     path = out / "demo.yaml"
     settings = dataclasses.asdict(config)
     if path.exists():
-        stored = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        # A setting added since the folder was made counts as its default there.
+        stored = {**dataclasses.asdict(DemoConfig()), **(yaml.safe_load(path.read_text(encoding="utf-8")) or {})}
         different = sorted(k for k in set(stored) | set(settings) if stored.get(k) != settings.get(k))
         if different:
             raise ValueError(f"{out} holds a demo run with other settings ({', '.join(different)} differ, see {path}); "

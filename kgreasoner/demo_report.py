@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 SFT_METHOD = "kgreasoner (SFT)"
 GRPO_METHOD = "kgreasoner (SFT + GRPO)"
+BASE_METHOD = "kgreasoner (base, no warm-up)"
+NO_WARMUP_GRPO_METHOD = "kgreasoner (base + GRPO)"
 
 
 def plot_sft_loss(history: list[dict[str, Any]], output: Path) -> Path:
@@ -55,13 +57,14 @@ def _stage_records(demo: "Demo") -> dict[str, dict[str, Any]]:
 
 
 def _methods(demo: "Demo") -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Summaries of the three methods by report label, and the SFT evaluation's summary (for its header)."""
+    """Summaries of the three methods by report label, and the first evaluation's summary (for its header)."""
     def load(label: str) -> dict[str, Any]:
         return json.loads((Path(demo.paths["eval"]) / label / "summary.json").read_text(encoding="utf-8"))
 
-    sft, grpo = load("sft"), load("grpo")
-    return {SFT_METHOD: sft["methods"]["kgreasoner"], GRPO_METHOD: grpo["methods"]["kgreasoner"],
-            "oracle": sft["methods"]["oracle"]}, sft
+    first, grpo = load(demo.first_eval), load("grpo")
+    labels = (SFT_METHOD, GRPO_METHOD) if demo.config.sft_warmup else (BASE_METHOD, NO_WARMUP_GRPO_METHOD)
+    return {labels[0]: first["methods"]["kgreasoner"], labels[1]: grpo["methods"]["kgreasoner"],
+            "oracle": first["methods"]["oracle"]}, first
 
 
 def _data_line(demo: "Demo") -> str:
@@ -83,9 +86,12 @@ def write_report(demo: "Demo") -> Path:
 
     out = Path(demo.paths["report"])
     out.mkdir(parents=True, exist_ok=True)
-    plot_sft_loss(sft_log_history(demo.paths["sft"]), out / "sft_loss.png")
+    figures = []
+    if demo.config.sft_warmup:
+        plot_sft_loss(sft_log_history(demo.paths["sft"]), out / "sft_loss.png")
+        figures.append(("SFT warm-up loss", "sft_loss.png"))
     plot_runs([demo.paths["grpo"]], out / "grpo_curves.png")
-    figures = [("SFT warm-up loss", "sft_loss.png"), ("GRPO: reward, response length, retrievals", "grpo_curves.png")]
+    figures.append(("GRPO: reward, response length, retrievals", "grpo_curves.png"))
     histogram = Path(demo.hard_file).with_suffix(".png")
     if histogram.exists():
         shutil.copyfile(histogram, out / "hard_cases.png")
@@ -99,6 +105,7 @@ def write_report(demo: "Demo") -> Path:
     model = stages.get("model", {}).get("result", {})
     params = model.get("parameters", {})
     total = sum(r["seconds"] for r in stages.values())
+    ranking = "" if "ranking" in demo.config.tool else ", ranking=gat (the demo's ranker)"
     lines = [
         f"# kgreasoner demo: {demo.source}",
         "",
@@ -111,7 +118,7 @@ def write_report(demo: "Demo") -> Path:
         "(embedded memory store).",
         f"- Model: {params.get('total', 0):,} parameters ({params.get('non_embedding', 0):,} without embeddings), "
         f"word vocabulary of {model.get('vocab', 0):,} tokens.",
-        f"- Tool: {', '.join(f'{k}={v}' for k, v in demo.config.tool.items())}, ranking=gat (the demo's ranker); "
+        f"- Tool: {', '.join(f'{k}={v}' for k, v in demo.config.tool.items())}{ranking}; "
         f"rollout {', '.join(f'{k}={v}' for k, v in demo.config.rollout.items())}; greedy decoding in evaluation.",
         f"- Seeds: {demo.config.seed} (data and training); wall time of the stages {total / 60:.1f} min "
         f"with {next(iter(stages.values()), {}).get('threads', '?')} torch thread(s).",

@@ -150,3 +150,19 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     # Other settings into the same folder are refused, naming what differs.
     assert main(["demo", "--quick", "--out", str(out), "--set", "sft.set.max_steps=10"]) == 1
     assert "sft differ" in capsys.readouterr().err
+
+
+def test_a_folder_made_before_a_setting_existed_resumes_with_its_default(tmp_path):
+    import dataclasses
+
+    import yaml
+
+    from kgreasoner.demo import check_settings
+
+    config = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml")
+    stored = dataclasses.asdict(config)
+    del stored["sft_warmup"]  # demo.yaml of a run made before the field existed
+    (tmp_path / "demo.yaml").write_text(yaml.safe_dump(stored, sort_keys=False))
+    check_settings(tmp_path, config)
+    with pytest.raises(ValueError, match=r"\(sft_warmup differ"):
+        check_settings(tmp_path, dataclasses.replace(config, sft_warmup=False))
