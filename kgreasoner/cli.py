@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "kgreasoner.evaluation.commands",
     "kgreasoner.serving.commands",
     "kgreasoner.demo",
+    "kgreasoner.ablate",
 )
 
 
