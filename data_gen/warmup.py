@@ -85,6 +85,7 @@ from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
 ANSWER_MODES = ("first", "all")
 SPLIT_SCHEMES = ("random", "grouped")
 PLAN_SEPARATOR = ","
+PICKS = ("witness", "first_shown")
 
 # Template groups and the slots they may use (every slot is filled in every call; unused ones are ignored).
 # `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with the relation ids exactly as the
@@ -205,6 +206,7 @@ class WarmupConfig:
     answer_mode: str = field(default="first", metadata={"help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"})
     shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation (issue 10); such records no longer replay verbatim"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
+    pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     max_repeats: int = field(default=3, metadata={"help": "extra searches of the same entity when the gold continuation was not shown yet"})
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})
     templates: str | None = field(default=None, metadata={"help": "YAML mapping template group -> list of strings, replacing the built-in groups it names"})
@@ -220,6 +222,8 @@ class WarmupConfig:
             raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
         if not 0.0 <= self.correction_share <= 1.0:
             raise ValueError(f"correction_share must be in [0, 1], got {self.correction_share}")
+        if self.pick not in PICKS:
+            raise ValueError(f"pick must be one of {PICKS}, got {self.pick!r}")
         if self.max_repeats < 0:
             raise ValueError(f"max_repeats must be >= 0, got {self.max_repeats}")
         self.num_examples = _count(self.num_examples, "num_examples")
@@ -368,6 +372,7 @@ class _Writer:
         self.searched: set[str] = set()
         self.repeats = 0
         self.backtracks = 0
+        self.dead_ends = 0  # first-shown entities searched and backtracked from (pick: first_shown)
         self.picks = 0  # points where the walk chose the next entity (or the answer)
         self.backtrack_outcome = ""  # parent / ancestor / error:KIND, after a detour
         self.units: dict[int, list[list[str]]] = {}  # tool block index -> its lines by candidate (shuffle_triples)
@@ -608,7 +613,7 @@ class WarmupGenerator:
         rng = random.Random(f"{self.config.seed}|{example.id}|gold")
         gold_writer = self.walk(example, route, rng, detour_at=None)
         made = self.correction(example, route, gold_writer.picks) if correction else None
-        record, writer = made or (self.verify(example, gold_writer.segments, gold_writer.session, "gold"), gold_writer)
+        record, writer = made or (self.verify(example, gold_writer, "gold"), gold_writer)
         self.stats["repeated_searches"] += writer.repeats
         if writer.backtrack_outcome:
             self.stats[f"backtrack_output:{writer.backtrack_outcome}"] += 1
@@ -640,7 +645,7 @@ class WarmupGenerator:
                 segments[index] = Segment(text[:offset] + written + text[offset + len(hint):], True)
         taught = WarmupRecord(**{**record.__dict__, "segments": tuple(segments)})
         try:
-            return self.verify(example, taught.segments, writer.session, record.kind)
+            return self.verify(example, writer, record.kind, taught.segments)
         except Skip:
             self.stats["teacher_record_rejected"] += 1
             return record
@@ -660,7 +665,7 @@ class WarmupGenerator:
         for attempt, place in enumerate(order):
             try:
                 writer = self.walk(example, route, random.Random(f"{self.config.seed}|{example.id}|fix|{attempt}"), detour_at=place)
-                record = self.verify(example, writer.segments, writer.session, "correction")
+                record = self.verify(example, writer, "correction")
             except Skip as skip:
                 reasons.append(skip.reason)
                 continue
@@ -698,7 +703,13 @@ class WarmupGenerator:
             chosen = self.choose(w, options)
             w.picks += 1
             lead = ""
-            if detour_at == step_index:
+            dead_end = self.first_shown_dead_end(w, current, hop, options)
+            if dead_end is not None:
+                w.dead_ends += 1
+                lead = self.detour(w, current, hop, options, chosen, pick=dead_end)
+                options = w.steps(current, hop)
+                chosen = self.choose(w, options)
+            elif detour_at == step_index:
                 lead = self.detour(w, current, hop, options, chosen)
                 options = w.steps(current, hop)  # the backtrack may have shown more; the chosen one stays valid
             hop_after = hop + len(chosen.relations)
@@ -719,7 +730,7 @@ class WarmupGenerator:
             w.think(hint, f"search {w.query(chosen.target)}")
             result = w.search_entity(chosen.target)
             current, hop, step_index = chosen.target, hop_after, step_index + 1
-        if detour_at is not None and w.backtracks == 0:
+        if detour_at is not None and w.backtracks == w.dead_ends:
             raise Skip("detour_not_taken")
         return w
 
@@ -729,23 +740,46 @@ class WarmupGenerator:
             options = [s for s in options if w.unique_label(s.target)]
             if not options:
                 raise Skip("namesakes_shown")
+        if self.config.pick == "first_shown":
+            return options[0]
         witness = set(w.example.extra.get("path_entities") or [])
         return next((s for s in options if s.target in witness), options[0])
 
-    def detour(self, w: _Writer, current: str, hop: int, options: list[Step], chosen: Step) -> str:
-        """Search a wrong shown entity, say why it does not fit, backtrack; returns the text so far."""
+    def first_shown_dead_end(self, w: _Writer, current: str, hop: int, options: list[Step]) -> Step | None:
+        """With `pick: first_shown`, the first entity shown by the gold relation from `current` when it
+        reaches no answer because it lacks the next gold relation in the KB (not merely another answer),
+        is named and was not searched yet; else None."""
         path = w.route.path
-        valid = {s.target for s in options}
-        wrong = [s for s in w.neighbours(current)
-                 if s.target not in valid and s.target not in w.searched and s.target != current
-                 and not is_literal_id(s.target) and not self.kg.is_unnamed(s.target)
-                 and not self.is_gold(w.example, s.target)
-                 and (self.tool.config.entity_handles or w.unique_label(s.target))]
-        if not wrong:
-            raise Skip("no_wrong_entity")
-        # A sibling by the same relation that does not continue the path is the most plausible mistake.
-        siblings = [s for s in wrong if s.relations == chosen.relations]
-        pick = siblings[0] if siblings else w.rng.choice(wrong[:3])
+        if self.config.pick != "first_shown" or hop + 1 >= len(path):
+            return None
+        shown = list(dict.fromkeys(w.forward.get((current, path[hop]), [])))
+        if not shown or shown[0] in {s.target for s in options}:
+            return None
+        first = shown[0]
+        if (first in w.searched or is_literal_id(first) or self.kg.is_unnamed(first) or self.is_gold(w.example, first)
+                or follow(self.kg, [first], path[hop + 1])):
+            return None
+        return Step(current, (path[hop],), first)
+
+    def detour(self, w: _Writer, current: str, hop: int, options: list[Step], chosen: Step,
+               pick: Step | None = None) -> str:
+        """Search a wrong shown entity (`pick`, else one chosen here), say why it does not fit, backtrack;
+        returns the text so far."""
+        path = w.route.path
+        if pick is not None:
+            siblings = [pick]
+        else:
+            valid = {s.target for s in options}
+            wrong = [s for s in w.neighbours(current)
+                     if s.target not in valid and s.target not in w.searched and s.target != current
+                     and not is_literal_id(s.target) and not self.kg.is_unnamed(s.target)
+                     and not self.is_gold(w.example, s.target)
+                     and (self.tool.config.entity_handles or w.unique_label(s.target))]
+            if not wrong:
+                raise Skip("no_wrong_entity")
+            # A sibling by the same relation that does not continue the path is the most plausible mistake.
+            siblings = [s for s in wrong if s.relations == chosen.relations]
+            pick = siblings[0] if siblings else w.rng.choice(wrong[:3])
         w.think(w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick)), f"search {w.query(pick.target)}")
         result = w.search_entity(pick.target)
         need = w.need(current, chosen.relations)
@@ -767,9 +801,13 @@ class WarmupGenerator:
             w.backtrack_outcome = "parent" if back.entity == current else "ancestor"
         return notice
 
-    def verify(self, example: QAExample, segments: Sequence[Segment], session: SearchSession, kind: str) -> WarmupRecord:
-        """The record, if its format is valid, its answers resolve (in the session that made it) to gold
-        answers and it has exactly one backtrack when a correction, none otherwise; else Skip."""
+    def verify(self, example: QAExample, writer: _Writer, kind: str,
+               segments: Sequence[Segment] | None = None) -> WarmupRecord:
+        """The record of `writer` (or `segments` written in its session), if its format is valid, its answers
+        resolve in that session to gold answers and it holds exactly the backtracks the walk made (one
+        when a correction, plus one per `first_shown` dead end); else Skip."""
+        segments = writer.segments if segments is None else segments
+        session = writer.session
         record = WarmupRecord(id=example.id, question=example.question, topic_entities=tuple(example.topic_entities),
                               segments=tuple(segments), kind=kind, hops=example.hops, split=example.split)
         completion = record.completion
@@ -784,7 +822,7 @@ class WarmupGenerator:
         if not answers or not all(normalize_answer(a) in forms for a in answers):
             raise Skip("answer_not_gold")
         backtracks = sum(1 for s in parsed.searches if s.is_backtrack)
-        if backtracks != (1 if kind == "correction" else 0):
+        if backtracks != writer.backtracks or backtracks != writer.dead_ends + (kind == "correction"):
             raise Skip("backtrack_count")
         return record
 

@@ -480,3 +480,28 @@ def test_plan_and_hop_slots_write_relation_ids_as_the_triples_print_them(tiny_kg
         "E1 people.person.spouse_s people.marriage.spouse E3. Next I search E3. ",
         "E3 people.person.nationality E5. So the answer is E5. </think>\n<answer>E5</answer>",
     ]
+
+
+def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
+    # "born here" questions about a village in two regions: the first one shown has nobody born there
+    kg = MemoryKG(*zip(*[("vil", "containedby", "india"), ("vil", "containedby", "kerala"),
+                         ("kerala", "people_born_here", "ravi"), ("india", "capital", "delhi")]))
+    example = QAExample(id="q1", question="what is the people_born_here of vil 's containedby", split="train",
+                        topic_entities=(TopicEntity("vil", "vil"),), answers=(Answer("ravi", "ravi"),),
+                        gold_paths=(("containedby", "people_born_here"),), hops=2, extra={"path_entities": ["kerala"]})
+    plan = tmp_path / "plan.yaml"
+    plan.write_text((Path(__file__).parents[2] / "configs/tiny-cpu/templates-plan.yaml").read_text())
+    witness = tiny_generator(kg, plan, "tool.entity_handles=true").make(example, correction=False)
+    assert "backtrack" not in witness.completion and "E1 containedby E3." in witness.completion
+    first = tiny_generator(kg, plan, "tool.entity_handles=true", "pick=first_shown").make(example, correction=False)
+    thoughts = [s.text.split("</triples>\n")[-1] for s in first.segments if s.train]
+    assert thoughts == [
+        "<think> Path: containedby , people_born_here. I search E1. <search>E1</search>",
+        "E1 containedby E2. I check E2. <search>E2</search>",
+        "E2 has no people born here here, so it does not lead to the answer. I go back. <search>E2 | backtrack</search>",
+        "Back at E1: E1 containedby E3. Next I search E3. <search>E3</search>",
+        "E3 people_born_here E5. So the answer is E5. </think>\n<answer>E5</answer>",
+    ]
+    assert first.kind == "gold"
+    with pytest.raises(ValueError, match="pick must be one of"):
+        make_config("unused", Path("unused.jsonl"), "pick=random")
