@@ -17,7 +17,8 @@
 #
 #   bench/same_backbone.sh SET OUT STEPS      (SET: PQ-2H, PQ-3H, PQL-2H or PQL-3H)
 #
-# Environment: METHODS (default "tog sog"), NICE (default 10). One torch thread per job
+# Environment: METHODS (default "tog sog"), NICE (default 10), SFT_SET (extra `KEY=VALUE` settings of the
+# SFT, space-separated, e.g. "learning_rate=1e-3 early_stopping_patience=0"). One torch thread per job
 # (OMP_NUM_THREADS=1): on the shared 2-core machine more threads made jobs 3-25x slower.
 # Output per method in OUT/METHOD/: data.jsonl (+ .summary.json), base/, sft/, eval/ (summary.md,
 # summary.json, per-question JSONL), times.txt (wall seconds per stage).
@@ -34,6 +35,8 @@ METHODS=${METHODS:-tog sog}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PY=(nice -n "${NICE:-10}" env OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 "${KGREASONER_PYTHON:-$REPO/.venv/bin/python}")
 KG=("${PY[@]}" -m kgreasoner.cli)
+SFT_EXTRA=()
+for setting in ${SFT_SET:-}; do SFT_EXTRA+=(--set "$setting"); done
 cd "$REPO"
 
 KB=$("${PY[@]}" -c "from kgreasoner.data import load_dataset; print(load_dataset('$SET').kb_path)")
@@ -60,7 +63,8 @@ for METHOD in $METHODS; do
     stage filter "${KG[@]}" pipeline-sft "${DATA[@]}" --set tokenizer="$DIR/base" --set max_length=1024
     stage sft "${PY[@]}" train/sft.py --config configs/tiny-cpu/sft.yaml --set model="$DIR/base" --set tiny_model=null \
         --set train_file="$DIR/data.jsonl" --set output_dir="$DIR/sft" --set learning_rate=3e-3 \
-        --set max_steps="$STEPS" --set eval_steps=50 --set save_steps=50 --set max_length=1024 --set 'report_to=[]'
+        --set max_steps="$STEPS" --set eval_steps=50 --set save_steps=50 --set max_length=1024 --set 'report_to=[]' \
+        "${SFT_EXTRA[@]}"
     stage eval "${KG[@]}" eval --methods "$METHOD" --dataset "$SET" --scheme grouped --split test \
         --llm hf:"$DIR/sft/final" --out "$DIR/eval" --no-progress "${SETTINGS[@]}"
 done
