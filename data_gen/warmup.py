@@ -615,6 +615,7 @@ class WarmupGenerator:
         made = self.correction(example, route, gold_writer.picks) if correction else None
         record, writer = made or (self.verify(example, gold_writer, "gold"), gold_writer)
         self.stats["repeated_searches"] += writer.repeats
+        self.stats["first_shown_dead_ends"] += writer.dead_ends
         if writer.backtrack_outcome:
             self.stats[f"backtrack_output:{writer.backtrack_outcome}"] += 1
         if self.teacher is not None:

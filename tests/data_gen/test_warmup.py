@@ -493,7 +493,9 @@ def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
     plan.write_text((Path(__file__).parents[2] / "configs/tiny-cpu/templates-plan.yaml").read_text())
     witness = tiny_generator(kg, plan, "tool.entity_handles=true").make(example, correction=False)
     assert "backtrack" not in witness.completion and "E1 containedby E3." in witness.completion
-    first = tiny_generator(kg, plan, "tool.entity_handles=true", "pick=first_shown").make(example, correction=False)
+    generator = tiny_generator(kg, plan, "tool.entity_handles=true", "pick=first_shown")
+    first = generator.make(example, correction=False)
+    assert generator.stats["first_shown_dead_ends"] == 1
     thoughts = [s.text.split("</triples>\n")[-1] for s in first.segments if s.train]
     assert thoughts == [
         "<think> Path: containedby , people_born_here. I search E1. <search>E1</search>",
