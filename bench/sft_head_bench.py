@@ -37,6 +37,16 @@ def make_batch(path: str, tokenizer, size: int) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": attention, "labels": labels}
 
 
+def batch_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options both CPU benches share: checkpoint, warm-up trajectories, batch size, torch threads."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--trajectories", required=True)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--threads", type=int, default=1)
+    return parser
+
+
 def time_head(model, batch, steps: int) -> tuple[float, float]:
     def step() -> float:
         model.zero_grad()
@@ -52,12 +62,8 @@ def time_head(model, batch, steps: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--trajectories", required=True)
-    parser.add_argument("--batch", type=int, default=16)
+    parser = batch_arguments(__doc__)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -43,13 +43,7 @@ class HardCaseConfig:
 
 @torch.no_grad()
 def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: int = 16) -> list[float]:
-    """Mean next-token NLL over the model-written tokens of each trajectory.
-
-    Only the labelled positions go through the LM head: a trajectory is mostly prompt and masked
-    `<triples>`, so projecting every position through the vocabulary was most of the cost.
-    """
-    from kgreasoner.training.labelled_head import labelled_logits  # imports TRL: not at CLI start
-
+    """Mean next-token NLL over the model-written tokens of each trajectory (batched, see `batch_losses`)."""
     model.eval()
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -68,13 +62,23 @@ def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: 
             attention[row, :n] = 1
             mask = torch.tensor(e["assistant_masks"], dtype=torch.bool)
             labels[row, :n] = torch.where(mask, ids[row, :n], torch.tensor(-100))
-        labels = labels.to(device)
-        logits, mask = labelled_logits(model, ids.to(device), attention.to(device), labels)
-        nll = torch.nn.functional.cross_entropy(logits, labels[:, 1:][mask], reduction="none")
-        sums = nll.new_zeros(len(batch)).index_add_(0, mask.nonzero()[:, 0], nll)
-        for row, value in enumerate((sums / mask.sum(dim=1).clamp(min=1)).tolist()):
+        for row, value in enumerate(batch_losses(model, ids.to(device), attention.to(device), labels.to(device)).tolist()):
             losses[order[start + row]] = value
     return losses
+
+
+def batch_losses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per row, the mean next-token NLL over its labelled positions (labels -100 elsewhere), as float32.
+
+    Only the labelled positions go through the LM head: a trajectory is mostly prompt and masked
+    `<triples>`, so projecting every position through the vocabulary was most of the cost.
+    """
+    from kgreasoner.training.labelled_head import labelled_logits  # imports TRL: not at CLI start
+
+    logits, mask = labelled_logits(model, input_ids, attention_mask, labels)
+    nll = torch.nn.functional.cross_entropy(logits, labels[:, 1:][mask], reduction="none")
+    sums = nll.new_zeros(len(labels)).index_add_(0, mask.nonzero()[:, 0], nll)
+    return sums / mask.sum(dim=1).clamp(min=1)
 
 
 def select_hard(records: list[WarmupRecord], losses: list[float], epsilon: float | None, quantile: float,
