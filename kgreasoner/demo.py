@@ -432,9 +432,9 @@ def _write_json(path: Path, data: Any) -> None:
 
 def sft_log_history(output_dir: str | Path) -> list[dict[str, Any]]:
     """The SFT run's logged rows (train loss, eval loss by step) from its newest checkpoint's trainer_state.json."""
-    from transformers.trainer_utils import get_last_checkpoint
+    from kgreasoner.training.common import last_complete_checkpoint
 
-    last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    last = last_complete_checkpoint(output_dir)
     if last is None:
         return []
     return json.loads((Path(last) / "trainer_state.json").read_text(encoding="utf-8")).get("log_history", [])

@@ -61,3 +61,17 @@ def ensure_model(model: str, tiny_model: str | None, tokenizer_texts: list[str])
 
             build_tiny(load_config(TinyModelConfig, tiny_model), read_training_texts(tokenizer_texts), model)
     return model
+
+
+def last_complete_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest `checkpoint-N` under `output_dir` that the trainer finished writing, or None.
+
+    A run killed while saving leaves a newer checkpoint folder without `trainer_state.json` (the
+    trainer writes it last); resuming from that folder would fail, so it is passed over.
+    """
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    steps = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
+             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
+    return str(max(steps)[1]) if steps else None

@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
-from kgreasoner.training.common import LoraSettings, ddp_backend
+from kgreasoner.training.common import LoraSettings, ddp_backend, last_complete_checkpoint
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
 
@@ -382,7 +382,6 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
 
 def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     """Run every episode in turn; returns the final model directory of the last one."""
-    from transformers.trainer_utils import get_last_checkpoint
 
     from kgreasoner.data import load_dataset
     from kgreasoner.retrieval.tool import KGSearchTool
@@ -408,7 +407,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
         trainer = build_trainer(recipe, number, episode, examples, model_path, tool)
-        checkpoint = get_last_checkpoint(str(episode_dir)) if resume and episode_dir.is_dir() else None
+        checkpoint = last_complete_checkpoint(episode_dir) if resume else None
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model(str(final))
         if trainer.is_world_process_zero():

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model
+from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.training.warmup_data import encode_record, read_warmup
 
@@ -184,6 +184,4 @@ def train_sft(recipe: SFTRecipe, resume: bool = False) -> Path:
 
 
 def _last_checkpoint(output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    return last_complete_checkpoint(output_dir)
