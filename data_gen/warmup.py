@@ -79,7 +79,7 @@ from kgreasoner.protocol import (
     topic_names,
 )
 from kgreasoner.retrieval.encoder import humanize_relation
-from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolConfig, ToolResult
+from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolConfig, ToolResult, relation_key, triple_line
 from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
 
 ANSWER_MODES = ("first", "all")
@@ -399,7 +399,8 @@ class _Writer:
     # --- text ---
     def template(self, group: str, **slots: str) -> str:
         values = {slot: "" for slot in SLOTS}
-        values.update(question=self.example.question, plan=f" {PLAN_SEPARATOR} ".join(self.route.path), **slots)
+        plan = f" {PLAN_SEPARATOR} ".join(self.relation_key(r) for r in self.route.path)
+        values.update(question=self.example.question, plan=plan, **slots)
         return self.rng.choice(self.g.templates[group]).format(**values)
 
     def think(self, hint: str, action: str) -> None:
@@ -432,7 +433,8 @@ class _Writer:
         unit: list[str] | None = None
         seen: set[str] = set()
         for edge in result.edges:
-            line = f"({self.display(edge.subject)}, {edge.relation}, {self.display(edge.object)})"
+            line = triple_line(self.display(edge.subject), edge.relation, self.display(edge.object),
+                               self.g.config.tool.relation_format)
             if (edge.subject if edge.direction == "out" else edge.object) == result.entity:
                 unit = units.setdefault(line, [])
             if unit is not None and line not in seen:
@@ -527,8 +529,14 @@ class _Writer:
         return f"{self.ref(step.source)} has {relation_words(step.relations)} {self.ref(step.target)}"
 
     def hop(self, step: Step) -> str:
-        """The step along the path with relation ids as the triples print them (`^` marks an incoming edge)."""
-        return " ".join([self.ref(step.source), *step.relations, self.ref(step.target)])
+        """The step along the path with each relation's key as the triples print it (`^` marks an incoming edge)."""
+        return " ".join([self.ref(step.source), *map(self.relation_key, step.relations), self.ref(step.target)])
+
+    def relation_key(self, path_relation: str) -> str:
+        """A path relation (`^rel` backwards) as plans and hops write it: the last word its triple line prints."""
+        inverse = path_relation.startswith(INVERSE_PREFIX)
+        relation = path_relation[len(INVERSE_PREFIX):] if inverse else path_relation
+        return (INVERSE_PREFIX if inverse else "") + relation_key(relation, self.g.config.tool.relation_format)
 
 
 _HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")

@@ -27,6 +27,41 @@ from kgreasoner.retrieval.ranker import GATRanker, load_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, CandidateScorer, Timings
 
 ERRORS = ("unknown_entity", "empty_query", "no_neighbors", "exhausted", "backtrack_at_root", "kg_error")
+RELATION_FORMATS = ("id", "words")
+_NAMESPACE_SEPARATOR = re.compile(r"\.|__")
+
+
+def relation_display(relation: str, relation_format: str = "id") -> str:
+    """A relation as a triple line prints it: its id, or (`words`) its namespace parts as words.
+
+    `words` keeps a URI's last path or fragment part, splits at the separators KG ids put between
+    namespace parts (`.` and `__`) and keeps single underscores: `film.film.rating` prints
+    `film film rating`, PathQuestion's `__common__topic__notable_types` prints
+    `common topic notable_types`. A question that names the relation by its last part
+    (`notable_types`) then shares that word's token with the line, so a model can match the
+    line by copying rather than by a mapping it learned per relation id.
+    """
+    if relation_format == "id":
+        return relation
+    if relation_format != "words":
+        raise ValueError(f"relation_format must be one of {RELATION_FORMATS}, got {relation_format!r}")
+    text = relation.strip("<>")
+    if "/" in text or "#" in text:
+        text = re.split(r"[/#]", text.rstrip("/#"))[-1]
+    return " ".join(part for part in _NAMESPACE_SEPARATOR.split(text) if part) or relation
+
+
+def triple_line(subject: str, relation: str, obj: str, relation_format: str = "id") -> str:
+    """One line of a tool block: `(subject, relation, object)`, the ends as the session displays them."""
+    return f"({subject}, {relation_display(relation, relation_format)}, {obj})"
+
+
+def relation_key(relation: str, relation_format: str = "id") -> str:
+    """How a thought names a relation (a plan, a hop): the last word its triple line prints.
+
+    With `id` that is the id itself; with `words` the last namespace part, the word a question uses.
+    """
+    return relation_display(relation, relation_format).split(" ")[-1]
 
 
 @dataclass
@@ -45,8 +80,11 @@ class ToolConfig:
     rerank_pool: int | None = field(default=64, metadata={"help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"})
     fuzzy_cutoff: float = field(default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"})
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
+    relation_format: str = field(default="id", metadata={"help": "how triple lines print relations: `id` as stored, or `words` (namespace parts as words: `__common__topic__notable_types` -> `common topic notable_types`, so the question's word for a relation is a token of its line)"})
 
     def __post_init__(self) -> None:
+        if self.relation_format not in RELATION_FORMATS:
+            raise ValueError(f"relation_format must be one of {RELATION_FORMATS}, got {self.relation_format!r}")
         if self.ranking not in RANKING_METHODS:
             raise ValueError(f"ranking must be one of {RANKING_METHODS}, got {self.ranking!r}")
         if self.top_k < 1 or self.max_chars < 1 or self.max_context < 0 or self.suggestions < 1:
@@ -282,7 +320,7 @@ class SearchSession:
         return f"{handle} {label}" if handle else label
 
     def _line(self, edge: Edge) -> str:
-        return f"({self._display(edge.subject)}, {edge.relation}, {self._display(edge.object)})"
+        return triple_line(self._display(edge.subject), edge.relation, self._display(edge.object), self._config.relation_format)
 
     def _resolve(self, name: str, fuzzy: bool) -> str | None:
         """A shown entity's id: by handle, id, exact label, normalised label, then (if fuzzy) difflib.

@@ -482,6 +482,22 @@ def test_plan_and_hop_slots_write_relation_ids_as_the_triples_print_them(tiny_kg
     ]
 
 
+def test_plan_and_hop_slots_write_the_last_word_of_relations_printed_as_words(tiny_kg, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(json.dumps({"start": ["Path: {plan}. I search {entity}."], "fact": ["{hop}."],
+                                "next": ["Next I search {entity}."], "final": ["So the answer is {answer}."]}))
+    generator = tiny_generator(tiny_kg, plan, "tool.entity_handles=true", "tool.relation_format=words")
+    record = generator.make(spouse_question(), correction=False)
+    thoughts = [s.text.split("</triples>\n")[-1].split("<search>")[0] for s in record.segments if s.train]
+    assert thoughts == [
+        "<think> Path: spouse_s , spouse , nationality. I search E1. ",
+        "E1 spouse_s spouse E3. Next I search E3. ",
+        "E3 nationality E5. So the answer is E5. </think>\n<answer>E5</answer>",
+    ]
+    blocks = [s.text for s in record.segments if not s.train]
+    assert "(E1 Ann, people person spouse_s, E2 m1)" in blocks[0] and "people.person" not in "".join(blocks)
+
+
 def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
     # "born here" questions about a village in two regions: the first one shown has nobody born there
     kg = MemoryKG(*zip(*[("vil", "containedby", "india"), ("vil", "containedby", "kerala"),

@@ -7,7 +7,7 @@ import pytest
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError
 from kgreasoner.kg.memory import MemoryKG
-from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_query
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_query, relation_display, relation_key
 
 UTAH = [TopicEntity("m.utah", "Utah")]
 UTAH_LINES = [
@@ -48,6 +48,21 @@ def test_handles_are_assigned_in_order_of_appearance_and_resolve(utah_kg):
     assert s.call("Mountain Time Zone").error == "exhausted"
     assert s.call("E2 Mountain Time Zone").error == "exhausted"
     assert s.resolve_answer("E2 | Salt Lake City | Ogden") == ["Mountain Time Zone", "Salt Lake City", "Ogden"]
+
+
+def test_relation_words_print_namespace_parts_and_keep_single_underscores(utah_kg):
+    s = session(utah_kg, entity_handles=True, relation_format="words")
+    lines = s.call("E1").text.splitlines()
+    assert lines[0] == "(E1 Utah, location location time_zones, E2 Mountain Time Zone)"
+    assert lines[4] == "(E5 m.cvt, government government_position_held office_holder, E6 Spencer Cox)"
+    # PathQuestion's ids, a URI and an id without namespaces
+    assert relation_display("__common__topic__notable_types", "words") == "common topic notable_types"
+    assert relation_key("__common__topic__notable_types", "words") == "notable_types"
+    assert relation_display("http://www.wikidata.org/prop/direct/P31", "words") == "P31"
+    assert relation_display("place_of_birth", "words") == relation_key("place_of_birth", "words") == "place_of_birth"
+    assert relation_key("people.person.spouse_s", "id") == "people.person.spouse_s"
+    with pytest.raises(ValueError, match="relation_format must be one of"):
+        ToolConfig(relation_format="label")
 
 
 def test_handles_restart_in_every_session(utah_kg):
