@@ -56,6 +56,7 @@ from typing import Any, Sequence
 import yaml
 from tqdm import tqdm
 
+from data_gen.augment import AugmentConfig, QuestionAugmenter
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample, TopicEntity
@@ -207,6 +208,7 @@ class WarmupConfig:
     shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation (issue 10); such records no longer replay verbatim"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
+    augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})
     max_repeats: int = field(default=3, metadata={"help": "extra searches of the same entity when the gold continuation was not shown yet"})
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})
     templates: str | None = field(default=None, metadata={"help": "YAML mapping template group -> list of strings, replacing the built-in groups it names"})
@@ -845,6 +847,7 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
     that cannot take a detour becomes a gold record and the next one is asked again.
     """
     config = generator.config
+    augment = QuestionAugmenter(examples, config.augment, config.seed)
     order = list(examples)
     random.Random(f"{config.seed}|order").shuffle(order)
     records: list[WarmupRecord] = []
@@ -856,7 +859,7 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
             break
         want_correction = corrections < round(config.correction_share * (len(records) + 1))
         try:
-            record = generator.make(example, want_correction)
+            record = _make_augmented(generator, augment(example), example, want_correction)
         except Skip as skip:
             skipped[skip.reason] += 1
             continue
@@ -864,7 +867,19 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
         records.append(record)
         bar.update(1)
     bar.close()
+    generator.stats.update(augment.stats)
     return records, skipped
+
+
+def _make_augmented(generator: WarmupGenerator, augmented: QAExample, example: QAExample, correction: bool) -> WarmupRecord:
+    """The record of the rewritten question, else (its answer was the renamed topic, say) of the original one."""
+    if augmented is example:
+        return generator.make(example, correction)
+    try:
+        return generator.make(augmented, correction)
+    except Skip:
+        generator.stats["augment_fell_back"] += 1
+        return generator.make(example, correction)
 
 
 def summarize(records: Sequence[WarmupRecord], skipped: dict[str, Counter[str]], generator: WarmupGenerator,
