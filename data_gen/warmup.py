@@ -91,9 +91,10 @@ PICKS = ("witness", "first_shown")
 # Template groups and the slots they may use (every slot is filled in every call; unused ones are ignored).
 # `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with the relation ids exactly as the
 # triples print them ("E1 spouse E2"), and `plan` is the whole gold relation path in those ids
-# ("spouse , parents"), so a template set can have the model plan once and then copy tokens it has seen.
+# ("spouse , parents"), so a template set can have the model plan once and then copy tokens it has seen;
+# `next_key` is the relation a dead end lacks, written as plans and hops write it.
 SLOTS = ("entity", "need", "fact", "hop", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_relation",
-         "next_relation", "question")
+         "next_relation", "next_key", "question")
 DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
     # before the first search of the topic entity
     "start": (
@@ -777,7 +778,8 @@ class WarmupGenerator:
         """Search a wrong shown entity (`pick`, else one chosen here), say why it does not fit, backtrack;
         returns the text so far."""
         path = w.route.path
-        if pick is not None:
+        first_shown = pick is not None
+        if first_shown:
             siblings = [pick]
         else:
             valid = {s.target for s in options}
@@ -791,16 +793,23 @@ class WarmupGenerator:
             # A sibling by the same relation that does not continue the path is the most plausible mistake.
             siblings = [s for s in wrong if s.relations == chosen.relations]
             pick = siblings[0] if siblings else w.rng.choice(wrong[:3])
-        w.think(w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick)), f"search {w.query(pick.target)}")
-        result = w.search_entity(pick.target)
         need = w.need(current, chosen.relations)
         rest = hop + len(chosen.relations)
+        if first_shown:
+            # Following the first matching line is the policy, not a mistake: the thought is the one of any hop.
+            ahead = w.template("next", entity=w.ref(pick.target), need=w.need(pick.target, path[rest:rest + 1]))
+            thought = w.template("fact", fact=w.fact(pick), hop=w.hop(pick)) + " " + ahead
+        else:
+            thought = w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick))
+        w.think(thought, f"search {w.query(pick.target)}")
+        result = w.search_entity(pick.target)
         if result.error is not None:
             notice = w.template("notice_empty", wrong=w.ref(pick.target))
         elif siblings and rest < len(path):
             if w.steps(pick.target, rest):
                 raise Skip("sibling_continues")
-            notice = w.template("notice_dead_end", wrong=w.ref(pick.target), next_relation=relation_words(path[rest:rest + 1]))
+            notice = w.template("notice_dead_end", wrong=w.ref(pick.target), next_relation=relation_words(path[rest:rest + 1]),
+                                next_key=w.relation_key(path[rest]))
         else:
             notice = w.template("notice_relation", wrong=w.ref(pick.target), wrong_relation=relation_words(pick.relations),
                                 need=need, entity=w.ref(current))

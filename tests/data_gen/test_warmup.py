@@ -515,8 +515,8 @@ def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
     thoughts = [s.text.split("</triples>\n")[-1] for s in first.segments if s.train]
     assert thoughts == [
         "<think> Path: containedby , people_born_here. I search E1. <search>E1</search>",
-        "E1 containedby E2. I check E2. <search>E2</search>",
-        "E2 has no people born here here, so it does not lead to the answer. I go back. <search>E2 | backtrack</search>",
+        "E1 containedby E2. Next I search E2. <search>E2</search>",
+        "E2 has no people_born_here. I go back. <search>E2 | backtrack</search>",
         "Back at E1: E1 containedby E3. Next I search E3. <search>E3</search>",
         "E3 people_born_here E5. So the answer is E5. </think>\n<answer>E5</answer>",
     ]
