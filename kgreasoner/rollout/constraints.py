@@ -12,14 +12,19 @@ alone, exactly as the stop matcher sees it; the continuations form a trie over t
 constrained answer (Hits@1 scores the first anyway). The rollout engine applies the mask to the
 logits before temperature, so sampled tokens and their logprobs come from the constrained
 distribution.
+
+`turn_regex` states the same constraint as one pattern per turn, for backends that take a
+structured-output regex per request (vLLM): a turn ends at its one `</search>` or `</answer>`, and
+only a tool call shows new entities, so the allowed names cannot change within a turn.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, BACKTRACK_MARK, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN,
+    ANSWER_CLOSE, ANSWER_OPEN, BACKTRACK_MARK, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN,
 )
 
 _END = -1
@@ -92,3 +97,21 @@ class RowConstraint:
                     trie = self.vocabulary.trie(self.allowed_names(), tails)
                     self.node = trie or None
                     return
+
+
+def turn_regex(names: Sequence[str]) -> str:
+    """One turn under constrained decoding, as a regex: free thinking (no `<` but the think tags), then
+    optionally `<search>` or `<answer>` holding exactly one of `names` (a leading space allowed, as the
+    token-level trie allows it; a search may add `| backtrack`) and its closing tag.
+
+    The optional ending keeps EOS and the length cap where the token-level constraint leaves them: it
+    constrains only what follows an opening tag.
+    """
+    entity = "|".join(re.escape(name) for name in dict.fromkeys(n for n in names if n.strip()))
+    free = f"(?:[^<]|{re.escape(THINK_OPEN)}|{re.escape(THINK_CLOSE)})*"
+    if not entity:  # nothing may be searched or answered yet: thinking only
+        return free
+    backtrack = re.escape(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}")
+    search = f"{re.escape(SEARCH_OPEN)} ?(?:{entity})(?:{backtrack})?{re.escape(SEARCH_CLOSE)}"
+    answer = f"{re.escape(ANSWER_OPEN)} ?(?:{entity}){re.escape(ANSWER_CLOSE)}"
+    return f"{free}(?:{search}|{answer})?"

@@ -41,7 +41,7 @@ from kgreasoner.protocol import (
     ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, TRIPLES_CLOSE, build_prompt, format_tool_block, last_open_search,
     parse_trajectory, topic_names,
 )
-from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint
+from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, turn_regex
 from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
 
 TRUNCATION_NOTE = "[{count} more lines cut: tool output limit]"
@@ -342,8 +342,11 @@ class RolloutEngine:
         active = [row for row in rows if not row.finished]
         while active:
             budgets = [self.turn_budget(row) for row in active]
+            extra = {}
+            if self.config.constrained_decoding:
+                extra["regexes"] = [turn_regex(row.constraint.allowed_names()) for row in active]
             outputs = self.backend.complete([row.prompt_ids + row.completion_ids for row in active],
-                                            budgets, sampling, turn, [row.index for row in active])
+                                            budgets, sampling, turn, [row.index for row in active], **extra)
             waiting = []
             for row, budget, output in zip(active, budgets, outputs):
                 if output.error is not None:

@@ -14,8 +14,10 @@ drops anything after it). Sampled ids are used as returned, never re-tokenised.
   same for its importance-sampling correction).
 
 This module imports without vLLM installed: `vllm` is imported when an offline backend is built.
-Constrained decoding is not implemented here (issue 10 item 2 names vLLM guided decoding as the
-equivalent; the hf backend has it).
+Constrained decoding is vLLM's structured output (vLLM >= 0.12): each row's turn carries the regex of
+`constraints.turn_regex` over the entities its session has shown (`structured_outputs: {regex}` in a
+request, `StructuredOutputsParams(regex=...)` offline), so sampled tokens and their logprobs come
+from the constrained distribution, as with the hf backend's token-level mask.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class VLLMBackend:
     """Offline `vllm.LLM` or a vLLM OpenAI-compatible server, generating one turn from token ids."""
 
     kind = "turn"
-    supports_constraints = False
+    supports_constraints = True
 
     def __init__(self, tokenizer: Any, llm: Any = None, base_url: str | None = None, model: str | None = None,
                  eos_ids: Sequence[int] | None = None, api_key_env: str = "OPENAI_API_KEY",
@@ -74,11 +76,13 @@ class VLLMBackend:
 
     # ------------------------------------------------------------------ server mode
     def request_body(self, prompt_ids: list[int], budget: int, sampling: SamplingParams,
-                     seed: int | None) -> dict[str, Any]:
+                     seed: int | None, regex: str | None = None) -> dict[str, Any]:
         body = {key: value for key, value in sampling_kwargs(sampling, budget, seed).items()
                 if key not in ("n", "seed") or value is not None}
         body.update({"model": self.model, "prompt": list(prompt_ids), "return_token_ids": True,
                      "return_tokens_as_token_ids": True})
+        if regex is not None:
+            body["structured_outputs"] = {"regex": regex}
         return body
 
     @staticmethod
@@ -99,25 +103,28 @@ class VLLMBackend:
 
     # ------------------------------------------------------------------ the turn
     def complete(self, prompts: Sequence[list[int]], budgets: Sequence[int], sampling: SamplingParams, turn: int,
-                 indices: Sequence[int]) -> list[TurnOutput]:
+                 indices: Sequence[int], regexes: Sequence[str] | None = None) -> list[TurnOutput]:
+        """One turn per row; `regexes[i]` (constrained decoding) is the structured-output pattern of row i."""
         seeds = [row_seed(sampling, index, turn) for index in indices]
+        patterns = list(regexes) if regexes is not None else [None] * len(prompts)
         if self.llm is not None:
-            return self._complete_offline(prompts, budgets, sampling, seeds)
+            return self._complete_offline(prompts, budgets, sampling, seeds, patterns)
 
-        def job(ids: list[int], budget: int, seed: int | None):
+        def job(ids: list[int], budget: int, seed: int | None, regex: str | None):
             def run() -> TurnOutput:
                 if budget <= 0:
                     return TurnOutput([], [])
                 try:
-                    return self.parse(post_json(self.url, self.request_body(ids, budget, sampling, seed),
+                    return self.parse(post_json(self.url, self.request_body(ids, budget, sampling, seed, regex),
                                                 self.api_key, self.timeout))
                 except Exception as err:  # a network or server fault ends this row, not the batch
                     return TurnOutput([], [], f"vLLM request failed: {err}")
             return run
 
-        return run_concurrently([job(p, b, s) for p, b, s in zip(prompts, budgets, seeds)], self.max_concurrency)
+        jobs = [job(p, b, s, r) for p, b, s, r in zip(prompts, budgets, seeds, patterns)]
+        return run_concurrently(jobs, self.max_concurrency)
 
-    def _complete_offline(self, prompts, budgets, sampling, seeds) -> list[TurnOutput]:
+    def _complete_offline(self, prompts, budgets, sampling, seeds, patterns) -> list[TurnOutput]:
         import vllm
         from vllm.inputs import TokensPrompt
 
@@ -125,7 +132,14 @@ class VLLMBackend:
         todo = [i for i, budget in enumerate(budgets) if budget > 0]
         if not todo:
             return outputs
-        params = [vllm.SamplingParams(**sampling_kwargs(sampling, budgets[i], seeds[i])) for i in todo]
+        params = []
+        for i in todo:
+            kwargs = sampling_kwargs(sampling, budgets[i], seeds[i])
+            if patterns[i] is not None:
+                from vllm.sampling_params import StructuredOutputsParams
+
+                kwargs["structured_outputs"] = StructuredOutputsParams(regex=patterns[i])
+            params.append(vllm.SamplingParams(**kwargs))
         try:
             results = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompts[i])) for i in todo], params,
                                         use_tqdm=False)

@@ -166,8 +166,8 @@ class _RecordingBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def complete(self, prompts, budgets, sampling, turn, indices):
-        return self._note(indices, self._inner.complete(prompts, budgets, sampling, turn, indices))
+    def complete(self, prompts, budgets, sampling, turn, indices, **constraints):
+        return self._note(indices, self._inner.complete(prompts, budgets, sampling, turn, indices, **constraints))
 
     def complete_text(self, prompts, budgets, sampling, turn, indices):
         return self._note(indices, self._inner.complete_text(prompts, budgets, sampling, turn, indices))

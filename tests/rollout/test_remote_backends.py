@@ -8,6 +8,7 @@ hand from that API, not captured from a running vLLM (vLLM is not installed here
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -15,6 +16,7 @@ import pytest
 
 from kgreasoner.protocol import build_prompt, format_tool_block
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
+from kgreasoner.rollout.constraints import turn_regex
 from kgreasoner.rollout.openai_backend import OpenAIBackend, restore_stop
 from kgreasoner.rollout.vllm_backend import VLLMBackend, sampling_kwargs
 
@@ -140,3 +142,35 @@ def test_restore_stop():
     assert restore_stop("a <answer>X", "stop", "</answer>") == "a <answer>X</answer>"
     assert restore_stop("<search>Utah", "length", None) == "<search>Utah"
     assert restore_stop("plain", "stop", None) == "plain"
+
+
+def test_vllm_constrained_decoding_sends_each_turn_the_regex_of_the_shown_entities(stub, bpe_tokenizer):
+    def reply(body):
+        seen = bpe_tokenizer.decode(body["prompt"])
+        text, stop = (FIRST, "</search>") if "(Utah, time zone" not in seen else (SECOND, "</answer>")
+        # What the server's structured output enforces: the reply fits the turn's pattern.
+        assert re.fullmatch(body["structured_outputs"]["regex"], text)
+        return 200, _vllm_reply(bpe_tokenizer, text, stop)
+
+    server = stub(reply)
+    backend = VLLMBackend(bpe_tokenizer, base_url=f"http://127.0.0.1:{server.server_port}/v1", model="tiny")
+    engine = RolloutEngine(backend, config=RolloutConfig(max_turns=2, max_new_tokens=100, max_turn_tokens=50,
+                                                         constrained_decoding=True))
+    trajectory = engine.run([build_prompt("what timezone is utah in", ["Utah"])], [ScriptedSession(TABLE)])[0]
+    assert trajectory.finish_reason == "answer" and trajectory.answers == ["Mountain Time Zone"]
+    first, second = (body["structured_outputs"]["regex"] for body in server.bodies)
+    # Turn 1 may name only the topic; turn 2 also what the tool showed, with or without a leading space.
+    assert re.fullmatch(first, "<think> look <search>Utah | backtrack</search>")
+    assert not re.fullmatch(first, "<think> look <search>Mountain Time Zone</search>")
+    assert not re.fullmatch(first, "<think> look <answer>Ogden</answer>")
+    assert re.fullmatch(second, "so </think><answer> Mountain Time Zone</answer>")
+    assert re.fullmatch(second, "so it is")  # thinking that runs into the length cap stays allowed
+    assert not re.fullmatch(second, "so </think><answer>Mountain Time Zone | Utah</answer>")
+    assert not re.fullmatch(second, "so <triples>")
+
+
+def test_turn_regex_escapes_names_and_allows_only_thinking_without_names():
+    pattern = turn_regex(["E1", "a.b (c)", "E1", " "])
+    assert re.fullmatch(pattern, "<think> x <search>a.b (c)</search>")
+    assert not re.fullmatch(pattern, "<think> x <search>aXb (c)</search>")
+    assert re.fullmatch(turn_regex([]), "<think> nothing shown") and not re.fullmatch(turn_regex([]), "<search>E1</search>")
