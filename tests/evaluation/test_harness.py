@@ -86,6 +86,18 @@ def test_summary_and_markdown():
     assert md.startswith("# Evaluation: PQ-2H, test split (grouped scheme, seed 0)\n")
     assert "| tog | 3 | 0.667 | 0.833 | 0.333 | 0.667 | 1 | 2.00 | 20 | 4 | 2.00 | 1.000 |" in md
     assert "| tog | 1.000 (1) | 0.500 (2) |" in md
+    assert s["distinct"] == 3 and "distinct texts" not in md
+
+
+def test_repeated_questions_are_also_scored_once_each():
+    row = {"hops": 2, "f1": 0.0, "em": 0.0, "format_valid": True, "error": None, "llm_calls": 1, "prompt_tokens": 1,
+           "completion_tokens": 1, "kg_queries": 1, "wall_time": 0.1}
+    records = ([{**row, "question": "q kerala", "hits1": 1.0}] * 4 + [{**row, "question": "q kerala", "hits1": 0.0}]
+               + [{**row, "question": "q other", "hits1": 0.0}])
+    s = summarize(records)
+    assert s["hits1"] == pytest.approx(4 / 6) and s["distinct"] == 2 and s["hits1_distinct"] == pytest.approx(0.4)
+    md = render_markdown(RunInfo("PQL-2H", "test", "grouped", 0), {"kgreasoner": s})
+    assert "kgreasoner: the 6 questions hold 2 distinct texts; Hits@1 over distinct questions (each the mean of its rows) 0.400." in md
 
 
 def test_run_evaluation_writes_reports_and_refuses_another_split(tmp_path, synthetic):
