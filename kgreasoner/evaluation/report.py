@@ -50,8 +50,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for key in RATES:
         summary[key] = _mean([float(r[key]) for r in records])
     by_question: dict[str, list[float]] = {}
-    for r in records:
-        by_question.setdefault(str(r.get("question", r.get("id"))), []).append(float(r["hits1"]))
+    for index, r in enumerate(records):
+        by_question.setdefault(str(r.get("question", index)), []).append(float(r["hits1"]))
     summary["distinct"] = len(by_question)
     summary["hits1_distinct"] = _mean([_mean(v) for v in by_question.values()])
     summary["errors"] = sum(1 for r in records if r.get("error"))
