@@ -20,7 +20,6 @@ only a tool call shows new entities, so the allowed names cannot change within a
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Sequence
 
 from kgreasoner.protocol import (
@@ -99,19 +98,31 @@ class RowConstraint:
                     return
 
 
+_REGEX_SPECIAL = frozenset("\\.^$*+?()[]{}|")
+
+
+def _literal(text: str) -> str:
+    """`text` as a regex matching itself, escaping only the metacharacters every engine knows.
+
+    `re.escape` also escapes spaces and other characters; structured-output engines (xgrammar,
+    guidance) follow ECMAScript-like syntax, where such identity escapes are not all accepted.
+    """
+    return "".join(f"\\{c}" if c in _REGEX_SPECIAL else c for c in text)
+
+
 def turn_regex(names: Sequence[str]) -> str:
     """One turn under constrained decoding, as a regex: free thinking (no `<` but the think tags), then
     optionally `<search>` or `<answer>` holding exactly one of `names` (a leading space allowed, as the
     token-level trie allows it; a search may add `| backtrack`) and its closing tag.
 
     The optional ending keeps EOS and the length cap where the token-level constraint leaves them: it
-    constrains only what follows an opening tag.
+    constrains only what follows an opening tag. Plain groups, no `(?:`, for the same portability.
     """
-    entity = "|".join(re.escape(name) for name in dict.fromkeys(n for n in names if n.strip()))
-    free = f"(?:[^<]|{re.escape(THINK_OPEN)}|{re.escape(THINK_CLOSE)})*"
+    entity = "|".join(_literal(name) for name in dict.fromkeys(n for n in names if n.strip()))
+    free = f"([^<]|{_literal(THINK_OPEN)}|{_literal(THINK_CLOSE)})*"
     if not entity:  # nothing may be searched or answered yet: thinking only
         return free
-    backtrack = re.escape(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}")
-    search = f"{re.escape(SEARCH_OPEN)} ?(?:{entity})(?:{backtrack})?{re.escape(SEARCH_CLOSE)}"
-    answer = f"{re.escape(ANSWER_OPEN)} ?(?:{entity}){re.escape(ANSWER_CLOSE)}"
-    return f"{free}(?:{search}|{answer})?"
+    backtrack = _literal(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}")
+    search = f"{_literal(SEARCH_OPEN)} ?({entity})({backtrack})?{_literal(SEARCH_CLOSE)}"
+    answer = f"{_literal(ANSWER_OPEN)} ?({entity}){_literal(ANSWER_CLOSE)}"
+    return f"{free}({search}|{answer})?"
