@@ -89,10 +89,11 @@ PLAN_SEPARATOR = ","
 PICKS = ("witness", "first_shown")
 
 # Template groups and the slots they may use (every slot is filled in every call; unused ones are ignored).
-# `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with the relation ids exactly as the
-# triples print them ("E1 spouse E2"), and `plan` is the whole gold relation path in those ids
-# ("spouse , parents"), so a template set can have the model plan once and then copy tokens it has seen;
-# `next_key` is the relation a dead end lacks, written as plans and hops write it.
+# `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with each relation's key, the last word
+# its triple line prints (the id itself, or with `tool.relation_format: words` its last namespace part):
+# "E1 spouse E2"; `plan` is the whole gold relation path in those keys ("spouse , parents"), so a template
+# set can have the model plan once and then copy tokens it has seen; `next_key` is the relation a dead end
+# lacks, written the same way.
 SLOTS = ("entity", "need", "fact", "hop", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_relation",
          "next_relation", "next_key", "question")
 DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
