@@ -23,11 +23,13 @@ by another relation), the thinking after its triples says why it does not fit th
 `<search>WRONG | backtrack</search>` returns the tool's real backtrack output, and the walk
 goes on along the gold path. Every record is verified (format check, the answer resolves in the
 session to a gold answer, exactly one backtrack in corrections); failures are dropped and
-counted. A question yields one record (gold or correction), with the question's id. Where the
+counted. A question yields one record (gold or correction), with the question's id (`copies`
+of it with `handle_numbers: random`). Where the
 first search already showed all of an entity's neighbours (small KGs such as PathQuestion's), the
 backtrack output is the tool's "nothing left to backtrack to" sentence; the summary counts the
 backtrack outputs by kind. Optionally (`shuffle_triples`) each tool block's candidates are shuffled
-and handles renumbered in order of appearance, against position shortcuts (issue 10).
+and handles renumbered in order of appearance, against position shortcuts (issue 10); with
+`handle_numbers: random` training records number handles at random, against counting them.
 
 Output: the JSONL (`kgreasoner.training.warmup_data` format: trained segments are the model's
 text, masked segments exactly the tool blocks) and a summary JSON beside it: counts by kind, hops
@@ -87,6 +89,7 @@ ANSWER_MODES = ("first", "all")
 SPLIT_SCHEMES = ("random", "grouped")
 PLAN_SEPARATOR = ","
 PICKS = ("witness", "first_shown")
+HANDLE_NUMBERS = ("appearance", "random")
 
 # Template groups and the slots they may use (every slot is filled in every call; unused ones are ignored).
 # `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with each relation's key, the last word
@@ -208,6 +211,9 @@ class WarmupConfig:
     correction_share: float = field(default=0.3, metadata={"help": "share of records that are error-correction trajectories (0-1)"})
     answer_mode: str = field(default="first", metadata={"help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"})
     shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation (issue 10); such records no longer replay verbatim"})
+    handle_numbers: str = field(default="appearance", metadata={"help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it (issue 10); dev records keep the tool's numbers"})
+    handle_pool: int = field(default=64, metadata={"help": "highest handle number `handle_numbers: random` draws (at most the tokenizer's `num_handles`)"})
+    copies: int = field(default=1, metadata={"help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})
@@ -228,6 +234,12 @@ class WarmupConfig:
             raise ValueError(f"correction_share must be in [0, 1], got {self.correction_share}")
         if self.pick not in PICKS:
             raise ValueError(f"pick must be one of {PICKS}, got {self.pick!r}")
+        if self.handle_numbers not in HANDLE_NUMBERS:
+            raise ValueError(f"handle_numbers must be one of {HANDLE_NUMBERS}, got {self.handle_numbers!r}")
+        if self.copies < 1 or self.handle_pool < 1:
+            raise ValueError(f"copies and handle_pool must be >= 1, got {self.copies} and {self.handle_pool}")
+        if self.copies > 1 and self.handle_numbers != "random":
+            raise ValueError("copies > 1 repeats identical records unless handle_numbers is `random`")
         if self.max_repeats < 0:
             raise ValueError(f"max_repeats must be >= 0, got {self.max_repeats}")
         self.num_examples = _count(self.num_examples, "num_examples")
@@ -568,6 +580,24 @@ def shuffle_blocks(record: WarmupRecord, units: dict[int, list[list[str]]], rng:
     return WarmupRecord(**{**record.__dict__, "segments": renamed})
 
 
+def renumber_handles(record: WarmupRecord, rng: random.Random, pool: int) -> WarmupRecord:
+    """The record with every handle but the topic entities' (E1..) given a random unused number <= `pool`.
+
+    The handles are the ones the tool blocks print; one mapping serves the whole record, so each
+    search, step and answer still names the entity its line shows.
+    """
+    fixed = len(record.topic_entities)
+    shown = sorted({t for s in record.segments if not s.train for t in _HANDLE_TOKEN.findall(s.text)
+                    if int(t[len(HANDLE_PREFIX):]) > fixed}, key=lambda t: int(t[len(HANDLE_PREFIX):]))
+    if len(shown) > pool - fixed:
+        raise Skip("handle_pool_too_small")
+    numbers = rng.sample(range(fixed + 1, pool + 1), len(shown))
+    mapping = {t: f"{HANDLE_PREFIX}{n}" for t, n in zip(shown, numbers)}
+    renamed = tuple(Segment(_HANDLE_TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), s.text), s.train)
+                    for s in record.segments)
+    return WarmupRecord(**{**record.__dict__, "segments": renamed})
+
+
 def relation_words(relations: Sequence[str]) -> str:
     """Relations as words for the thinking text; a mediator step joins its two with ` / `."""
     return " / ".join(humanize_relation(r) for r in relations)
@@ -862,19 +892,29 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
     random.Random(f"{config.seed}|order").shuffle(order)
     records: list[WarmupRecord] = []
     skipped: Counter[str] = Counter()
-    corrections = 0
-    bar = tqdm(total=limit if limit is not None else len(order), desc=label, unit="traj", disable=not progress)
+    corrections = made = 0
+    bar = tqdm(total=limit if limit is not None else len(order), desc=label, unit="question", disable=not progress)
     for example in order:
-        if limit is not None and len(records) >= limit:
+        if limit is not None and made >= limit:
             break
-        want_correction = corrections < round(config.correction_share * (len(records) + 1))
+        want_correction = corrections < round(config.correction_share * (made + 1))
         try:
             record = _make_augmented(generator, augment(example), example, want_correction)
         except Skip as skip:
             skipped[skip.reason] += 1
             continue
+        if example.split == "train" and config.handle_numbers == "random":
+            try:
+                copies = [renumber_handles(record, random.Random(f"{config.seed}|{example.id}|handles|{copy}"),
+                                           config.handle_pool) for copy in range(config.copies)]
+            except Skip as skip:
+                skipped[skip.reason] += 1
+                continue
+        else:
+            copies = [record]
         corrections += record.kind == "correction"
-        records.append(record)
+        made += 1
+        records.extend(copies)
         bar.update(1)
     bar.close()
     generator.stats.update(augment.stats)

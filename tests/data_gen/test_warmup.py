@@ -440,6 +440,45 @@ def test_shuffled_blocks_keep_the_triples_and_renumber_handles_in_order(syntheti
     assert changed > len(records["true"]) / 2
 
 
+def test_random_handle_numbers_copy_each_training_record_with_its_own_numbers(synthetic, tmp_path):
+    run(make_config(synthetic, tmp_path / "plain.jsonl", "num_examples=30", "dev_examples=5", "tool.entity_handles=true"))
+    run(make_config(synthetic, tmp_path / "random.jsonl", "num_examples=30", "dev_examples=5", "tool.entity_handles=true",
+                    "handle_numbers=random", "copies=3", "handle_pool=40"))
+    plain, numbered = read_warmup(tmp_path / "plain.jsonl"), read_warmup(tmp_path / "random.jsonl")
+    train = [r for r in plain if r.split == "train"]
+    assert [r.id for r in numbered] == [r.id for r in train for _ in range(3)] + [r.id for r in plain if r.split == "dev"]
+    assert [r.completion for r in numbered if r.split == "dev"] == [r.completion for r in plain if r.split == "dev"]
+    for index, record in enumerate(train):
+        copies = numbered[3 * index:3 * index + 3]
+        assert len({c.completion for c in copies}) == 3  # each copy numbers its handles anew
+        for copy in copies:
+            assert check_format(copy.completion).valid and copy.kind == record.kind
+            numbers = [int(t[1:]) for t in HANDLE_TOKEN.findall(copy.completion)]
+            assert max(numbers) <= 40
+            assert HANDLE_TOKEN.findall(copy.segments[0].text)[0] == "E1"  # the topic entity keeps its handle
+            # one consistent mapping: the same text up to handle numbers, the same labels behind the answer
+            assert HANDLE_TOKEN.sub("E#", copy.completion) == HANDLE_TOKEN.sub("E#", record.completion)
+            pairs = set(zip(HANDLE_TOKEN.findall(record.completion), HANDLE_TOKEN.findall(copy.completion)))
+            assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
+            answers = [parse_trajectory(r.completion).first_answer for r in (record, copy)]
+            assert dict(LABELLED.findall(record.completion))[answers[0]] == dict(LABELLED.findall(copy.completion))[answers[1]]
+
+
+def test_random_handle_numbers_skip_a_record_the_pool_cannot_number(synthetic, tmp_path):
+    summary = run(make_config(synthetic, tmp_path / "w.jsonl", "num_examples=10", "dev_examples=0",
+                              "tool.entity_handles=true", "handle_numbers=random", "handle_pool=2"))
+    assert summary["records"] == 0 and summary["skipped"]["train"]["handle_pool_too_small"] > 0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["copies=2"], "copies > 1 repeats identical records unless handle_numbers is `random`"),
+    (["handle_numbers=shuffled"], "handle_numbers must be one of ('appearance', 'random')"),
+    (["handle_numbers=random", "copies=0"], "copies and handle_pool must be >= 1"),
+])
+def test_handle_number_settings_are_checked(overrides, message, tmp_path):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_config("PQ-2H", tmp_path / "w.jsonl", *overrides)
+
 
 def test_summary_reports_mean_tokens_with_a_tokenizer(synthetic, tmp_path):
     from kgreasoner.tokenizer import TokenizerConfig, read_training_texts, train_tokenizer
