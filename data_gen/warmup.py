@@ -96,8 +96,10 @@ HANDLE_NUMBERS = ("appearance", "random")
 # its triple line prints (the id itself, or with `tool.relation_format: words` its last namespace part):
 # "E1 spouse E2"; `plan` is the whole gold relation path in those keys ("spouse , parents"), so a template
 # set can have the model plan once and then copy tokens it has seen; `next_key` is the relation a dead end
-# lacks, written the same way.
-SLOTS = ("entity", "need", "fact", "hop", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_relation",
+# lacks, written the same way; `line` is the followed triple line verbatim ("(E1 ada, spouse, E2 bob)"), so
+# the handle to search continues a span copied from the block instead of being looked up two tokens away.
+SLOTS = ("entity", "need", "fact", "hop", "line", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_line",
+         "wrong_relation",
          "next_relation", "next_key", "question")
 DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
     # before the first search of the topic entity
@@ -548,6 +550,15 @@ class _Writer:
         """The step along the path with each relation's key as the triples print it (`^` marks an incoming edge)."""
         return " ".join([self.ref(step.source), *map(self.relation_key, step.relations), self.ref(step.target)])
 
+    def line(self, step: Step) -> str:
+        """The triple line the step follows, exactly as the tool printed it; a step through a mediator as `hop`."""
+        if len(step.relations) != 1:
+            return self.hop(step)
+        relation = step.relations[0]
+        ends = (step.target, step.source) if relation.startswith(INVERSE_PREFIX) else (step.source, step.target)
+        return triple_line(self.display(ends[0]), relation.removeprefix(INVERSE_PREFIX), self.display(ends[1]),
+                           self.g.config.tool.relation_format)
+
     def relation_key(self, path_relation: str) -> str:
         """A path relation (`^rel` backwards) as plans and hops write it: the last word its triple line prints."""
         inverse = path_relation.startswith(INVERSE_PREFIX)
@@ -758,8 +769,9 @@ class WarmupGenerator:
             hop_after = hop + len(chosen.relations)
             fact = w.fact(chosen)
             hop_text = w.hop(chosen)
-            first = (w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text) if lead
-                     else w.template("fact", fact=fact, hop=hop_text))
+            line = w.line(chosen)
+            first = (w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text, line=line) if lead
+                     else w.template("fact", fact=fact, hop=hop_text, line=line))
             if hop_after == len(path):
                 answers = [chosen.target]
                 if self.config.answer_mode == "all":
@@ -829,9 +841,10 @@ class WarmupGenerator:
         if first_shown:
             # Following the first matching line is the policy, not a mistake: the thought is the one of any hop.
             ahead = w.template("next", entity=w.ref(pick.target), need=w.need(pick.target, path[rest:rest + 1]))
-            thought = w.template("fact", fact=w.fact(pick), hop=w.hop(pick)) + " " + ahead
+            thought = w.template("fact", fact=w.fact(pick), hop=w.hop(pick), line=w.line(pick)) + " " + ahead
         else:
-            thought = w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick))
+            thought = w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick),
+                                 wrong_line=w.line(pick))
         w.think(thought, f"search {w.query(pick.target)}")
         result = w.search_entity(pick.target)
         if result.error is not None:

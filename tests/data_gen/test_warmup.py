@@ -537,6 +537,25 @@ def test_plan_and_hop_slots_write_the_last_word_of_relations_printed_as_words(ti
     assert "(E1 Ann, people person spouse_s, E2 m1)" in blocks[0] and "people.person" not in "".join(blocks)
 
 
+def test_line_slot_repeats_the_followed_triple_line_as_the_tool_printed_it(tiny_kg, tmp_path):
+    lines = tmp_path / "line.yaml"
+    lines.write_text(json.dumps({"start": ["I search {entity}."], "fact": ["{line}."], "next": ["Next I search {entity}."],
+                                 "final": ["So the answer is {answer}."]}))
+    generator = tiny_generator(tiny_kg, lines, "tool.entity_handles=true")
+    record = generator.make(spouse_question(), correction=False)
+    thoughts = [s.text.split("</triples>\n")[-1].split("<search>")[0] for s in record.segments if s.train]
+    assert thoughts == [
+        "<think> I search E1. ",
+        "E1 people.person.spouse_s people.marriage.spouse E3. Next I search E3. ",  # through a mediator: as `hop`
+        "(E3 Bob, people.person.nationality, E5 France). So the answer is E5. </think>\n<answer>E5</answer>",
+    ]
+    assert "(E3 Bob, people.person.nationality, E5 France)\n" in "".join(s.text for s in record.segments if not s.train)
+    backwards = QAExample(id="q2", question="who is from france", topic_entities=(TopicEntity("france", "France"),),
+                          answers=(Answer("bob", "Bob"),), gold_paths=(("^people.person.nationality",),), hops=1, split="train")
+    record = tiny_generator(tiny_kg, lines, "tool.entity_handles=true", "tool.relation_format=words").make(backwards, correction=False)
+    assert [s.text for s in record.segments if s.train][-1].startswith("(E2 Bob, people person nationality, E1 France). So")
+
+
 def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
     # "born here" questions about a village in two regions: the first one shown has nobody born there
     kg = MemoryKG(*zip(*[("vil", "containedby", "india"), ("vil", "containedby", "kerala"),
