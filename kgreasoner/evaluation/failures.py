@@ -57,8 +57,11 @@ because an ambiguous name, not the model's choice of triple, diverted the walk.
 8. `wrong_relation`: the path equals no gold path. At hop k (1-based, counting relations; the
    first k-1 agree with a gold path) the model followed `taken` where the gold paths that agree
    so far have `gold` (a list). `taken` is null when the model answered before hop k, `gold` is
-   empty when it went past the end of those gold paths. Detail also: `path` (relations) and
-   `entities` (labels along the walk, from its start).
+   empty when it went past the end of those gold paths. Detail also: `path` (relations),
+   `entities` (labels along the walk, from its start) and `gold_shown`: whether a search had shown
+   a `gold` relation from the entity where the walk left the gold path (true: the model chose
+   another line or stopped; false: no search showed the right line there, because the tool's
+   ranking or page cut it or because the model never searched that entity).
 9. `data_ambiguity`, kind `other_object`: the path equals a gold path but ends at an entity that
    is not a gold answer (another object of the right relations); kind `gold_label` when that
    entity is a gold answer's id whose label matches none of the gold names. Detail: `path`,
@@ -172,6 +175,25 @@ class _Node:
     links: tuple[Relations, ...]
 
 
+def _leaving(path: Sequence[_Node], relations: Relations, k: int, calls: Sequence[dict[str, Any]]) -> set[str]:
+    """Where the walk left the gold path: the entities its first `k` relations reach.
+
+    The last walk node reached by at most `k` relations, then (inside a mediator step) along the
+    shown triples with the remaining ones.
+    """
+    at, offset = path[0].entity, 0
+    for node in path[1:]:
+        step = next((alt for alt in node.links if relations[offset:offset + len(alt)] == alt), None)
+        if step is None or offset + len(step) > k:
+            break
+        offset += len(step)
+        at = node.entity
+    reached = {at}
+    for relation in relations[offset:k]:
+        reached = {s[2] for call in calls for s in call["shown"] if s[0] in reached and s[1] == relation}
+    return reached
+
+
 @dataclass(frozen=True)
 class _Search:
     call: int
@@ -229,8 +251,10 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
         k = best.agree
         taken = best.relations[k] if k < len(best.relations) else None
         gold = list(dict.fromkeys(g[k] for g in golds if len(g) > k and g[:k] == best.relations[:k]))
+        shown = any(step[0] in _leaving(path, best.relations, k, calls) and step[1] in gold
+                    for call in calls for step in call["shown"])
         return "wrong_relation", {"hop": k + 1, "taken": taken, "gold": gold, "path": list(best.relations),
-                                  "entities": [walk.label(n.entity) for n in path]}
+                                  "entities": [walk.label(n.entity) for n in path], "gold_shown": shown}
     gold_ids = {a.id for a in example.answers}
     detail: dict[str, Any] = {"kind": "gold_label" if answer in gold_ids else "other_object",
                               "path": list(best.relations), "answer": walk.label(answer), "answer_id": answer}
@@ -388,10 +412,10 @@ def _namesake(walk: _Walk, path: Sequence[_Node], best: _Match, golds: Sequence[
 
 
 def summarize_failures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Counts of the categories over wrong answers, the uncategorised ones, wrong relations by hop."""
+    """Counts of the categories over wrong answers, the uncategorised ones, wrong relations by hop and unshown gold."""
     counts = {category: 0 for category in CATEGORIES}
     by_hop: Counter[int] = Counter()
-    uncategorised = 0
+    uncategorised = not_shown = 0
     for record in records:
         if float(record["hits1"]) == 1.0:
             continue
@@ -402,8 +426,10 @@ def summarize_failures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         counts[failure["category"]] += 1
         if failure["category"] == "wrong_relation":
             by_hop[int(failure["detail"]["hop"])] += 1
+            not_shown += failure["detail"].get("gold_shown") is False
     return {"counts": counts, "uncategorised": uncategorised,
-            "wrong_relation_by_hop": {str(h): by_hop[h] for h in sorted(by_hop)}}
+            "wrong_relation_by_hop": {str(h): by_hop[h] for h in sorted(by_hop)},
+            "wrong_relation_gold_not_shown": not_shown}
 
 
 def failure_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
@@ -411,15 +437,16 @@ def failure_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
     rows = {name: s["failures"] for name, s in summaries.items() if s.get("failures")}
     if not any(sum(f["counts"].values()) for f in rows.values()):
         return []
-    lines = ["", "Wrong answers by failure category (kgreasoner/evaluation/failures.py; wrong relation by hop "
-             "in parentheses):", "",
+    lines = ["", "Wrong answers by failure category (kgreasoner/evaluation/failures.py; wrong relation by hop, "
+             "and how often the tool never showed a gold relation there, in parentheses):", "",
              "| method | wrong | " + " | ".join(TITLES[c] for c in CATEGORIES) + " | uncategorised |",
              "|---|---|" + "---|" * (len(CATEGORIES) + 1)]
     for name, f in rows.items():
         cells = [str(f["counts"][c]) for c in CATEGORIES]
         if f["wrong_relation_by_hop"]:
             hops = ", ".join(f"hop {h}: {n}" for h, n in f["wrong_relation_by_hop"].items())
-            cells[CATEGORIES.index("wrong_relation")] += f" ({hops})"
+            missed = f.get("wrong_relation_gold_not_shown", 0)
+            cells[CATEGORIES.index("wrong_relation")] += f" ({hops}; gold not shown: {missed})"
         wrong = sum(f["counts"].values()) + f["uncategorised"]
         lines.append(f"| {name} | {wrong} | " + " | ".join(cells) + f" | {f['uncategorised']} |")
     return lines

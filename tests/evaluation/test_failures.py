@@ -104,36 +104,49 @@ def test_wrong_relation_at_each_hop():
     assert failure(MAYOR, "<think> " + S.format("Utah"), S.format("Provo"), A.format("Michelle Kaufusi")) == {
         "category": "wrong_relation",
         "detail": {"hop": 1, "taken": "contains", "gold": ["capital"], "path": ["contains", "mayor"],
-                   "entities": ["Utah", "Provo", "Michelle Kaufusi"]}}
+                   "entities": ["Utah", "Provo", "Michelle Kaufusi"], "gold_shown": True}}
     assert failure(MAYOR, "<think> " + S.format("Utah"), S.format("Salt Lake City"), A.format("Brigham Young")) == {
         "category": "wrong_relation",
         "detail": {"hop": 2, "taken": "founded_by", "gold": ["mayor"], "path": ["capital", "founded_by"],
-                   "entities": ["Utah", "Salt Lake City", "Brigham Young"]}}
+                   "entities": ["Utah", "Salt Lake City", "Brigham Young"], "gold_shown": True}}
     # Several gold paths: hop 1 may take either relation; hop 2 is judged against those that agree so far.
     two = example([["capital", "mayor"], ["largest_city", "mayor"]], {"id": "m.erin", "name": "Erin Mendenhall"})
     assert failure(two, "<think> " + S.format("Utah"), S.format("Provo"), A.format("Michelle Kaufusi"))["detail"] == {
         "hop": 1, "taken": "contains", "gold": ["capital", "largest_city"], "path": ["contains", "mayor"],
-        "entities": ["Utah", "Provo", "Michelle Kaufusi"]}
+        "entities": ["Utah", "Provo", "Michelle Kaufusi"], "gold_shown": True}
     assert failure(two, "<think> " + S.format("Utah"), S.format("Salt Lake City"), A.format("Brigham Young"))["detail"][
         "gold"] == ["mayor"]
     # The second relation of a mediator candidate.
     assert failure(GOVERNOR, "<think> " + S.format("Utah"), A.format("2021-01-04")) == {
         "category": "wrong_relation",
         "detail": {"hop": 2, "taken": "from", "gold": ["office_holder"], "path": ["governing", "from"],
-                   "entities": ["Utah", "2021-01-04"]}}
+                   "entities": ["Utah", "2021-01-04"], "gold_shown": True}}
 
 
 def test_wrong_relation_stopping_early_going_past_and_without_search():
     assert failure(MAYOR, "<think> " + S.format("Utah"), A.format("Salt Lake City"))["detail"] == {
-        "hop": 2, "taken": None, "gold": ["mayor"], "path": ["capital"], "entities": ["Utah", "Salt Lake City"]}
+        "hop": 2, "taken": None, "gold": ["mayor"], "path": ["capital"], "entities": ["Utah", "Salt Lake City"],
+        "gold_shown": False}
     assert failure(CAPITAL, "<think> " + S.format("Utah"), S.format("Salt Lake City"), A.format("Erin Mendenhall")) == {
         "category": "wrong_relation",
         "detail": {"hop": 2, "taken": "mayor", "gold": [], "path": ["capital", "mayor"],
-                   "entities": ["Utah", "Salt Lake City", "Erin Mendenhall"]}}
+                   "entities": ["Utah", "Salt Lake City", "Erin Mendenhall"], "gold_shown": False}}
     # No search at all, the topic entity as the answer: the model answered before hop 1.
     assert failure(MAYOR, "<think> easy " + A.format("Utah")) == {
         "category": "wrong_relation", "detail": {"hop": 1, "taken": None, "gold": ["capital"], "path": [],
-                                                 "entities": ["Utah"]}}
+                                                 "entities": ["Utah"], "gold_shown": False}}
+
+
+def test_gold_shown_tells_a_wrong_choice_from_a_line_the_tool_never_showed():
+    # top_k 1: Utah's page holds only (Utah, contains, Provo); the capital line was never offered.
+    rec = record(MAYOR, "<think> " + S.format("Utah"), S.format("Provo"), A.format("Michelle Kaufusi"), top_k=1)
+    assert rec["trace"]["tool_calls"][0]["shown"] == [["m.utah", "contains", "m.provo"]]
+    assert rec["failure"]["detail"]["hop"] == 1 and rec["failure"]["detail"]["gold_shown"] is False
+    # The same walk with the whole page shown: the capital line was there and the model took another.
+    assert failure(MAYOR, "<think> " + S.format("Utah"), S.format("Provo"), A.format("Michelle Kaufusi"))["detail"][
+        "gold_shown"] is True
+    # Leaving the gold path inside a mediator step: the office holder's line was shown from the mediator.
+    assert failure(GOVERNOR, "<think> " + S.format("Utah"), A.format("2021-01-04"))["detail"]["gold_shown"] is True
 
 
 def test_parallel_triples_are_read_as_the_gold_one():
@@ -141,7 +154,7 @@ def test_parallel_triples_are_read_as_the_gold_one():
     assert failure(FOUNDER, "<think> " + S.format("Utah"), S.format("Salt Lake City"), A.format("Erin Mendenhall")) == {
         "category": "wrong_relation",
         "detail": {"hop": 2, "taken": "mayor", "gold": ["founded_by"], "path": ["largest_city", "mayor"],
-                   "entities": ["Utah", "Salt Lake City", "Erin Mendenhall"]}}
+                   "entities": ["Utah", "Salt Lake City", "Erin Mendenhall"], "gold_shown": True}}
 
 
 def test_backtrack_returns_the_walk_to_the_parent():
@@ -155,7 +168,7 @@ def test_backtrack_returns_the_walk_to_the_parent():
                                  ["m.cvt", "office_holder", "m.cox"]]
     assert rec["failure"] == {"category": "wrong_relation",
                               "detail": {"hop": 1, "taken": "governing", "gold": ["capital"],
-                                         "path": ["governing", "office_holder"], "entities": ["Utah", "Spencer Cox"]}}
+                                         "path": ["governing", "office_holder"], "entities": ["Utah", "Spencer Cox"], "gold_shown": True}}
 
 
 def test_copy_failure_by_name_and_by_handle():
@@ -243,7 +256,7 @@ def test_namesake_resolved_by_name_and_separated_by_handles():
     assert failure(SISTER_STATE, *turns) == {
         "category": "wrong_relation",
         "detail": {"hop": 3, "taken": "mayor", "gold": ["state"], "path": ["capital", "sister_city", "mayor"],
-                   "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"]}}
+                   "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"], "gold_shown": True}}
     # With handles the model names which Provo it means: choosing the Texan one is its own relation error.
     by_handle = record(PROVO_MAYOR, "<think> " + S.format("E1"), S.format("E3"), S.format("E9"), A.format("Tom Fry"),
                        handles=True)
@@ -251,7 +264,7 @@ def test_namesake_resolved_by_name_and_separated_by_handles():
     assert by_handle["failure"] == {
         "category": "wrong_relation",
         "detail": {"hop": 1, "taken": "capital", "gold": ["contains"], "path": ["capital", "sister_city", "mayor"],
-                   "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"]}}
+                   "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"], "gold_shown": True}}
 
 
 def test_truncated_tool_block_keeps_only_what_the_model_read():
@@ -278,32 +291,33 @@ def test_untraced_methods_are_uncategorised():
 
 def test_counts_in_the_summary_and_the_report(tmp_path):
     examples = [example([["capital", "mayor"]], {"id": "m.erin", "name": "Erin Mendenhall"}, qid=f"q{i}")
-                for i in range(4)]
+                for i in range(5)]
     turns = {
         0: ["<think> " + S.format("Utah"), S.format("Salt Lake City"), A.format("Erin Mendenhall")],
         1: ["<think> " + S.format("Utah"), S.format("Salt Lake City"), A.format("Brigham Young")],
         2: ["<think> " + S.format("Utah"), S.format("Provo"), A.format("Michelle Kaufusi")],
         3: ["<think> " + S.format("Salt Lake"), A.format("Salt Lake")],
+        4: ["<think> " + S.format("Utah"), A.format("Salt Lake City")],  # stops before searching the mayor's city
     }
-    records = evaluate_method(method(turns), examples, tmp_path / "kgreasoner.jsonl", batch_size=4, progress=False)
+    records = evaluate_method(method(turns), examples, tmp_path / "kgreasoner.jsonl", batch_size=5, progress=False)
     assert [r["failure"] and r["failure"]["category"] for r in records] == [
-        None, "wrong_relation", "wrong_relation", "copy_failure"]
+        None, "wrong_relation", "wrong_relation", "copy_failure", "wrong_relation"]
     untraced = {"hops": 2, "hits1": 0.0, "f1": 0.0, "em": 0.0, "format_valid": True, "error": None, "llm_calls": 1,
                 "prompt_tokens": 1, "completion_tokens": 1, "kg_queries": 0, "wall_time": 0.1, "trace": None}
     ours, io = summarize(records), summarize([untraced])
     assert ours["failures"] == {
-        "counts": {"wrong_relation": 2, "copy_failure": 1, "data_ambiguity": 0, "loop_or_turn_limit": 0,
+        "counts": {"wrong_relation": 3, "copy_failure": 1, "data_ambiguity": 0, "loop_or_turn_limit": 0,
                    "invalid_format": 0, "answer_not_in_context": 0, "other": 0},
-        "uncategorised": 0, "wrong_relation_by_hop": {"1": 1, "2": 1}}
+        "uncategorised": 0, "wrong_relation_by_hop": {"1": 1, "2": 2}, "wrong_relation_gold_not_shown": 1}
     assert io["failures"]["uncategorised"] == 1 and sum(io["failures"]["counts"].values()) == 0
     md = render_markdown(RunInfo("toy", "test", "given"), {"kgreasoner": ours, "io": io})
     assert ("| method | wrong | wrong relation | copy failure | data ambiguity | loop / turn limit | invalid format | "
             "answer not in context | other | uncategorised |") in md
-    assert "| kgreasoner | 3 | 2 (hop 1: 1, hop 2: 1) | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in md
+    assert "| kgreasoner | 4 | 3 (hop 1: 1, hop 2: 2; gold not shown: 1) | 1 | 0 | 0 | 0 | 0 | 0 | 0 |" in md
     assert "| io | 1 | 0 | 0 | 0 | 0 | 0 | 0 | 0 | 1 |" in md
     assert render_markdown(RunInfo("toy", "test", "given"), {"io": io}).count("failure category") == 0
     assert summarize_failures([]) == {"counts": dict.fromkeys(ours["failures"]["counts"], 0), "uncategorised": 0,
-                                      "wrong_relation_by_hop": {}}
+                                      "wrong_relation_by_hop": {}, "wrong_relation_gold_not_shown": 0}
 
 
 @pytest.mark.parametrize("handles", [False, True])
@@ -313,4 +327,4 @@ def test_the_same_walk_by_names_or_by_handles(handles):
     assert rec["answers"] == ["Provo"]
     assert rec["failure"] == {"category": "wrong_relation",
                               "detail": {"hop": 1, "taken": "contains", "gold": ["capital"], "path": ["contains"],
-                                         "entities": ["Utah", "Provo"]}}
+                                         "entities": ["Utah", "Provo"], "gold_shown": True}}
