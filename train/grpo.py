@@ -4,6 +4,7 @@
 import argparse
 
 from kgreasoner.config import add_config_arguments, load_config
+from kgreasoner.training.common import finish_distributed
 from kgreasoner.training.grpo import GRPORecipe, train_grpo
 
 
@@ -15,6 +16,7 @@ def main() -> None:
     args = parser.parse_args()
     recipe = load_config(GRPORecipe, args.config, args.overrides)
     print(f"final model: {train_grpo(recipe, resume=args.resume)}")
+    finish_distributed()
 
 
 if __name__ == "__main__":

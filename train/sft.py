@@ -3,6 +3,7 @@
 import argparse
 
 from kgreasoner.config import add_config_arguments, load_config
+from kgreasoner.training.common import finish_distributed
 from kgreasoner.training.sft import SFTRecipe, train_sft
 
 
@@ -13,6 +14,7 @@ def main() -> None:
     args = parser.parse_args()
     recipe = load_config(SFTRecipe, args.config, args.overrides)
     print(f"final model: {train_sft(recipe, resume=args.resume)}")
+    finish_distributed()
 
 
 if __name__ == "__main__":

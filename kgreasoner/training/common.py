@@ -75,3 +75,14 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     steps = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
              if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
     return str(max(steps)[1]) if steps else None
+
+
+def finish_distributed() -> None:
+    """Tear down the process group torchrun's trainer opened, every rank together.
+
+    Left to interpreter exit, the gloo group's threads can be destroyed while still joinable,
+    and a rank that finished training aborts (SIGABRT) and fails the whole launch.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
