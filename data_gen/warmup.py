@@ -59,6 +59,7 @@ import yaml
 from tqdm import tqdm
 
 from data_gen.augment import AugmentConfig, QuestionAugmenter
+from data_gen.lookup_drill import lookup_drills
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample, TopicEntity
@@ -216,6 +217,7 @@ class WarmupConfig:
     handle_numbers: str = field(default="appearance", metadata={"help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it (issue 10); dev records keep the tool's numbers"})
     handle_pool: int = field(default=64, metadata={"help": "highest handle number `handle_numbers: random` draws (at most the tokenizer's `num_handles`)"})
     copies: int = field(default=1, metadata={"help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"})
+    lookup_drills: int = field(default=0, metadata={"help": "drill records per training record (data_gen/lookup_drill.py): the trajectory up to one of its tool blocks, masked, then that block's lines probed in random order, each line's tail handle and label trained; 0: none (issue 10)"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})
@@ -242,6 +244,10 @@ class WarmupConfig:
             raise ValueError(f"copies and handle_pool must be >= 1, got {self.copies} and {self.handle_pool}")
         if self.copies > 1 and self.handle_numbers != "random":
             raise ValueError("copies > 1 repeats identical records unless handle_numbers is `random`")
+        if self.lookup_drills < 0:
+            raise ValueError(f"lookup_drills must be >= 0, got {self.lookup_drills}")
+        if self.lookup_drills and not self.tool.entity_handles:
+            raise ValueError("lookup_drills probe handles: it needs tool.entity_handles true")
         if self.max_repeats < 0:
             raise ValueError(f"max_repeats must be >= 0, got {self.max_repeats}")
         self.num_examples = _count(self.num_examples, "num_examples")
@@ -928,6 +934,10 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
         corrections += record.kind == "correction"
         made += 1
         records.extend(copies)
+        if example.split == "train" and config.lookup_drills:
+            for number, copy in enumerate(copies):
+                rng = random.Random(f"{config.seed}|{example.id}|drill|{number}")
+                records.extend(lookup_drills(copy, rng, config.lookup_drills))
         bar.update(1)
     bar.close()
     generator.stats.update(augment.stats)
@@ -962,7 +972,8 @@ def summarize(records: Sequence[WarmupRecord], skipped: dict[str, Counter[str]],
         "by_kind": dict(sorted(Counter(r.kind for r in records).items())),
         "by_hops": {str(k): v for k, v in sorted(Counter(r.hops for r in records).items())},
         "by_split": dict(sorted(Counter(r.split for r in records).items())),
-        "correction_share": round(sum(r.kind == "correction" for r in records) / max(1, len(records)), 4),
+        "correction_share": round(sum(r.kind == "correction" for r in records)
+                                  / max(1, sum(r.kind != "drill" for r in records)), 4),
         "skipped": {split: dict(sorted(c.items())) for split, c in skipped.items()},
         "notes": dict(sorted(generator.stats.items())),
         "mean_searches": round(sum(len(p.searches) for p in parsed) / max(1, len(parsed)), 3),

@@ -26,7 +26,7 @@ from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines
 from kgreasoner.evaluation.llm import encode_prompt
 from kgreasoner.protocol import build_prompt
 
-KINDS = ("gold", "correction")
+KINDS = ("gold", "correction", "drill")  # drill: data_gen/lookup_drill.py
 
 
 @dataclass(frozen=True)

@@ -581,3 +581,25 @@ def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
     assert first.kind == "gold"
     with pytest.raises(ValueError, match="pick must be one of"):
         make_config("unused", Path("unused.jsonl"), "pick=random")
+
+
+def test_lookup_drills_follow_each_training_record_and_leave_trajectories_unchanged(synthetic, tmp_path):
+    plain = run(make_config(synthetic, tmp_path / "plain.jsonl", "num_examples=20", "dev_examples=5", "tool.entity_handles=true"))
+    drilled = run(make_config(synthetic, tmp_path / "drill.jsonl", "num_examples=20", "dev_examples=5",
+                              "tool.entity_handles=true", "lookup_drills=2"))
+    records = read_warmup(tmp_path / "drill.jsonl")
+    trajectories = [r for r in records if r.kind != "drill"]
+    assert [r.to_dict() for r in trajectories] == [r.to_dict() for r in read_warmup(tmp_path / "plain.jsonl")]
+    drills = [r for r in records if r.kind == "drill"]
+    assert drills and {r.split for r in drills} == {"train"}
+    assert drilled["by_kind"]["drill"] == len(drills) and drilled["correction_share"] == plain["correction_share"]
+    by_id = {r.id: r for r in trajectories}
+    for drill in drills:
+        source = by_id[drill.id.split("#drill")[0]]
+        block = int(drill.id.split("#drill")[1])
+        assert [s.text for s in drill.segments[:block + 1]] == [s.text for s in source.segments[:block + 1]]
+        for segment in drill.segments[block + 1:]:
+            if segment.train:  # the tail of a line of that block
+                assert any(line.endswith(", " + segment.text) for line in source.segments[block].text.split("\n"))
+    with pytest.raises(ValueError, match="lookup_drills probe handles: it needs tool.entity_handles true"):
+        make_config(synthetic, tmp_path / "x.jsonl", "lookup_drills=1", "tool.entity_handles=false")
