@@ -13,9 +13,16 @@ constrained answer (Hits@1 scores the first anyway). The rollout engine applies 
 logits before temperature, so sampled tokens and their logprobs come from the constrained
 distribution.
 
-`turn_regex` states the same constraint as one pattern per turn, for backends that take a
+Quotes (`constrained_quotes`, on top of the above): inside the thinking, a `(` token opens a quote
+of a triple line, which must go on as one line the tool has shown in this row, verbatim, up to its
+`)`. The model still chooses the line (its head and relation); the decoder then copies the rest,
+tail entity included, so a wrong copy becomes impossible (a model that writes the followed line,
+as `configs/tiny-cpu/templates-line.yaml` trains it to, has its lookup done by the decoder: report
+it as such). Only a `(` the tokenizer spells alone opens a quote.
+
+`turn_regex` states the same constraints as one pattern per turn, for backends that take a
 structured-output regex per request (vLLM): a turn ends at its one `</search>` or `</answer>`, and
-only a tool call shows new entities, so the allowed names cannot change within a turn.
+only a tool call shows new entities or lines, so what is allowed cannot change within a turn.
 """
 
 from __future__ import annotations
@@ -29,6 +36,15 @@ from kgreasoner.protocol import (
 _END = -1
 """Trie key marking that a complete continuation ends at this node."""
 
+QUOTE_OPEN, QUOTE_CLOSE = "(", ")"
+"""How a tool block prints a triple line (`retrieval.tool.triple_line`), and so how a quote of one reads."""
+
+
+def quoted_lines(tool_texts: Sequence[str]) -> list[str]:
+    """The triple lines of tool outputs, without their parentheses: what a quote may spell."""
+    return [line[len(QUOTE_OPEN):-len(QUOTE_CLOSE)] for text in tool_texts for line in text.split("\n")
+            if line.startswith(QUOTE_OPEN) and line.endswith(QUOTE_CLOSE) and len(line) > 2]
+
 
 class ConstraintVocabulary:
     """Token-id spellings of tags and entity names for one tokenizer, cached across rows."""
@@ -39,6 +55,8 @@ class ConstraintVocabulary:
         self.openers = {SEARCH_OPEN: self.variants(SEARCH_OPEN), ANSWER_OPEN: self.variants(ANSWER_OPEN)}
         self.search_tails = [self.ids(SEARCH_CLOSE), self.ids(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}") + self.ids(SEARCH_CLOSE)]
         self.answer_tails = [self.ids(ANSWER_CLOSE)]
+        self.quote_openers = self.variants(QUOTE_OPEN)
+        self.quote_tails = [self.ids(QUOTE_CLOSE)]
 
     def ids(self, text: str) -> tuple[int, ...]:
         if text not in self._cache:
@@ -68,9 +86,12 @@ class ConstraintVocabulary:
 class RowConstraint:
     """The constrained-span state of one row."""
 
-    def __init__(self, vocabulary: ConstraintVocabulary, allowed_names: Callable[[], list[str]]) -> None:
+    def __init__(self, vocabulary: ConstraintVocabulary, allowed_names: Callable[[], list[str]],
+                 allowed_lines: Callable[[], list[str]] | None = None) -> None:
         self.vocabulary = vocabulary
         self.allowed_names = allowed_names
+        self.allowed_lines = allowed_lines
+        """Shown triple lines (`quoted_lines`) when quotes are constrained, else None."""
         self.node: dict | None = None
 
     @property
@@ -90,11 +111,14 @@ class RowConstraint:
             if self.node is not None and len(self.node) == 1 and _END in self.node:
                 self.node = None
             return
-        for tag, tails in ((SEARCH_OPEN, self.vocabulary.search_tails), (ANSWER_OPEN, self.vocabulary.answer_tails)):
-            for opener in self.vocabulary.openers[tag]:
+        spans = [(self.vocabulary.openers[SEARCH_OPEN], self.allowed_names, self.vocabulary.search_tails),
+                 (self.vocabulary.openers[ANSWER_OPEN], self.allowed_names, self.vocabulary.answer_tails)]
+        if self.allowed_lines is not None:
+            spans.append((self.vocabulary.quote_openers, self.allowed_lines, self.vocabulary.quote_tails))
+        for openers, allowed, tails in spans:
+            for opener in openers:
                 if len(turn_ids) >= len(opener) and tuple(turn_ids[-len(opener):]) == opener:
-                    trie = self.vocabulary.trie(self.allowed_names(), tails)
-                    self.node = trie or None
+                    self.node = self.vocabulary.trie(allowed(), tails) or None
                     return
 
 
@@ -110,16 +134,22 @@ def _literal(text: str) -> str:
     return "".join(f"\\{c}" if c in _REGEX_SPECIAL else c for c in text)
 
 
-def turn_regex(names: Sequence[str]) -> str:
+def turn_regex(names: Sequence[str], lines: Sequence[str] | None = None) -> str:
     """One turn under constrained decoding, as a regex: free thinking (no `<` but the think tags), then
     optionally `<search>` or `<answer>` holding exactly one of `names` (a leading space allowed, as the
-    token-level trie allows it; a search may add `| backtrack`) and its closing tag.
+    token-level trie allows it; a search may add `| backtrack`) and its closing tag. With `lines`
+    (constrained quotes, once a line has been shown), a `(` in the thinking must open one of them.
 
     The optional ending keeps EOS and the length cap where the token-level constraint leaves them: it
     constrains only what follows an opening tag. Plain groups, no `(?:`, for the same portability.
     """
     entity = "|".join(_literal(name) for name in dict.fromkeys(n for n in names if n.strip()))
-    free = f"([^<]|{_literal(THINK_OPEN)}|{_literal(THINK_CLOSE)})*"
+    quotes = "|".join(_literal(line) for line in dict.fromkeys(lines or ()))
+    if quotes:
+        quote = f"{_literal(QUOTE_OPEN)} ?({quotes}){_literal(QUOTE_CLOSE)}"
+        free = f"([^<{_literal(QUOTE_OPEN)}]|{_literal(THINK_OPEN)}|{_literal(THINK_CLOSE)}|{quote})*"
+    else:
+        free = f"([^<]|{_literal(THINK_OPEN)}|{_literal(THINK_CLOSE)})*"
     if not entity:  # nothing may be searched or answered yet: thinking only
         return free
     backtrack = _literal(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}")

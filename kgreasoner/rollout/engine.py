@@ -41,7 +41,7 @@ from kgreasoner.protocol import (
     ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, TRIPLES_CLOSE, build_prompt, format_tool_block, last_open_search,
     parse_trajectory, topic_names,
 )
-from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, turn_regex
+from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, quoted_lines, turn_regex
 from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
 
 TRUNCATION_NOTE = "[{count} more lines cut: tool output limit]"
@@ -205,10 +205,11 @@ class RolloutEngine:
         if session is None and self._session_factory is not None and _is_example(prompt):
             question, topics = _example_fields(prompt)
             session = self._session_factory(question, topics)
-        constraint = None
+        row = RowState(index, prompt_ids, prompt_text, session, None)
         if self.config.constrained_decoding:
-            constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session))
-        return RowState(index, prompt_ids, prompt_text, session, constraint)
+            lines = _shown_lines(row) if self.config.constrained_quotes else None
+            row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines)
+        return row
 
     def _prompt(self, prompt: Any) -> tuple[str, list[int]]:
         if _is_example(prompt):
@@ -344,7 +345,9 @@ class RolloutEngine:
             budgets = [self.turn_budget(row) for row in active]
             extra = {}
             if self.config.constrained_decoding:
-                extra["regexes"] = [turn_regex(row.constraint.allowed_names()) for row in active]
+                extra["regexes"] = [turn_regex(row.constraint.allowed_names(),
+                                               row.constraint.allowed_lines and row.constraint.allowed_lines())
+                                    for row in active]
             outputs = self.backend.complete([row.prompt_ids + row.completion_ids for row in active],
                                             budgets, sampling, turn, [row.index for row in active], **extra)
             waiting = []
@@ -426,6 +429,11 @@ def _session_factory(tool_or_factory: Any) -> Callable[[str, list], Any] | None:
     if callable(tool_or_factory):
         return tool_or_factory
     raise ValueError("tool_or_session_factory must have a .session(question, topic_entities) method or be callable")
+
+
+def _shown_lines(row: RowState) -> Callable[[], list[str]]:
+    """The triple lines the row's tool calls have printed so far, read when a quote opens."""
+    return lambda: quoted_lines([call.text for call in row.tool_calls])
 
 
 def _allowed_names(prompt: Any, session: Any) -> Callable[[], list[str]]:

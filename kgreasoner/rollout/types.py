@@ -27,6 +27,10 @@ class RolloutConfig:
         "help": "hf backend: right after <search> or <answer>, allow only names/handles shown so far "
                 "(topic entities and tool output). Changes the sampling distribution; logprobs then "
                 "come from the constrained one, so keep it off for GRPO unless that is intended"})
+    constrained_quotes: bool = field(default=False, metadata={
+        "help": "with constrained_decoding: a `(` in the thinking must go on as a triple line the tool "
+                "has shown, verbatim, to its `)`; the decoder then copies the line's tail for the model "
+                "(for models trained to quote the followed line; report results as such)"})
     tool_workers: int = field(default=0, metadata={
         "help": "threads running the tool calls of one step concurrently (0: in the calling thread)"})
     tool_timeout: float | None = field(default=60.0, metadata={
@@ -49,6 +53,8 @@ class RolloutConfig:
             raise ValueError(f"tool_timeout must be > 0 or None, got {self.tool_timeout}")
         if self.compact_slack < 1:
             raise ValueError(f"compact_slack must be >= 1, got {self.compact_slack}")
+        if self.constrained_quotes and not self.constrained_decoding:
+            raise ValueError("constrained_quotes needs constrained_decoding: true")
 
 
 @dataclass

@@ -102,3 +102,29 @@ def test_constrained_logprobs_come_from_the_constrained_distribution(special_tok
     constrained = trajectory.logprobs[len(script):]
     assert all(lp <= 0.0 for lp in constrained)
     assert sum(torch.tensor(constrained).exp() > 0.999) >= 1  # e.g. the forced tag tokens
+
+
+def _quote_engine(special_tokenizer, tiny_model, script: str) -> tuple[RolloutEngine, KGSearchTool]:
+    tool = _tool(handles=True)
+    config = RolloutConfig(constrained_decoding=True, constrained_quotes=True, max_turns=1, max_turn_tokens=40)
+    backend = HFBackend(tiny_model(special_tokenizer), special_tokenizer,
+                        [ScriptedLogits({i: _encode(special_tokenizer, script) for i in range(6)})])
+    return RolloutEngine(backend, tool, config), tool
+
+
+def test_constrained_quotes_spell_a_shown_line_verbatim(special_tokenizer, tiny_model):
+    engine, tool = _quote_engine(special_tokenizer, tiny_model, "<think> <search>E1</search>(")
+    shown = tool.session(EXAMPLE.question, list(EXAMPLE.topic_entities)).call("E1").text.split("\n")
+    assert "(E1 Utah, time_zone, E2 Mountain Time Zone)" in shown
+    trajectories = engine.run([EXAMPLE] * 6, sampling=SamplingParams(temperature=1.0, seed=3))
+    for trajectory in trajectories:
+        after = trajectory.text.split("</triples>\n", 1)[1]
+        quote = after[:after.index(")") + 1]  # the random model must close the quote with a whole line
+        assert quote.replace("( ", "(") in shown, after
+    assert len({t.text.split("</triples>\n", 1)[1].split(")")[0] for t in trajectories}) >= 2  # lines vary
+
+
+def test_constrained_quotes_copy_the_tail_of_the_chosen_line(special_tokenizer, tiny_model):
+    engine, _ = _quote_engine(special_tokenizer, tiny_model, "<think> <search>E1</search>(E1 Utah, capital")
+    [trajectory] = engine.run([EXAMPLE], sampling=SamplingParams(temperature=1.0, seed=0))
+    assert "</triples>\n(E1 Utah, capital, E3 Salt Lake City)" in trajectory.text

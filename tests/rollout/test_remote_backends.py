@@ -177,3 +177,12 @@ def test_turn_regex_escapes_names_and_allows_only_thinking_without_names():
     assert re.fullmatch(pattern, "<think> x <search>a.b (c)</search>")
     assert not re.fullmatch(pattern, "<think> x <search>aXb (c)</search>")
     assert re.fullmatch(turn_regex([]), "<think> nothing shown") and not re.fullmatch(turn_regex([]), "<search>E1</search>")
+
+
+def test_turn_regex_with_lines_lets_a_parenthesis_open_only_a_shown_line():
+    pattern = turn_regex(["E1", "E2"], ["E1 Utah, capital, E2 Salt Lake City"])
+    assert re.fullmatch(pattern, "<think> so (E1 Utah, capital, E2 Salt Lake City). <answer>E2</answer>")
+    assert not re.fullmatch(pattern, "<think> so (E1 Utah, capital, E3 Ogden). <answer>E2</answer>")
+    assert not re.fullmatch(pattern, "<think> so (E1 Utah, capital, E2 Salt Lake City")
+    assert turn_regex(["E1"], []) == turn_regex(["E1"])  # nothing shown yet: parentheses stay free
+    assert re.fullmatch(turn_regex(["E1"], []), "<think> (a guess) <search>E1</search>")
