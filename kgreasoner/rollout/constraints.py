@@ -36,6 +36,8 @@ from kgreasoner.protocol import (
 _END = -1
 """Trie key marking that a complete continuation ends at this node."""
 
+_FOLLOWING_PUNCTUATION = (".", ",", ";", ":", "?", "!")
+
 QUOTE_OPEN, QUOTE_CLOSE = "(", ")"
 """How a tool block prints a triple line (`retrieval.tool.triple_line`), and so how a quote of one reads."""
 
@@ -56,7 +58,7 @@ class ConstraintVocabulary:
         self.search_tails = [self.ids(SEARCH_CLOSE), self.ids(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}") + self.ids(SEARCH_CLOSE)]
         self.answer_tails = [self.ids(ANSWER_CLOSE)]
         self.quote_openers = self.variants(QUOTE_OPEN)
-        self.quote_tails = [self.ids(QUOTE_CLOSE)]
+        self.quote_tails = self.fused(QUOTE_CLOSE)
 
     def ids(self, text: str) -> tuple[int, ...]:
         if text not in self._cache:
@@ -68,6 +70,18 @@ class ConstraintVocabulary:
         out = []
         for spelled in (self.ids(text), self.ids(" " + text)):
             if spelled and spelled not in out:
+                out.append(spelled)
+        return out
+
+    def fused(self, text: str) -> list[tuple[int, ...]]:
+        """`text` tokenised alone, plus each single token that fuses it with the punctuation after it.
+
+        A word-level tokenizer spells `).` as one token; a quote forced to end with `)` alone would
+        leave the model, which only ever wrote `).`, to write a second parenthesis.
+        """
+        out = [self.ids(text)]
+        for spelled in (self.ids(text + mark) for mark in _FOLLOWING_PUNCTUATION):
+            if len(spelled) == 1 and spelled not in out:
                 out.append(spelled)
         return out
 

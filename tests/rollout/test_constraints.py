@@ -20,3 +20,23 @@ def test_constrained_quotes_need_constrained_decoding():
     with pytest.raises(ValueError, match="constrained_quotes needs constrained_decoding: true"):
         RolloutConfig(constrained_quotes=True)
     assert RolloutConfig(constrained_decoding=True, constrained_quotes=True).constrained_quotes
+
+
+def test_a_quote_may_close_with_the_parenthesis_fused_to_the_next_mark():
+    from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint
+    from kgreasoner.tokenizer import TokenizerConfig, train_tokenizer
+
+    tokenizer = train_tokenizer(["(E1 utah, capital, E2 salt_lake_city). Next I search E2.", "a (b), c"],
+                                TokenizerConfig(num_handles=8))
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(encode(").")) == len(encode("),")) == 1 and len(encode(");")) == 2  # its own tokens for `).` and `),`
+    row = RowConstraint(ConstraintVocabulary(encode), lambda: [], lambda: ["E1 utah, capital, E2 salt_lake_city"])
+    written = encode("so (")
+    row.observe(written)
+    for step, token in enumerate(encode("E1 utah, capital, E2 salt_lake_city")):
+        assert row.allowed() == [token] or step == 0 and token in row.allowed()  # first: or a leading space
+        written.append(token)
+        row.observe(written)
+    assert sorted(row.allowed()) == sorted([encode(")")[0], encode(").")[0], encode("),")[0]])
+    row.observe(written + encode(")."))
+    assert not row.active
