@@ -251,8 +251,8 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
         k = best.agree
         taken = best.relations[k] if k < len(best.relations) else None
         gold = list(dict.fromkeys(g[k] for g in golds if len(g) > k and g[:k] == best.relations[:k]))
-        shown = any(step[0] in _leaving(path, best.relations, k, calls) and step[1] in gold
-                    for call in calls for step in call["shown"])
+        left_from = _leaving(path, best.relations, k, calls)
+        shown = any(step[0] in left_from and step[1] in gold for call in calls for step in call["shown"])
         return "wrong_relation", {"hop": k + 1, "taken": taken, "gold": gold, "path": list(best.relations),
                                   "entities": [walk.label(n.entity) for n in path], "gold_shown": shown}
     gold_ids = {a.id for a in example.answers}
