@@ -37,7 +37,8 @@ def read_times(cell: Path) -> dict[str, tuple[float, float]]:
 
 def sft_steps(cell: Path) -> str:
     """'steps (best)' of the SFT run, from its last checkpoint's trainer state."""
-    states = sorted((cell / "sft").glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    states = sorted((cell / "sft").glob("checkpoint-*/trainer_state.json"),
+                    key=lambda p: int(p.parent.name.split("-")[1]))
     if not states:
         return "—"
     state = json.loads(states[-1].read_text())
@@ -73,7 +74,7 @@ def rows(cell: Path) -> list[str]:
         results = {mode: summary(cell, prefix, mode) for mode in MODES}
         if not any(results.values()):
             continue
-        n = next(r for r in results.values() if r)
+        first = next(r for r in results.values() if r)
         stages = TRAINING_STAGES[model]
         if all(stage in times for stage in stages):
             wall = sum(times[s][0] for s in stages) / 60
@@ -83,8 +84,9 @@ def rows(cell: Path) -> list[str]:
             budget = "—"
         constrained = results["on"]
         out.append(" | ".join([
-            "", meta["dataset"], meta["split_scheme"], label, sft_steps(cell), budget, f"{n['n']} ({n['distinct']})",
-            joined(results, "hits1"), joined(results, "hits1_distinct"), f"{constrained['format_valid']:.3f}" if constrained else "—",
+            "", meta["dataset"], meta["split_scheme"], label, sft_steps(cell), budget,
+            f"{first['n']} ({first['distinct']})", joined(results, "hits1"), joined(results, "hits1_distinct"),
+            f"{constrained['format_valid']:.3f}" if constrained else "—",
             failures(constrained) if constrained else "—", ""]).strip())
     return out
 
