@@ -20,8 +20,9 @@
 # 2-core machine better than one cell with two threads.
 # Output in OUT/: ranker/, warmup.jsonl, base/, sft/, grpo/, eval-{off,on,quotes}/, grpo-eval-{off,on,quotes}/
 # (summary.md, summary.json, per-question JSONL), a log per stage, times.tsv (stage, wall, user and system
-# CPU seconds). A stage whose output exists is skipped, so a killed cell resumes; use a fresh OUT after
-# changing a setting. `python bench/pathquestion_table.py OUT...` prints the grid's table.
+# CPU seconds; a stage killed part-way leaves no line). A stage whose output exists is skipped and SFT and
+# GRPO continue from their last checkpoint, so a killed cell resumes; use a fresh OUT after changing a
+# setting. `python bench/pathquestion_table.py OUT...` prints the grid's table.
 set -euo pipefail
 
 SET=${1:?usage: bench/pathquestion_grid.sh SET SCHEME OUT STEPS}
@@ -56,10 +57,10 @@ stage warmup "$OUT/warmup.jsonl" "${KG[@]}" warmup --config configs/tiny-cpu/war
     --set progress=false "${TOOL[@]}"
 stage build "$OUT/base" "${KG[@]}" build-tiny --config configs/tiny-cpu/model-1m.yaml --texts "$KB" \
     "$OUT/warmup.jsonl" --out "$OUT/base"
-stage sft "$OUT/sft/final" "${PY[@]}" train/sft.py --config configs/tiny-cpu/sft.yaml --set model="$OUT/base" \
+stage sft "$OUT/sft/final" "${PY[@]}" train/sft.py --resume --config configs/tiny-cpu/sft.yaml --set model="$OUT/base" \
     --set tiny_model=null --set train_file="$OUT/warmup.jsonl" --set output_dir="$OUT/sft" \
     --set max_steps="$STEPS" --set eval_steps=100 --set save_steps=100 --set seed=0
-stage grpo "$OUT/grpo/episode-2/final" "${PY[@]}" train/grpo.py --config configs/tiny-cpu/grpo.yaml \
+stage grpo "$OUT/grpo/episode-2/final" "${PY[@]}" train/grpo.py --resume --config configs/tiny-cpu/grpo.yaml \
     --set 'episodes=[{data: all, max_steps: 30}, {data: hard, max_steps: 15}]' --set save_steps=15 \
     --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set output_dir="$OUT/grpo" \
     --set hard_case_trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
