@@ -22,14 +22,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from data_gen.warmup import PLAN_SEPARATOR
 from kgreasoner.data import load_dataset
 from kgreasoner.data.splits import SCHEMES
-from kgreasoner.kg.base import INVERSE_PREFIX
 from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
 from kgreasoner.retrieval.tool import RELATION_FORMATS, relation_key
 
 PLAN = re.compile(r"Path: (.*?)\.(?:\s|$)")
-PLAN_SEPARATOR = ","
 _HANDLE = re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*"
 # (E1 label, relation words, E2 label): labels may hold commas, relation words do not
 LINE = re.compile(rf"\(({_HANDLE}) ([^\n]*?), ([^,\n]+), ({_HANDLE}) ([^\n]*?)\)(?=\.|\n|$)")
@@ -58,13 +57,8 @@ HEADER = ("| evaluation | questions | Hits@1 | plan exact | wrong after an exact
 
 
 def plan_of(relations: tuple[str, ...], relation_format: str) -> list[str]:
-    """The gold path as a plan names it: each relation's key, `^` before a backward one."""
-    keys = []
-    for relation in relations:
-        inverse = relation.startswith(INVERSE_PREFIX)
-        bare = relation[len(INVERSE_PREFIX):] if inverse else relation
-        keys.append((INVERSE_PREFIX if inverse else "") + relation_key(bare, relation_format))
-    return keys
+    """The gold path as a plan names it (`^` before a backward relation)."""
+    return [relation_key(relation, relation_format) for relation in relations]
 
 
 def written_plan(text: str) -> list[str] | None:

@@ -567,9 +567,7 @@ class _Writer:
 
     def relation_key(self, path_relation: str) -> str:
         """A path relation (`^rel` backwards) as plans and hops write it: the last word its triple line prints."""
-        inverse = path_relation.startswith(INVERSE_PREFIX)
-        relation = path_relation[len(INVERSE_PREFIX):] if inverse else path_relation
-        return (INVERSE_PREFIX if inverse else "") + relation_key(relation, self.g.config.tool.relation_format)
+        return relation_key(path_relation, self.g.config.tool.relation_format)
 
 
 _HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import TopicEntity
-from kgreasoner.kg.base import Edge, KGError, KnowledgeGraph
+from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph
 from kgreasoner.protocol import ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR
 from kgreasoner.retrieval.candidates import Candidate, gather_candidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
@@ -60,8 +60,11 @@ def relation_key(relation: str, relation_format: str = "id") -> str:
     """How a thought names a relation (a plan, a hop): the last word its triple line prints.
 
     With `id` that is the id itself; with `words` the last namespace part, the word a question uses.
+    A path relation walked backwards (`^rel`) keeps its `^` before the key.
     """
-    return relation_display(relation, relation_format).split(" ")[-1]
+    inverse = relation.startswith(INVERSE_PREFIX)
+    bare = relation[len(INVERSE_PREFIX):] if inverse else relation
+    return (INVERSE_PREFIX if inverse else "") + relation_display(bare, relation_format).split(" ")[-1]
 
 
 @dataclass

@@ -61,6 +61,9 @@ def test_relation_words_print_namespace_parts_and_keep_single_underscores(utah_k
     assert relation_display("http://www.wikidata.org/prop/direct/P31", "words") == "P31"
     assert relation_display("place_of_birth", "words") == relation_key("place_of_birth", "words") == "place_of_birth"
     assert relation_key("people.person.spouse_s", "id") == "people.person.spouse_s"
+    # a path relation walked backwards keeps its `^` (plans and hops write it so)
+    assert relation_key("^__people__person__children", "words") == "^children"
+    assert relation_key("^people.person.spouse_s", "id") == "^people.person.spouse_s"
     with pytest.raises(ValueError, match="relation_format must be one of"):
         ToolConfig(relation_format="label")
 
