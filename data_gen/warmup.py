@@ -62,6 +62,7 @@ from data_gen.augment import AugmentConfig, QuestionAugmenter
 from data_gen.lookup_drill import lookup_drills
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
 from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.data.sampling import stratified_order
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path, follow, is_literal_id
 from kgreasoner.protocol import (
@@ -210,6 +211,9 @@ class WarmupConfig:
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
     tool: ToolConfig = field(default_factory=ToolConfig, metadata={"help": "the search tool (handles, ranking, top_k): use the one the model will meet"})
     num_examples: int | str | None = field(default=500, metadata={"help": "trajectories from train-split questions (the paper used ~500); `all` or null: one per training question (for hard-case mining)"})
+    sample_size: int | None = field(default=None, metadata={"help": "with sample_output: how many training questions the SFT sample holds"})
+    sample_output: str | None = field(default=None, metadata={"help": "also write the records of the first `sample_size` training questions (in `sample` order) and every dev record here: a small SFT warm-up beside the full set that hard-case mining scores"})
+    sample: str = field(default="shuffled", metadata={"help": "which training questions the first `num_examples` are: `shuffled` (a seeded shuffle) or `stratified` (hop counts take turns, and relation paths within a hop count, so a small warm-up covers every hop count and as many paths as fit)"})
     dev_examples: int | str | None = field(default=50, metadata={"help": "trajectories from dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"})
     correction_share: float = field(default=0.3, metadata={"help": "share of records that are error-correction trajectories (0-1)"})
     answer_mode: str = field(default="first", metadata={"help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"})
@@ -238,6 +242,10 @@ class WarmupConfig:
             raise ValueError(f"correction_share must be in [0, 1], got {self.correction_share}")
         if self.pick not in PICKS:
             raise ValueError(f"pick must be one of {PICKS}, got {self.pick!r}")
+        if self.sample not in ("shuffled", "stratified"):
+            raise ValueError(f"sample must be shuffled or stratified, got {self.sample!r}")
+        if (self.sample_output is None) != (self.sample_size is None) or (self.sample_size or 1) < 1:
+            raise ValueError("sample_output and sample_size (>= 1) go together")
         if self.handle_numbers not in HANDLE_NUMBERS:
             raise ValueError(f"handle_numbers must be one of {HANDLE_NUMBERS}, got {self.handle_numbers!r}")
         if self.copies < 1 or self.handle_pool < 1:
@@ -905,8 +913,11 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
     """
     config = generator.config
     augment = QuestionAugmenter(examples, config.augment, config.seed)
-    order = list(examples)
-    random.Random(f"{config.seed}|order").shuffle(order)
+    if config.sample == "stratified":
+        order = stratified_order(examples, config.seed)
+    else:
+        order = list(examples)
+        random.Random(f"{config.seed}|order").shuffle(order)
     records: list[WarmupRecord] = []
     skipped: Counter[str] = Counter()
     corrections = made = 0
@@ -992,6 +1003,15 @@ def summarize(records: Sequence[WarmupRecord], skipped: dict[str, Counter[str]],
     return summary
 
 
+def sample_records(records: Sequence[WarmupRecord], size: int) -> list[WarmupRecord]:
+    """The records of the first `size` training questions (in the order made) and every dev record."""
+    first: set[str] = set()
+    for record in records:
+        if record.split == "train" and len(first) < size:
+            first.add(record.id)
+    return [r for r in records if r.split != "train" or r.id in first]
+
+
 def run(config: WarmupConfig) -> dict[str, Any]:
     """Load the data, generate train (and dev) records, write the JSONL and the summary; returns the summary."""
     from kgreasoner.data import load_dataset, open_dataset_kg
@@ -1009,6 +1029,8 @@ def run(config: WarmupConfig) -> dict[str, Any]:
         made, skipped[split] = generate_records(generator, dataset.split(split), limit, config.progress, f"warm-up {split}")
         records.extend(made)
     write_warmup(records, config.output)
+    if config.sample_output:
+        write_warmup(sample_records(records, config.sample_size), config.sample_output)
     tokenizer = None
     if config.tokenizer:
         from transformers import AutoTokenizer

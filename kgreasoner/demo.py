@@ -11,11 +11,15 @@ Stages, each into its own folder under `--out` (default outputs/demo):
              derived where the questions have none, `kgreasoner.data.path_search`)
  2. kg       `kg/stats.json`: the KB in the embedded memory store
  3. ranker   `ranker/`: the question-conditioned GAT ranker the tool orders candidates with
- 4. warmup   `warmup/warmup.jsonl`: SFT trajectories (the tool in the loop, entity handles)
- 5. model    `base/`: a tiny Qwen3 and a word tokenizer trained on the KB and warm-up texts
- 6. sft      `sft/final`: the SFT warm-up
+ 4. warmup   `warmup/all.jsonl`: a trajectory per training question (the tool in the loop, entity
+             handles), and `warmup/warmup.jsonl`: the SFT sample, the first `warmup_examples`
+             questions of a stratified order (hop counts and relation paths take turns)
+ 5. model    `base/`: a tiny Qwen3 and a word tokenizer trained on the KB, the warm-up sample and
+             every training question's text
+ 6. sft      `sft/final`: the SFT warm-up (short: it teaches the format and the search habit)
  7. hard     `hard/hard.jsonl`: hard cases (per-example SFT loss above the median, hops >= 2)
- 8. grpo     `grpo/episode-1/final` (all questions), `grpo/episode-2/final` (hard cases)
+ 8. grpo     `grpo/episode-1/final` (all questions), `grpo/episode-2/final` (hard cases): RL does
+             the teaching; dev Hits@1 is measured along the way
  9. eval     `eval/sft`, `eval/grpo`: the kgreasoner method on both checkpoints and the oracle
 10. report   `report/report.md` with the results table, the curves (PNG), each stage's command
              and wall time; no checkpoints, so the folder can be committed
@@ -114,6 +118,9 @@ class DemoConfig:
         save_steps=15, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
     eval: StageRecipe = field(default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"})
     eval_questions: int | None = field(default=None, metadata={"help": "evaluate only the first N test questions (None: all)"})
+    warmup_examples: int | None = field(default=300, metadata={
+        "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper used "
+                "about 500); None: SFT on a trajectory for every training question"})
     sft_warmup: bool = field(default=True, metadata={
         "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
                 "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"})
@@ -121,6 +128,8 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.split_scheme not in ("random", "grouped"):
             raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
+        if self.warmup_examples is not None and self.warmup_examples < 1:
+            raise ValueError(f"warmup_examples must be >= 1 or null, got {self.warmup_examples}")
         if self.eval_questions is not None and self.eval_questions < 1:
             raise ValueError(f"eval_questions must be >= 1 or null, got {self.eval_questions}")
         for name in ("tool", "rollout"):
@@ -203,6 +212,7 @@ class Demo:
         o = {folder: str(out / folder) for folder in STAGE_FOLDERS.values()}
         self.paths = o
         self.warmup_file = f"{o['warmup']}/warmup.jsonl"
+        self.warmup_all_file = f"{o['warmup']}/all.jsonl" if config.warmup_examples else self.warmup_file
         self.train_file = self.sft_train_file()
         self.hard_file = f"{o['hard']}/hard.jsonl"
         # Without the warm-up every later stage starts from the untrained base model.
@@ -224,15 +234,17 @@ class Demo:
             encoder = self.ranker[0].encoder
             tool = {**{f"encoder.{k}": getattr(encoder, k) for k in ("kind", "model_path", "max_length", "hashing_dim")}, **tool}
         tool_sets = overrides({**tool, "encoder.cache_dir": cache}, "tool.")
+        sample = ({"sample_output": self.warmup_file, "sample_size": config.warmup_examples, "num_examples": "all"}
+                  if config.warmup_examples else {})
         self.warmup = self._stage_config(WarmupConfig, "warmup", {
-            "dataset": o["data"], "output": self.warmup_file, "split_scheme": config.split_scheme,
-            "split_seed": config.split_seed, "seed": seed}, tool_sets)
+            "dataset": o["data"], "output": self.warmup_all_file, "split_scheme": config.split_scheme,
+            "split_seed": config.split_seed, "seed": seed, **sample}, tool_sets)
         self.model = self._stage_config(TinyModelConfig, "model", {"seed": seed})
         self.sft = self._stage_config(SFTRecipe, "sft", {
             "model": o["base"], "tiny_model": None, "tokenizer_texts": [], "train_file": self.train_file,
             "output_dir": o["sft"], "seed": seed})
         self.hard = self._stage_config(HardCaseConfig, "hard", {
-            "model": self.sft_final, "trajectories": self.warmup_file, "output": self.hard_file})
+            "model": self.sft_final, "trajectories": self.warmup_all_file, "output": self.hard_file})
         self.grpo = self._stage_config(GRPORecipe, "grpo", {
             "model": self.sft_final, "dataset": o["data"], "output_dir": o["grpo"], "hard_cases": self.hard_file,
             "hard_case_trajectories": None, "split_scheme": config.split_scheme, "split_seed": config.split_seed,
@@ -241,6 +253,10 @@ class Demo:
         self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
         if config.eval_questions is not None:
             self.eval[0].limit = config.eval_questions
+
+    def tokenizer_texts(self) -> list[str]:
+        """The KB, the SFT records and the dataset's questions (their train split only: `--text-splits train`)."""
+        return [self.kb_file, self.train_file, f"{self.paths['data']}/questions.jsonl"]
 
     def sft_train_file(self) -> str:
         """What the tiny model's tokenizer and SFT learn from: the warm-up trajectories (a subclass may train on other records)."""
@@ -280,7 +296,8 @@ class Demo:
             Stage("ranker", "GAT ranker", [command("python", "train/ranker.py", *_recipe_args(self.ranker), sets=self.ranker[2])], self.run_ranker),
             Stage("warmup", "warm-up trajectories", [command("kgreasoner", "warmup", *_recipe_args(self.warmup), sets=self.warmup[2])], self.run_warmup),
             Stage("model", "tiny model + tokenizer", [command("kgreasoner", "build-tiny", *_recipe_args(self.model), "--texts",
-                                                              self.kb_file, self.train_file, "--out", o["base"], sets=self.model[2])], self.run_model),
+                                                              *self.tokenizer_texts(), "--text-splits", "train", "--out", o["base"],
+                                                              sets=self.model[2])], self.run_model),
             Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *_recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
             Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *_recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
             Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *_recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
@@ -358,7 +375,7 @@ class Demo:
         from kgreasoner.models import build_tiny, parameter_counts
         from kgreasoner.tokenizer import read_training_texts
 
-        model, tokenizer = build_tiny(self.model[0], read_training_texts([self.kb_file, self.train_file]),
+        model, tokenizer = build_tiny(self.model[0], read_training_texts(self.tokenizer_texts(), ["train"]),
                                       self.paths["base"])
         counts = parameter_counts(model)
         return {"parameters": counts, "vocab": len(tokenizer),

@@ -231,6 +231,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_config_arguments(parser)
     parser.add_argument("--texts", nargs="+", required=True, type=Path, metavar="FILE",
                         help="training texts: questions.jsonl, names.tsv, kb.tsv, PathQuestion .txt, plain text")
+    parser.add_argument("--text-splits", nargs="+", default=None, metavar="SPLIT",
+                        help="read only these splits of QA files among --texts (e.g. train; default: every example)")
     parser.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
     parser.set_defaults(func=run_build_tiny)
 
@@ -238,7 +240,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_build_tiny(args: argparse.Namespace) -> int:
     config = load_config(TinyModelConfig, args.config, args.overrides)
     started = time.perf_counter()
-    model, tokenizer = build_tiny(config, read_training_texts(args.texts), args.out)
+    model, tokenizer = build_tiny(config, read_training_texts(args.texts, args.text_splits), args.out)
     sizes = tokenizer_summary(tokenizer)
     counts = parameter_counts(model)
     print(f"tokenizer ({config.tokenizer.kind}): {sizes['vocab_size']:,} tokens "

@@ -36,6 +36,11 @@ Chat template (`CHAT_TEMPLATE`, Jinja, roles system / user / assistant only)::
 `add_generation_prompt=True` ends the text with `<|im_start|>assistant\\n`. The assistant content
 and its `<|im_end|>` are wrapped in `{% generation %}`, so `return_assistant_tokens_mask=True`
 marks exactly the tokens the model is trained to write.
+
+With `TokenizerConfig.system_prompt: false` (the compact prompt) the template leaves system turns
+out: a model trained from scratch learns the protocol from its examples, not from instructions, and
+the ~260-token system prompt was most of every GRPO sequence. Pretrained models keep the paper's
+instructions (their own chat templates render the system turn).
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ CHAT_TEMPLATE = (
     "{%- if message['role'] not in ['system', 'user', 'assistant'] -%}"
     "{{ raise_exception('chat template: unknown role ' ~ message['role'] ~ '; use system, user or assistant') }}"
     "{%- endif -%}"
+    "{%- if message['role'] != 'system' or not compact -%}"
     "{{ '<|im_start|>' ~ message['role'] ~ '\\n' }}"
     "{%- if message['role'] == 'assistant' -%}"
     "{% generation %}{{ message['content'] ~ '<|im_end|>' }}{% endgeneration %}"
@@ -86,9 +92,15 @@ CHAT_TEMPLATE = (
     "{{ message['content'] ~ '<|im_end|>' }}"
     "{%- endif -%}"
     "{{ '\\n' }}"
+    "{%- endif -%}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
+
+
+def chat_template(system_prompt: bool = True) -> str:
+    """CHAT_TEMPLATE, with system turns rendered or (compact) left out."""
+    return "{%- set compact = " + ("false" if system_prompt else "true") + " -%}" + CHAT_TEMPLATE
 
 
 @dataclass
@@ -108,6 +120,10 @@ class TokenizerConfig:
     include_prompt: bool = field(default=True, metadata={
         "help": "also learn the words of the system prompt (protocol.INSTRUCTIONS), which every "
                 "example starts with; without them it is ~800 byte tokens instead of ~200"})
+    system_prompt: bool = field(default=True, metadata={
+        "help": "false: the chat template leaves the system turn (the paper's instructions) out, so a prompt "
+                "is the question and topic entities only (~20 tokens instead of ~280); for models trained from "
+                "scratch, which learn the protocol from examples"})
 
     def __post_init__(self) -> None:
         if self.kind not in TOKENIZER_KINDS:
@@ -157,7 +173,7 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> PreTrained
         tokenizer_object=backend,
         eos_token=EOS_TOKEN,
         pad_token=PAD_TOKEN,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=chat_template(config.system_prompt),
         # The default clean-up would drop spaces before punctuation and break exact round trips.
         clean_up_tokenization_spaces=False,
         model_max_length=1 << 30,
@@ -210,11 +226,12 @@ def _training_segments(texts: Iterable[str], num_handles: int) -> Iterator[str]:
                 yield " " + segment[start:end]
 
 
-def read_training_texts(paths: Iterable[str | Path]) -> Iterator[str]:
+def read_training_texts(paths: Iterable[str | Path], splits: Iterable[str] | None = None) -> Iterator[str]:
     """Texts to train a tokenizer on, from dataset files.
 
-    - `*.jsonl`: QA examples (the DESIGN.md schema): the question, topic entity names, answer
-      names and aliases; or warm-up trajectories (data_gen/warmup.py): every segment's text, so
+    - `*.jsonl`: QA examples (the project's schema): the question, topic entity names, answer
+      names and aliases, of the examples whose split is in `splits` (all when None: RL reads the
+      training questions, which a warm-up sample alone would leave as byte pieces); or warm-up trajectories (data_gen/warmup.py): every segment's text, so
       the thinking templates and the tool's printed triples are words of their own (and the raw
       prompt of pipeline-step records, data_gen/pipeline_sft.py);
     - `*.nt`: N-Triples KG: `rdfs:label` values, relations and other literal values;
@@ -230,7 +247,7 @@ def read_training_texts(paths: Iterable[str | Path]) -> Iterator[str]:
         if not path.exists():
             raise FileNotFoundError(f"training text file not found: {path}")
         if path.suffix == ".jsonl":
-            yield from (_warmup_texts(path) if _is_warmup_file(path) else _qa_texts(path))
+            yield from (_warmup_texts(path) if _is_warmup_file(path) else _qa_texts(path, splits))
         elif path.suffix == ".nt":
             yield from _ntriples_texts(path)
         elif path.name == NAMES_FILE:
@@ -262,10 +279,13 @@ def _warmup_texts(path: Path) -> Iterator[str]:
         yield from (segment.text for segment in record.segments)
 
 
-def _qa_texts(path: Path) -> Iterator[str]:
+def _qa_texts(path: Path, splits: Iterable[str] | None = None) -> Iterator[str]:
     from kgreasoner.data.schema import iter_jsonl
 
+    keep = None if splits is None else set(splits)
     for example in iter_jsonl(path):
+        if keep is not None and example.split not in keep:
+            continue
         yield example.question
         yield from (t.name for t in example.topic_entities)
         for answer in example.answers:

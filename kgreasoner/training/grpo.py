@@ -7,7 +7,14 @@ loss and sampled ids are never re-tokenised. The rewards are the paper's search,
 answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<name>`.
 
 Episodes: episode 1 trains on every training question for a stable initial policy; later
-episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Each episode is one
+episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Questions come in a
+stratified order (`order`): hop counts take turns, so every batch of a few questions holds
+multi-hop questions and short chains alike.
+
+What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
+(groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
+per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), and greedy Hits@1 on
+a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Each episode is one
 TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
 `--resume` continues the first unfinished episode from its last checkpoint.
 """
@@ -93,6 +100,18 @@ class GRPORecipe:
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     lr_scheduler_type: str = field(default="constant", metadata={"help": "transformers scheduler name"})
     rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
+    search_reward: str = field(default="paper", metadata={
+        "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
+                "the question's hop count); correct (paid only with a right answer); correct_hops (both)"})
+    order: str = field(default="stratified", metadata={
+        "help": "question order: stratified (hop counts, then relation paths, take turns; seeded) or shuffled "
+                "(TRL's seeded shuffle each epoch)"})
+    dev_eval_steps: int = field(default=0, metadata={
+        "help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"})
+    dev_eval_questions: int = field(default=64, metadata={"help": "size of that dev sample (stratified by hops)"})
+    trainer: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "further GRPOConfig fields passed to TRL as given (e.g. {shuffle_dataset: false, "
+                "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"})
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
     seed: int = field(default=0, metadata={"help": "seed of shuffling and of rollout sampling"})
@@ -125,6 +144,17 @@ class GRPORecipe:
                              "the multi-turn rollout drives TRL's colocated engine; server mode is not wired yet")
         if self.split_scheme not in ("random", "grouped"):
             raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
+        from kgreasoner.rewards import SEARCH_FORMS
+
+        if self.search_reward not in SEARCH_FORMS:
+            raise ValueError(f"search_reward must be one of {SEARCH_FORMS}, got {self.search_reward!r}")
+        if self.order not in ("stratified", "shuffled"):
+            raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
+        if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
+            raise ValueError(f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
+                             f"{self.dev_eval_steps} and {self.dev_eval_questions}")
+        if not isinstance(self.trainer, dict):
+            raise ValueError("trainer must be a mapping of GRPOConfig field names to values")
 
 
 class RolloutStats:
@@ -161,7 +191,7 @@ class KGRollout:
 
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
-        sessions = [self.tool.session(e.question, list(e.topic_entities)) for e in examples]
+        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in examples]
         # A different, reproducible stream per step and rank; resuming replays the same seeds.
         seed = self.recipe.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
         sampling = SamplingParams(temperature=self.recipe.temperature, top_p=self.recipe.top_p,
@@ -181,7 +211,7 @@ class KGRollout:
         elapsed = time.perf_counter() - started
         self.rollout_seconds += elapsed
         tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
-        self._record(trajectories, elapsed, tool_seconds)
+        self._record(trajectories, examples, elapsed, tool_seconds)
         return {
             "prompt_ids": [t.prompt_ids for t in trajectories],
             "completion_ids": [t.completion_ids for t in trajectories],
@@ -192,10 +222,20 @@ class KGRollout:
             "completion_text": [t.text for t in trajectories],
         }
 
-    def _record(self, trajectories, elapsed: float, tool_seconds: float) -> None:
+    def _record(self, trajectories, examples, elapsed: float, tool_seconds: float) -> None:
+        from kgreasoner.data.sampling import hop_count
         from kgreasoner.protocol import check_format
+        from kgreasoner.rewards import answer_reward
 
         n = max(len(trajectories), 1)
+        correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
+                                resolved_answers=[t.resolved_answers for t in trajectories])
+        by_hops: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        for trajectory, example, right in zip(trajectories, examples, correct):
+            by_hops[hop_count(example)].append((trajectory.num_searches, right))
+        for hops, pairs in sorted(by_hops.items()):
+            self.stats.add(f"rollout/searches_hop{hops}", sum(p[0] for p in pairs) / len(pairs))
+            self.stats.add(f"rollout/correct_hop{hops}", sum(p[1] for p in pairs) / len(pairs))
         model_tokens = sum(t.num_model_tokens for t in trajectories)
         all_tokens = sum(len(t.completion_ids) for t in trajectories)
         self.stats.add("rollout/searches", sum(t.num_searches for t in trajectories) / n)
@@ -267,7 +307,60 @@ class RolloutMetrics(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs and "loss" in logs:
-            self.step_log.append(state.global_step, logs)
+            # DevEval writes its own rows at the step it measured; the buffered copy arrives a step late.
+            self.step_log.append(state.global_step, {k: v for k, v in logs.items() if not k.startswith("dev/")})
+
+
+class DevEval(TrainerCallback):
+    """Greedy Hits@1 of the current policy on a fixed dev sample, before the first step and every N steps.
+
+    The curve RL is judged by: reward can rise while answers do not (a policy paid for searching
+    learns to search). Rows go to the step log (`dev/hits1`) and through `trainer.log` to `report_to`.
+    Runs on the main process only; the others wait at the next collective. The figures join the
+    trainer's metric buffer, so the next logged step carries them to `report_to` as well.
+    """
+
+    def __init__(self, recipe: GRPORecipe, examples, tool, step_log: StepLog) -> None:
+        self.recipe = recipe
+        self.examples = examples
+        self.tool = tool
+        self.step_log = step_log
+        self.trainer = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step == 0:
+            self._evaluate(state)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.recipe.dev_eval_steps == 0:
+            self._evaluate(state)
+
+    def _evaluate(self, state) -> None:
+        if not state.is_world_process_zero or not self.examples:
+            return
+        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.rewards import answer_reward
+        from kgreasoner.rollout.engine import RolloutEngine
+        from kgreasoner.rollout.hf_backend import HFBackend
+        from kgreasoner.rollout.types import SamplingParams
+
+        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
+        was_training = model.training
+        model.eval()
+        sessions = [self.tool.session(e.question, list(e.topic_entities)) for e in self.examples]
+        engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
+        trajectories = engine.run(list(self.examples), sessions, SamplingParams(temperature=0.0))
+        model.train(was_training)
+        right = answer_reward([t.text for t in trajectories], answers=[e.answers for e in self.examples],
+                              resolved_answers=[t.resolved_answers for t in trajectories])
+        logs = {"dev/hits1": sum(right) / len(right),
+                "dev/searches": sum(t.num_searches for t in trajectories) / len(trajectories)}
+        for hops in sorted({hop_count(e) for e in self.examples}):
+            picked = [r for r, e in zip(right, self.examples) if hop_count(e) == hops]
+            logs[f"dev/hits1_hop{hops}"] = sum(picked) / len(picked)
+        self.step_log.append(state.global_step, logs)
+        for name, value in logs.items():
+            self.trainer._metrics["train"][name].append(value)
 
 
 def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
@@ -275,7 +368,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
 
     import torch
 
-    return GRPOConfig(
+    owned = dict(
         output_dir=str(output_dir),
         learning_rate=recipe.learning_rate,
         beta=recipe.beta,
@@ -310,7 +403,15 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
         log_completions=False,
         mask_truncated_completions=False,
         model_init_kwargs={"dtype": "bfloat16" if recipe.bf16 else "float32"},
+        shuffle_dataset=recipe.order == "shuffled",
     )
+    clash = sorted(set(recipe.trainer) & set(owned))
+    if clash:
+        raise ValueError(f"trainer: {', '.join(clash)} set by the recipe's own fields; set them there")
+    try:
+        return GRPOConfig(**owned, **recipe.trainer)
+    except TypeError as err:
+        raise ValueError(f"trainer: {err} (fields: trl.GRPOConfig)") from err
 
 
 def _hard_ids(recipe: GRPORecipe) -> set[str]:
@@ -340,22 +441,27 @@ def _open_kg(recipe: GRPORecipe, dataset):
     return open_dataset_kg(dataset)
 
 
-def _episode_dataset(examples, tokenizer):
+def _episode_dataset(examples, tokenizer, order: str, seed: int):
+    """The episode's rows in training order (TRL keeps it unless the order is `shuffled`)."""
     from datasets import Dataset
 
+    from kgreasoner.data.sampling import hop_count, stratified_order
     from kgreasoner.protocol import build_prompt
 
+    if order == "stratified":
+        examples = stratified_order(examples, seed)
     rows, by_prompt = [], {}
     for example in examples:
         prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
         by_prompt[prompt] = example
         forms = [form for answer in example.answers for form in answer.surface_forms()]
-        rows.append({"prompt": prompt, "answers": forms, "id": example.id})
+        rows.append({"prompt": prompt, "answers": forms, "id": example.id, "hops": hop_count(example)})
     return Dataset.from_list(rows), by_prompt
 
 
-def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool):
-    """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as a callback."""
+def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool,
+                  dev_examples=()):
+    """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
@@ -363,20 +469,25 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
 
     root = Path(recipe.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    data, by_prompt = _episode_dataset(examples, tokenizer)
+    data, by_prompt = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed)
     rollout = KGRollout(recipe, tool, by_prompt, RolloutStats())
-    metrics = RolloutMetrics(StepLog(root / STEP_LOG, number), rollout)
+    step_log = StepLog(root / STEP_LOG, number)
+    metrics = RolloutMetrics(step_log, rollout)
+    callbacks = [metrics]
+    if recipe.dev_eval_steps and dev_examples:
+        callbacks.append(DevEval(recipe, dev_examples, tool, step_log))
     trainer = GRPOTrainer(
         model=model_path,
-        reward_funcs=reward_functions(),
+        reward_funcs=reward_functions(search_form=recipe.search_reward),
         args=grpo_config(recipe, root / f"episode-{number}", episode),
         train_dataset=data,
         processing_class=tokenizer,
         peft_config=recipe.lora.peft_config(),
         rollout_func=rollout,
-        callbacks=[metrics],
+        callbacks=callbacks,
     )
-    metrics.trainer = trainer
+    for callback in callbacks:
+        callback.trainer = trainer
     return trainer
 
 
@@ -391,6 +502,11 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     if not train_examples:
         raise ValueError(f"dataset {recipe.dataset!r} has no training questions")
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
+    dev_examples = []
+    if recipe.dev_eval_steps:
+        from kgreasoner.data.sampling import stratified_order
+
+        dev_examples = stratified_order(dataset.split("dev"), recipe.seed)[: recipe.dev_eval_questions]
     root = Path(recipe.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     model_path = recipe.model
@@ -406,7 +522,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             examples = [e for e in train_examples if e.id in hard]
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
-        trainer = build_trainer(recipe, number, episode, examples, model_path, tool)
+        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples)
         checkpoint = last_complete_checkpoint(episode_dir) if resume else None
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model(str(final))
