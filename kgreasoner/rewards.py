@@ -163,13 +163,58 @@ class OpenAIJudge:
         return reply.strip().lower().startswith("yes")
 
 
-def reward_functions(judge: Judge | None = None) -> list[Callable[..., list[float]]]:
+SEARCH_FORMS = ("paper", "hops", "correct", "correct_hops")
+"""How the search reward counts (`search_form`):
+
+- `paper`: `min(0.5 n, 0.8)` whatever the question needs. It pays a second search on a 1-hop
+  question, and a policy trained on it learned exactly that (searches per question 1.5 -> 3.4, 2-hop
+  answers lost).
+- `hops`: n counted only up to the question's hop count (the `hops` column; unknown hops: uncapped),
+  so a needless search earns nothing.
+- `correct`: the paper's value, paid only when the answer is right, so searching is rewarded as the
+  way to a right answer rather than for itself.
+- `correct_hops`: both.
+"""
+
+
+def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
+    """The search reward of one of SEARCH_FORMS as a TRL reward callable named `search_reward`."""
+    if form not in SEARCH_FORMS:
+        raise ValueError(f"search reward form must be one of {SEARCH_FORMS}, got {form!r}")
+    if form == "paper":
+        return search_reward
+
+    def shaped(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
+               completion_text: Sequence[str] | None = None, hops: Sequence[int] | None = None,
+               **kwargs: Any) -> list[float]:
+        texts = completion_texts(completions, completion_text)
+        counts = [int(n) for n in num_searches] if num_searches is not None else [count_searches(t) for t in texts]
+        if form in ("hops", "correct_hops") and hops is not None:
+            counts = [min(n, int(h)) if h else n for n, h in zip(counts, hops)]
+        values = [min(SEARCH_STEP * n, SEARCH_CAP) for n in counts]
+        if form in ("correct", "correct_hops"):
+            right = answer_reward(completions, completion_text=completion_text, **kwargs)
+            values = [v if r > 0 else 0.0 for v, r in zip(values, right)]
+        return values
+
+    shaped.__name__ = "search_reward"
+    return shaped
+
+
+def reward_functions(judge: Judge | None = None, search_form: str = "paper") -> list[Callable[..., list[float]]]:
     """The three components for TRL's `reward_funcs` (summed by the trainer), judge bound if given."""
+    search = shaped_search_reward(search_form)
     if judge is None:
-        return [search_reward, format_reward, answer_reward]
+        return [search, format_reward, answer_reward]
 
     def answer_reward_judged(completions, **kwargs):
         return answer_reward(completions, judge=judge, **kwargs)
 
     answer_reward_judged.__name__ = "answer_reward"
-    return [search_reward, format_reward, answer_reward_judged]
+    if search is not search_reward:
+        def search_judged(completions, **kwargs):
+            return search(completions, judge=judge, **kwargs)
+
+        search_judged.__name__ = "search_reward"
+        search = search_judged
+    return [search, format_reward, answer_reward_judged]
