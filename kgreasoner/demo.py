@@ -105,17 +105,18 @@ class DemoConfig:
         "help": "RolloutConfig fields shared by GRPO and eval"})
     ranker: StageRecipe = field(default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180), metadata={
         "help": "train/ranker.py (RankerTrainConfig)"})
-    warmup: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/warmup.yaml", templates="configs/tiny-cpu/templates-copy.yaml"), metadata={
+    warmup: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/warmup.yaml", templates="configs/tiny-cpu/templates-copy.yaml", sample="stratified"), metadata={
         "help": "kgreasoner warmup (WarmupConfig)"})
-    model: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/model-1m.yaml"), metadata={
+    model: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", **{"tokenizer.system_prompt": False}), metadata={
         "help": "kgreasoner build-tiny (TinyModelConfig)"})
     sft: StageRecipe = field(default_factory=_recipe(
-        "configs/tiny-cpu/sft.yaml", learning_rate=3e-3, per_device_train_batch_size=16, max_steps=600,
+        "configs/tiny-cpu/sft.yaml", learning_rate=3e-3, per_device_train_batch_size=16, max_steps=300,
         eval_steps=100, save_steps=100, logging_steps=10, report_to=[]), metadata={"help": "train/sft.py (SFTRecipe)"})
     hard: StageRecipe = field(default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"})
     grpo: StageRecipe = field(default_factory=_recipe(
-        "configs/tiny-cpu/grpo.yaml", episodes=[{"data": "all", "max_steps": 30}, {"data": "hard", "max_steps": 15}],
-        save_steps=15, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
+        "configs/tiny-cpu/grpo.yaml", episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
+        learning_rate=1e-4, per_device_train_batch_size=32, search_reward="correct_hops", dev_eval_steps=25,
+        dev_eval_questions=64, save_steps=50, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
     eval: StageRecipe = field(default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"})
     eval_questions: int | None = field(default=None, metadata={"help": "evaluate only the first N test questions (None: all)"})
     warmup_examples: int | None = field(default=300, metadata={
