@@ -4,9 +4,16 @@
 - a PathQuestion set, any case: `PQ-2H`, `pq-3h`, `PQL-2H`, `PQL-3H`, `PQL-3H_more`;
 - `pathquestion`: the four published sets (PQ-2H, PQ-3H, PQL-2H, PQL-3H), each with its own KB,
   so only `load_datasets` takes it and returns one Dataset per set;
-- a ToG benchmark name (`cwq`, `webqsp`, `grailqa`, `simpleqa`): its file in the data folder `tog/`;
+- a ToG benchmark name (`cwq`, `webqsp`, `grailqa`, `simpleqa`): its file in the data folder `tog/`
+  (test questions only);
+- `webqsp-official` / `cwq-official`: the official releases' files (`WebQSP.train.json`, ...,
+  `ComplexWebQuestions_dev.json`, ...) in the data folder of that name, with their training splits;
+  their KG is Freebase (a SPARQL endpoint);
+- `rog-webqsp` / `rog-cwq`: RoG's per-question subgraph files (parquet or JSONL) in the data folder
+  of that name; their KG is those subgraphs (`subgraph:FOLDER`), so no Freebase server is needed;
 - a dataset folder (`kb.tsv` or `kb.nt`, optional `names.tsv`, `questions.jsonl`);
-- a JSONL file in our schema, or a ToG JSON file (`.json`).
+- a JSONL file in our schema or with RoG's records, a RoG `.parquet` file, or a `.json` file of
+  ToG's or of the official WebQSP / CWQ releases (told apart by their shape).
 
 Examples without a split get a seeded 80/10/10 one (`scheme` random or grouped); examples that
 have one keep it, and the Dataset says `split_scheme="given"`.
@@ -14,6 +21,7 @@ have one keep it, and the Dataset says `split_scheme="given"`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -23,12 +31,21 @@ from kgreasoner.data.paths import find_data_dir
 from kgreasoner.data.schema import QAExample, SchemaError, read_jsonl
 from kgreasoner.data.splits import SCHEMES, SPLIT_NAMES, assign_splits
 from kgreasoner.data.tog_json import TOG_FILES, TOG_FORMATS, load_tog_json
+from kgreasoner.data.webqsp_cwq import is_cwq_release, is_webqsp_release, load_cwq, load_webqsp, read_json
 
 if TYPE_CHECKING:
-    from kgreasoner.kg.memory import MemoryKG
+    from kgreasoner.kg.base import KnowledgeGraph
 
 GROUPS: dict[str, tuple[str, ...]] = {"pathquestion": PATHQUESTION_SETS}
 KB_FILES = ("kb.tsv", "kb.nt")
+# Named sets read from the data folder of the same name: name -> (source written on the Dataset,
+# the file names it holds, lower-cased). RoG's are every .parquet / .jsonl file in the folder.
+RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "webqsp-official": ("WebQSP", ("webqsp.train.json", "webqsp.test.json")),
+    "cwq-official": ("CWQ", ("complexwebquestions_train.json", "complexwebquestions_dev.json",
+                             "complexwebquestions_test.json")),
+}
+ROG_SETS: dict[str, str] = {"rog-webqsp": "RoG-WebQSP", "rog-cwq": "RoG-CWQ"}
 
 
 @dataclass
@@ -41,6 +58,8 @@ class Dataset:
             unless `load_dataset(split=...)` filtered them).
         kb_path: the triples file, or None when the KG is external (Freebase for ToG benchmarks).
         names_path: an `id \\t label` file for the KB, when there is one.
+        kg_spec: the KG (an `open_kg` spec) when it is not a KB file: `subgraph:PATH` for RoG's
+            per-question subgraphs.
         split_scheme: `random` / `grouped` when this loader made the split, `given` when the data had it.
         seed: the split's seed (None for `given`).
     """
@@ -49,6 +68,7 @@ class Dataset:
     examples: list[QAExample]
     kb_path: Path | None
     names_path: Path | None = None
+    kg_spec: str | None = None
     split_scheme: str = "given"
     seed: int | None = None
 
@@ -109,11 +129,14 @@ def load_datasets(
     return [load_dataset(name, split=split, scheme=scheme, seed=seed, root=root) for name in names]
 
 
-def open_dataset_kg(dataset: Dataset) -> "MemoryKG":
-    """The dataset's KB in the embedded in-memory store."""
+def open_dataset_kg(dataset: Dataset) -> "KnowledgeGraph":
+    """The dataset's KB in the embedded in-memory store, or the KG its `kg_spec` names."""
     # Imported here: kgreasoner.kg.memory imports kgreasoner.data (normalize) at module level.
     from kgreasoner.kg.memory import MemoryKG
+    from kgreasoner.kg.open import open_kg
 
+    if dataset.kg_spec is not None:
+        return open_kg(dataset.kg_spec)
     if dataset.kb_path is None:
         raise ValueError(
             f"dataset {dataset.name!r} has no KB file (its KG is external, e.g. Freebase over SPARQL); "
@@ -130,16 +153,24 @@ def _load_unsplit(name_or_path: str | Path, root: str | Path | None) -> Dataset:
         return Dataset(name=pq_name, examples=examples, kb_path=kb_path)
     if text.strip().lower() in TOG_FORMATS:
         return _load_tog_benchmark(text.strip().lower(), root)
+    if text.strip().lower() in RELEASES:
+        return _load_release(text.strip().lower(), root)
+    if text.strip().lower() in ROG_SETS:
+        folder = find_data_dir(text.strip().lower(), root)
+        return _rog_dataset(ROG_SETS[text.strip().lower()], folder)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return _load_folder(path)
     if path.is_file():
+        if path.suffix == ".parquet" or (path.suffix == ".jsonl" and _first_jsonl_is_rog(path)):
+            return _rog_dataset(path.stem, path)
         if path.suffix == ".jsonl":
             return Dataset(name=path.stem, examples=read_jsonl(path), kb_path=None)
         if path.suffix == ".json":
-            return Dataset(name=path.stem, examples=load_tog_json(path), kb_path=None)
-        raise ValueError(f"{path}: unsupported file type; expected .jsonl (our schema) or .json (ToG)")
-    known = [*PATHQUESTION_SETS, "PQL-3H_more", *GROUPS, *TOG_FORMATS]
+            return Dataset(name=path.stem, examples=_load_json_file(path), kb_path=None)
+        raise ValueError(f"{path}: unsupported file type; expected .jsonl (our schema or RoG's), "
+                         ".parquet (RoG) or .json (ToG, official WebQSP or CWQ)")
+    known = [*PATHQUESTION_SETS, "PQL-3H_more", *GROUPS, *TOG_FORMATS, *RELEASES, *ROG_SETS]
     raise FileNotFoundError(f"{name_or_path!r} is neither a known dataset ({', '.join(known)}) nor an existing path")
 
 
@@ -167,6 +198,50 @@ def _load_tog_benchmark(fmt: str, root: str | Path | None) -> Dataset:
         if candidate in by_lower:
             return Dataset(name=TOG_FORMATS[fmt], examples=load_tog_json(by_lower[candidate], fmt), kb_path=None)
     raise FileNotFoundError(f"{folder}: no file for {fmt} (looked for {', '.join(candidates)}, any case)")
+
+
+def _load_release(name: str, root: str | Path | None) -> Dataset:
+    """An official release's files in its data folder: each one that is there, in release order."""
+    folder = find_data_dir(name, root)
+    source, files = RELEASES[name]
+    by_lower = {p.name.lower(): p for p in folder.iterdir() if p.is_file()}
+    present = [by_lower[f] for f in files if f in by_lower]
+    if not present:
+        raise FileNotFoundError(f"{folder}: no file of {source} (looked for {', '.join(files)}, any case)")
+    examples = [e for path in present for e in _load_json_file(path)]
+    return Dataset(name=source, examples=examples, kb_path=None)
+
+
+def _load_json_file(path: Path) -> list[QAExample]:
+    """A `.json` file of the official WebQSP or CWQ release (split from its name), else ToG's."""
+    data = read_json(path)
+    if is_webqsp_release(data):
+        return load_webqsp(path, data=data)
+    if is_cwq_release(data):
+        return load_cwq(path, data=data)
+    return load_tog_json(path)
+
+
+def _rog_dataset(name: str, path: Path) -> Dataset:
+    """RoG's records at `path` (a file or folder), searched on their own subgraphs."""
+    # Imported here: pyarrow takes 0.4 s to import, and only RoG's files need it.
+    from kgreasoner.data.rog import load_rog
+
+    return Dataset(name=name, examples=load_rog(path), kb_path=None, kg_spec=f"subgraph:{path.resolve()}")
+
+
+def _first_jsonl_is_rog(path: Path) -> bool:
+    """True when the first record of a JSONL file has RoG's fields (our schema's has none of them)."""
+    from kgreasoner.data.rog import is_rog_record
+
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                try:
+                    return is_rog_record(json.loads(line))
+                except json.JSONDecodeError:
+                    return False  # the schema reader reports the line
+    return False
 
 
 def _with_splits(dataset: Dataset, scheme: str, seed: int) -> Dataset:

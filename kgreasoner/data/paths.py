@@ -25,6 +25,23 @@ SOURCES: dict[str, str] = {
         "data/ folder of https://github.com/IDEA-FinAI/ToG; cite Sun et al., 'Think-on-Graph', "
         "ICLR 2024, and the original datasets."
     ),
+    "webqsp-official": (
+        "WebQSP (WebQSP.train.json, WebQSP.test.json) is Microsoft's release "
+        "https://www.microsoft.com/en-us/download/details.aspx?id=52763 (folder data/ of the zip); "
+        "cite Yih et al., ACL 2016. See docs/datasets.md."
+    ),
+    "cwq-official": (
+        "ComplexWebQuestions (ComplexWebQuestions_train.json, _dev.json, _test.json) is released at "
+        "https://www.tau-nlp.sites.tau.ac.il/compwebq; cite Talmor and Berant, NAACL 2018. See docs/datasets.md."
+    ),
+    "rog-webqsp": (
+        "RoG's WebQSP subgraphs are the Hugging Face dataset rmanluo/RoG-webqsp (its data/*.parquet files); "
+        "cite Luo et al., 'Reasoning on Graphs', ICLR 2024, and WebQSP. See docs/datasets.md."
+    ),
+    "rog-cwq": (
+        "RoG's CWQ subgraphs are the Hugging Face dataset rmanluo/RoG-cwq (its data/*.parquet files); "
+        "cite Luo et al., 'Reasoning on Graphs', ICLR 2024, and CWQ. See docs/datasets.md."
+    ),
 }
 
 
