@@ -93,6 +93,10 @@ class KGError(RuntimeError):
     """A knowledge-graph backend failed in a way the caller should report (not a bad entity)."""
 
 
+class KGQueryRejected(KGError):
+    """The backend refused one query for what it holds (an endpoint's 4xx), not an outage: retrying won't help."""
+
+
 def check_direction(direction: str) -> None:
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")

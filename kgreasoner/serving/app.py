@@ -35,7 +35,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kgreasoner.protocol import TOPIC_SEPARATOR
 from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
-from kgreasoner.serving.service import AnswerOptions, AnswerService, RequestError, ServiceBusy
+from kgreasoner.kg.base import KGError, KGQueryRejected
+from kgreasoner.serving.service import (
+    SEED_RANGE, AnswerOptions, AnswerService, RequestError, ServiceBusy, check_unicode, kg_unavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,10 @@ TOPIC_MARKER = "Topic Entity:"
 ENDPOINTS = ("/v1/answer", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
 WAIT_GRACE = 2.0
 """Seconds past a request's deadline the handler waits for the batch that stopped it."""
+RETRY_AFTER_SECONDS = 5
+"""Retry-After of every 503: the SPARQL client has already retried for a few seconds by then."""
+MIN_TOP_P = 1e-6
+"""Smaller top_p rounds to 0 in float32 and the nucleus then drops every token (NaN probabilities)."""
 
 
 class TopicIn(BaseModel):
@@ -56,10 +63,10 @@ class OptionsIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     max_turns: StrictInt | None = Field(default=None, ge=0)
     max_new_tokens: StrictInt | None = Field(default=None, ge=1)
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, ge=MIN_TOP_P, le=1, allow_inf_nan=False)
     top_k: StrictInt | None = Field(default=None, ge=0)
-    seed: StrictInt | None = None
+    seed: StrictInt | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
 
 
 class AnswerIn(BaseModel):
@@ -86,24 +93,27 @@ class ChatIn(BaseModel):
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     max_turns: StrictInt | None = Field(default=None, ge=0)
-    temperature: float | None = Field(default=None, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    seed: StrictInt | None = None
+    temperature: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, ge=MIN_TOP_P, le=1, allow_inf_nan=False)
+    seed: StrictInt | None = Field(default=None, ge=SEED_RANGE[0], le=SEED_RANGE[1])
     stream: bool | None = None
     n: StrictInt | None = None
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"message": message, "type": kind, "param": param,
-                                                               "code": status}})
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+    return JSONResponse(status_code=status, headers=headers,
+                        content={"error": {"message": message, "type": kind, "param": param, "code": status}})
 
 
 class _Guard:
-    """ASGI middleware: refuses bodies over the limit (413) and records every response in the metrics."""
+    """ASGI middleware: refuses bodies over the limit (413) or slower than the body timeout (408), and
+    records every response in the metrics."""
 
-    def __init__(self, app: Any, max_body_bytes: int, metrics: Metrics) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, body_timeout: float, metrics: Metrics) -> None:
         self.app = app
         self.limit = max_body_bytes
+        self.body_timeout = body_timeout
         self.metrics = metrics
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -120,10 +130,22 @@ class _Guard:
             await send(message)
 
         try:
-            body = await self._read_limited(scope, receive)
+            try:
+                # One deadline for the whole body: a per-chunk timeout would let a client that
+                # trickles a byte at a time hold its connection forever.
+                body = await asyncio.wait_for(self._read_limited(scope, receive), self.body_timeout)
+            except asyncio.TimeoutError:
+                response = error_response(408, f"request body not received within {self.body_timeout:g} s",
+                                          "request_timeout", "body")
+                # The unread rest of the body makes the connection unusable: close it, or the
+                # client goes on holding it.
+                response.headers["Connection"] = "close"
+                await response(scope, receive, record_send)
+                return
             if body is None:
                 response = error_response(413, f"request body is larger than this server's limit of {self.limit} bytes",
                                           "request_too_large")
+                response.headers["Connection"] = "close"
                 await response(scope, receive, record_send)
                 return
 
@@ -193,7 +215,7 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
         logger.exception("unhandled error on %s", request.url.path)
         return error_response(500, f"internal error ({type(err).__name__}); see the server log", "server_error")
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict:
         return {"status": "ok", "model": service.model_name, "backend": service.kind,
                 "queue_depth": service.queue_depth}
@@ -235,7 +257,8 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
             question = last.content
             topics: Any = [t if isinstance(t, str) else t.model_dump(exclude_none=True) for t in body.topic_entities]
         else:
-            question, topics = await run_in_threadpool(_split_user_turn, service, last.content)
+            question, topics = await run_in_threadpool(_split_user_turn, service, last.content,
+                                                       f"messages[{len(body.messages) - 1}].content")
         prepared = await run_in_threadpool(service.prepare, question, topics, options)
         record = await _run(service, metrics, prepared)
         usage = record["usage"]
@@ -252,7 +275,7 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
             "trajectory": record,
         })
 
-    return _Guard(app, service.config.max_body_bytes, metrics)  # type: ignore[return-value]
+    return _Guard(app, service.config.max_body_bytes, service.config.body_timeout, metrics)  # type: ignore[return-value]
 
 
 async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
@@ -272,6 +295,8 @@ async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
     except Exception as err:  # the batch crashed; the worker logged the trace
         raise RequestError(None, f"generation failed ({type(err).__name__}: {str(err)[:200]})", status=500,
                            kind="server_error") from err
+    if answered.refused is not None:
+        raise answered.refused
     if answered.timed_out:
         raise RequestError(None, f"no answer within the request timeout of {service.config.request_timeout:g} s",
                            status=504, kind="timeout")
@@ -283,13 +308,22 @@ async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
     return record
 
 
-def _split_user_turn(service: AnswerService, content: str) -> tuple[str, list[str]]:
+def _split_user_turn(service: AnswerService, content: str, param: str) -> tuple[str, list[str]]:
     """`QUESTION Topic Entity: A, B` -> (QUESTION, names); a whole name containing ', ' is kept whole."""
     question, marker, tail = content.rpartition(TOPIC_MARKER)
     if not marker or not question.strip() or not tail.strip():
         raise RequestError("topic_entities", f"name the topic entities: send a 'topic_entities' list, or end the "
                            f"user message with '{TOPIC_MARKER} NAME[{TOPIC_SEPARATOR}NAME]'")
     tail = tail.strip()
-    if service.kg.resolve(tail) or TOPIC_SEPARATOR not in tail:
+    if TOPIC_SEPARATOR not in tail:
+        return question.strip(), [tail]
+    check_unicode(param, tail)
+    try:
+        whole = service.kg.resolve(tail)
+    except KGQueryRejected:
+        whole = []  # the endpoint refused the whole tail as a name: split it, each part is checked on its own
+    except KGError as err:
+        raise kg_unavailable(param, err) from err
+    if whole:
         return question.strip(), [tail]
     return question.strip(), [name.strip() for name in tail.split(TOPIC_SEPARATOR) if name.strip()]

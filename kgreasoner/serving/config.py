@@ -14,6 +14,8 @@ from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout import RolloutConfig
 
 LLM_SCHEMES = ("hf", "vllm", "openai")
+SEED_RANGE = (-2**63, 2**63 - 1)
+"""Seeds a 64-bit generator takes (vLLM's range); torch's manual_seed fails outside it."""
 
 
 @dataclass
@@ -44,6 +46,9 @@ class ServeConfig:
     max_question_chars: int = field(default=2000, metadata={"help": "longest question accepted (characters)"})
     max_topic_entities: int = field(default=16, metadata={"help": "most topic entities one request may name"})
     max_body_bytes: int = field(default=65536, metadata={"help": "largest HTTP request body; larger ones get 413"})
+    body_timeout: float = field(default=30.0, metadata={
+        "help": "seconds to receive a request's whole body; a slower client gets 408 and loses its connection "
+                "(so a client trickling its body cannot hold a connection)"})
     request_timeout: float = field(default=120.0, metadata={
         "help": "seconds from a request's arrival to its answer, queueing included; past it generation of "
                 "that request stops and the client gets 504"})
@@ -71,13 +76,15 @@ class ServeConfig:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not SEED_RANGE[0] <= self.seed <= SEED_RANGE[1]:
+            raise ValueError(f"seed must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {self.seed}")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"torch_threads must be >= 1 or None, got {self.torch_threads}")
         for name in ("max_question_chars", "max_topic_entities", "max_body_bytes", "max_batch_size", "max_queue",
                      "backend_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("request_timeout", "backend_timeout"):
+        for name in ("request_timeout", "backend_timeout", "body_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.batch_wait < 0:

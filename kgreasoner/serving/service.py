@@ -32,14 +32,17 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kgreasoner.data.schema import TopicEntity
-from kgreasoner.kg.base import KGError, KnowledgeGraph
+from kgreasoner.kg.base import KGError, KGQueryRejected, KnowledgeGraph
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams, Trajectory
-from kgreasoner.serving.config import ServeConfig
+from kgreasoner.serving.config import SEED_RANGE, ServeConfig
 
 logger = logging.getLogger(__name__)
 
 TIMEOUT_ERROR = "generation stopped: the request timeout ({seconds:g} s) passed"
+MIN_TEMPERATURE = 0.01
+"""Smaller positive temperatures are raised to this (as vLLM does): dividing logits by 1e-300 in
+float32 overflows to inf and the softmax gives NaN probabilities."""
 ENGINE_CACHE = 8
 """Rollout engines kept for distinct (max_turns, max_new_tokens) requests; building one is cheap."""
 
@@ -99,6 +102,8 @@ class Answered:
     timed_out: bool = False
     backend_error: str | None = None
     batch_size: int = 1
+    refused: RequestError | None = None
+    """Set when the request was refused on its own in the worker (its prompt could not be tokenised)."""
 
 
 def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
@@ -205,6 +210,13 @@ class _ServingEngine(RolloutEngine):
     def run_tools(self, rows: Sequence[Any]) -> dict[int, list[int]]:
         return super().run_tools([row for row in rows if not self._late(row)])
 
+    def tokenize_prompt(self, question: str, topic_entities: Sequence[TopicEntity]) -> None:
+        """Build and tokenise one request's prompt as `run` will; raises what the tokenizer raises.
+
+        It costs one more tokenisation of the prompt per request, small beside its generation.
+        """
+        self._prompt({"question": question, "topic_entities": list(topic_entities)})
+
 
 class AnswerService:
     """Answers questions with one backend and one KG tool; see the module docstring."""
@@ -250,6 +262,7 @@ class AnswerService:
         config = self.config
         if not isinstance(question, str):
             raise RequestError("question", f"must be a string, got {type(question).__name__}")
+        check_unicode("question", question)
         question = question.strip()
         if not question:
             raise RequestError("question", "is empty")
@@ -261,12 +274,18 @@ class AnswerService:
             max_turns=_capped("options.max_turns", options.max_turns, 0, config.rollout.max_turns),
             max_new_tokens=_capped("options.max_new_tokens", options.max_new_tokens, 1, config.rollout.max_new_tokens),
         )
+        temperature = config.temperature if options.temperature is None else options.temperature
+        if isinstance(temperature, (int, float)) and 0 < temperature < MIN_TEMPERATURE:
+            temperature = MIN_TEMPERATURE
+        seed = config.seed if options.seed is None else options.seed
+        if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            raise RequestError("options.seed", f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {seed}")
         try:
             sampling = SamplingParams(
-                temperature=config.temperature if options.temperature is None else options.temperature,
+                temperature=temperature,
                 top_p=1.0 if options.top_p is None else options.top_p,
                 top_k=0 if options.top_k is None else options.top_k,
-                seed=config.seed if options.seed is None else options.seed,
+                seed=seed,
             )
         except ValueError as err:
             raise RequestError("options", str(err)) from err
@@ -303,6 +322,8 @@ class AnswerService:
                     raise RequestError(f"{where}.{key}", "must be a non-empty string")
                 if value is not None and len(value) > self.config.max_question_chars:
                     raise RequestError(f"{where}.{key}", f"is longer than {self.config.max_question_chars} characters")
+                if value is not None:
+                    check_unicode(f"{where}.{key}", value)
             if entity_id is None and name is None:
                 raise RequestError(where, "needs an 'id' or a 'name'")
             try:
@@ -314,9 +335,10 @@ class AnswerService:
                     topics.append(TopicEntity(entity_id, (name or "").strip() or self.kg.label(entity_id)))
                     continue
                 hits = self.kg.resolve(name.strip())
+            except KGQueryRejected as err:  # the endpoint refused this name's query: the name is at fault
+                raise RequestError(where, f"the knowledge graph refused the query for it: {err}") from err
             except KGError as err:
-                raise RequestError(where, f"the knowledge graph could not be queried: {err}", status=503,
-                                   kind="kg_unavailable") from err
+                raise kg_unavailable(where, err) from err
             if not hits:
                 raise RequestError(where, f"no entity named {name.strip()!r} in the knowledge graph", kind="unknown_entity")
             topics.append(TopicEntity(hits[0], name.strip()))
@@ -437,6 +459,7 @@ class AnswerService:
         if todo:
             with self._run_lock:
                 engine = self._engine(requests[todo[0]].rollout)
+                todo = [i for i in todo if not self._refuse_untokenisable(engine, requests[i], results, i)]
                 examples = [{"question": requests[i].question, "topic_entities": list(requests[i].topic_entities)}
                             for i in todo]
                 # A fresh session per request: its handles, explored tree and shown triples are its own.
@@ -445,15 +468,37 @@ class AnswerService:
                                     if requests[i].deadline is not None}
                 engine.timed_out = set()
                 self._backend.failures = {}
-                trajectories = engine.run(examples, sessions, requests[todo[0]].sampling)
+                trajectories = engine.run(examples, sessions, requests[todo[0]].sampling) if todo else []
                 timed_out, failures = set(engine.timed_out), dict(self._backend.failures)
             end = time.monotonic()
             for row, (i, trajectory) in enumerate(zip(todo, trajectories)):
                 results[i] = Answered(requests[i], trajectory, end - requests[i].arrived, timed_out=row in timed_out,
                                       backend_error=failures.get(row), batch_size=len(todo))
-            if self._on_batch is not None:
+            if self._on_batch is not None and todo:
                 self._on_batch(len(todo), end - start)
         return [r for r in results if r is not None]
+
+    def _refuse_untokenisable(self, engine: _ServingEngine, request: AnswerRequest, results: list, i: int) -> bool:
+        """Tokenise one request's prompt alone; a failure refuses that request instead of failing its batch.
+
+        `prepare` already rejects text that is not valid Unicode; this catches whatever else a
+        tokenizer refuses, so one request never takes down the rest of its batch.
+        """
+        try:
+            engine.tokenize_prompt(request.question, request.topic_entities)
+            return False
+        except Exception as err:  # any tokenizer error: this request's text is at fault, not the batch
+            field = "question"
+            for j, topic in enumerate(request.topic_entities):
+                try:
+                    engine.encode(topic.name)
+                except Exception:
+                    field = f"topic_entities[{j}].name"
+                    break
+            logger.warning("request %s refused: its prompt could not be tokenised (%s)", request.id, err)
+            results[i] = Answered(request, None, time.monotonic() - request.arrived, refused=RequestError(
+                field, f"cannot be tokenised by the model's tokenizer ({type(err).__name__}: {str(err)[:200]})"))
+            return True
 
     # ----------------------------------------------------------------- output
     def record(self, answered: Answered) -> dict[str, Any]:
@@ -466,18 +511,19 @@ class AnswerService:
             "model": self.model_name,
         }
         if trajectory is None:
-            record.update({"answers": [], "finish_reason": "error", "error": TIMEOUT_ERROR.format(
-                seconds=self.config.request_timeout), "trajectory": None, "searches": [],
+            error = str(answered.refused) if answered.refused else TIMEOUT_ERROR.format(seconds=self.config.request_timeout)
+            record.update({"answers": [], "finish_reason": "error", "error": error, "trajectory": None, "searches": [],
                 "usage": {"seconds": round(answered.seconds, 6)}})
             return record
         tokens = self.kind != "text"  # text backends return no token ids to count
+        names = {t.id: t.name for t in request.topic_entities}
         record.update({
             "answers": list(trajectory.resolved_answers),
             "raw_answers": list(trajectory.answers),
             "finish_reason": trajectory.finish_reason,
             "error": trajectory.error,
             "trajectory": trajectory.text,
-            "searches": [self._search_record(call) for call in trajectory.tool_calls],
+            "searches": [self._search_record(call, names) for call in trajectory.tool_calls],
             "usage": {
                 "prompt_tokens": len(trajectory.prompt_ids) if tokens else None,
                 "completion_tokens": trajectory.num_model_tokens if tokens else None,
@@ -491,11 +537,27 @@ class AnswerService:
         })
         return record
 
-    def _search_record(self, call: Any) -> dict[str, Any]:
+    def _label(self, entity: str | None, names: dict[str, str]) -> str | None:
+        """A searched entity's label: the request's own name for a topic, else the KG's.
+
+        The trajectory is finished by now; a KG that went down after generation costs the
+        record this label (None, logged), never the trajectory.
+        """
+        if entity is None:
+            return None
+        if entity in names:
+            return names[entity]
+        try:
+            return self.kg.label(entity)
+        except KGError as err:
+            logger.warning("label of %r left out of a finished answer: %s", entity, err)
+            return None
+
+    def _search_record(self, call: Any, names: dict[str, str]) -> dict[str, Any]:
         return {
             "query": call.query,
             "entity": call.entity,
-            "label": self.kg.label(call.entity) if call.entity is not None else None,
+            "label": self._label(call.entity, names),
             "backtrack": call.backtracked,
             "error": call.error,
             "num_triples": call.num_edges,
@@ -503,6 +565,20 @@ class AnswerService:
             "text": call.text,
             "seconds": round(call.seconds, 6),
         }
+
+
+def kg_unavailable(param: str | None, err: KGError) -> RequestError:
+    """The 503 a request gets while the knowledge graph cannot be queried (the client should retry)."""
+    return RequestError(param, f"the knowledge graph could not be queried: {err}", status=503, kind="kg_unavailable")
+
+
+def check_unicode(param: str, text: str) -> None:
+    """Refuse text holding a lone surrogate: JSON can carry one, but no tokenizer, UTF-8 or RDF can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise RequestError(param, f"is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} at "
+                           f"position {err.start}") from None
 
 
 def _capped(name: str, value: Any, low: int, cap: int) -> int:

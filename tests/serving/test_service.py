@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -15,6 +16,7 @@ import uvicorn
 
 from kgreasoner.cli import main
 from kgreasoner.config import from_dict
+from kgreasoner.data.schema import TopicEntity
 from kgreasoner.serving.answer import render_trace
 from kgreasoner.serving.app import create_app
 from kgreasoner.serving.config import ServeConfig
@@ -237,3 +239,35 @@ def test_config_names_what_is_wrong():
         ServeConfig(llm="gpt:thing")
     with pytest.raises(ValueError, match="request_timeout must be > 0"):
         ServeConfig(request_timeout=0)
+
+
+def test_a_request_the_tokenizer_refuses_fails_alone_in_its_batch(service, dataset):
+    """Requests built without `prepare` (whose Unicode check comes first) still fail one by one in the worker."""
+    examples = dataset.examples[:3]
+    good = [service.prepare(e.question, [{"id": e.topic_entities[0].id}]) for e in examples]
+    bad_question = dataclasses.replace(good[0], id="bad-q", question="who \ud800?")
+    topic = good[1].topic_entities[0]
+    bad_topic = dataclasses.replace(good[1], id="bad-t", topic_entities=(TopicEntity(topic.id, "x\udc80"),))
+    results = service.answer([good[0], bad_question, good[1], bad_topic, good[2]])
+    assert [r.request.id for r in results] == [good[0].id, "bad-q", good[1].id, "bad-t", good[2].id]
+    for answered in (results[0], results[2], results[4]):
+        assert answered.refused is None and answered.trajectory.text.startswith("<think>")
+        assert answered.batch_size == 3
+    for answered, param in ((results[1], "question"), (results[3], "topic_entities[0].name")):
+        assert answered.trajectory is None and answered.refused.param == param and answered.refused.status == 422
+        assert answered.refused.message.startswith(f"{param}: cannot be tokenised by the model's tokenizer (TypeError: ")
+        record = service.record(answered)
+        assert record["finish_reason"] == "error" and record["error"] == answered.refused.message
+
+
+def test_prepare_clamps_tiny_temperatures_and_checks_seeds(service, dataset):
+    topic = dataset.examples[0].topic_entities[0]
+    assert service.prepare("q?", [topic.name], AnswerOptions(temperature=1e-300)).sampling.temperature == 0.01
+    assert service.prepare("q?", [topic.name], AnswerOptions(temperature=0.0)).sampling.temperature == 0.0
+    with pytest.raises(RequestError, match=r"^options.seed: must be in \[-9223372036854775808, 9223372036854775807\], "
+                                           r"got 18446744073709551616$"):
+        service.prepare("q?", [topic.name], AnswerOptions(seed=2**64))
+    with pytest.raises(ValueError, match=r"^seed must be in \[-9223372036854775808, 9223372036854775807\], got -9223372036854775809$"):
+        ServeConfig(seed=-2**63 - 1)
+    with pytest.raises(ValueError, match="body_timeout must be > 0"):
+        ServeConfig(body_timeout=0)
