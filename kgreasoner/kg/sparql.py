@@ -14,7 +14,8 @@ Dialects say how our string ids become RDF terms and which triples count as edge
 Safety: an id reaches a query only as a term built here — a percent-encoded IRI (generic), an
 IRI whose local part matched a strict pattern or that pyoxigraph validated, or a literal that
 pyoxigraph parsed and re-serialised with escapes. Anything else raises a ValueError naming the
-field. Names in `resolve` are always escaped literals. Every query is SELECT DISTINCT … LIMIT.
+field. Names in `resolve` are always escaped literals. Every query is SELECT DISTINCT … LIMIT;
+a long one (a long non-ASCII name, say) is sent by POST, as servers cap the length of a URL.
 
 Each neighbour query fetches the labels of the queried node and of its neighbours in the same
 request (OPTIONAL patterns); both directions go in one UNION unless a limit asks for outgoing
@@ -30,14 +31,17 @@ import re
 import socket
 import time
 import urllib.error
+import urllib.parse
 from dataclasses import dataclass
 from typing import Sequence
 
 import pyoxigraph as ox
-from SPARQLWrapper import JSON, SPARQLWrapper
+from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
-from kgreasoner.kg.base import Direction, Edge, KGError, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.base import (
+    Direction, Edge, KGError, KGQueryRejected, KnowledgeGraph, check_direction, is_literal_id, literal_value,
+)
 from kgreasoner.kg.oxigraph_store import (
     INDEX_GRAPH,
     INDEX_HAS_NAMES,
@@ -56,8 +60,12 @@ FREEBASE_EXCLUDED_RELATIONS = ("type.object.", "common.", "freebase.")
 WIKIDATA_ENTITY_NS = "http://www.wikidata.org/entity/"
 WIKIDATA_DIRECT_NS = "http://www.wikidata.org/prop/direct/"
 _ABSOLUTE_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
-# Errors worth another attempt: the endpoint was unreachable, slow, or failed on its side.
+# Errors worth another attempt: the endpoint was unreachable, slow, or failed on its side (HTTP
+# errors are sorted by status first: a 4xx is the endpoint refusing this query, not an outage).
 _TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException, EndPointInternalError)
+MAX_GET_QUERY_BYTES = 2000
+"""Longer URL-encoded queries go by POST: servers cap a request's URL or headers (oxigraph at 8 KB,
+others at 2-8 KB), and percent-encoded non-ASCII names take 6-12 bytes a character."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,7 @@ class Dialect:
     def entity_term(self, entity: str) -> str:
         if not isinstance(entity, str) or not entity:
             raise ValueError(f"entity: expected a non-empty id string, got {entity!r}")
+        _check_unicode("entity", entity)
         if is_literal_id(entity):
             try:
                 return str(id_to_term(entity))
@@ -93,6 +102,7 @@ class Dialect:
     def relation_term(self, relation: str) -> str:
         if not isinstance(relation, str) or not relation:
             raise ValueError(f"relation: expected a non-empty relation string, got {relation!r}")
+        _check_unicode("relation", relation)
         if self.relation_pattern is None:
             return f"<{to_iri(relation, RELATION_NS)}>"
         if self.relation_pattern.fullmatch(relation):
@@ -139,6 +149,20 @@ class Dialect:
             f'LANG({var}) = ""' if lang == "" else f'LANGMATCHES(LANG({var}), "{lang}")' for lang in self.label_languages
         )
         return f"OPTIONAL {{ {node} {self.label_predicate} {var} . FILTER({langs}) }}"
+
+
+def _check_unicode(field: str, text: str) -> None:
+    """RDF terms are Unicode scalar values: text holding a lone surrogate can name no node or relation."""
+    if not _is_unicode(text):
+        raise ValueError(f"{field}: {text!r} is not valid Unicode (it holds a lone surrogate)")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _check_limit(limit) -> int:
@@ -214,7 +238,8 @@ class SparqlKG(KnowledgeGraph):
         endpoint: the query URL (e.g. `http://127.0.0.1:7878/query`, `http://localhost:8890/sparql`).
         dialect: "generic", "freebase" or "wikidata" (see the module docstring).
         timeout: seconds per HTTP request.
-        retries: further attempts after a transient failure (unreachable, timeout, HTTP 5xx).
+        retries: further attempts after a transient failure (unreachable, timeout, HTTP 5xx); an
+            HTTP 4xx is the endpoint refusing that query and raises `KGQueryRejected` at once.
         backoff: seconds before the first retry; doubled before each next one.
         max_rows: the LIMIT of queries that have no caller-given limit (a warning is logged when
             a result reaches it, as the answer may then be truncated).
@@ -407,6 +432,8 @@ class SparqlKG(KnowledgeGraph):
 
         Freebase and Wikidata have no normalised-name index, so only exact names match there.
         """
+        if not _is_unicode(name):
+            return []  # no RDF label holds a lone surrogate
         rows = self._select(self.resolve_query(name), None)
         ranked = sorted(((int(r["rank"]["value"]), self.dialect.node_id(r["n"])) for r in rows), key=lambda x: x[0])
         hits = list(dict.fromkeys(node for _, node in ranked))
@@ -444,23 +471,30 @@ class SparqlKG(KnowledgeGraph):
             wrapper = SPARQLWrapper(self.endpoint)
             wrapper.setQuery(query)
             wrapper.setReturnFormat(JSON)
+            if len(urllib.parse.quote(query)) > MAX_GET_QUERY_BYTES:
+                wrapper.setMethod(POST)  # a form-encoded body, which SPARQL 1.1 endpoints must accept
             # setTimeout() truncates to int (0.5 s would mean "no timeout"); urlopen takes floats.
             wrapper.timeout = self.timeout
             self.queries_sent += 1
             try:
                 result = wrapper.queryAndConvert()
+            except urllib.error.HTTPError as err:  # statuses SPARQLWrapper does not map to its own errors
+                if err.code < 500:
+                    raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: HTTP {err.code} "
+                                          f"{_short(str(err.reason))}") from err
+                last = err
             except _TRANSIENT as err:
                 last = err
-                if attempt < attempts:
-                    time.sleep(self.backoff * 2 ** (attempt - 1))
-                continue
-            except SPARQLWrapperException as err:
-                raise KGError(f"SPARQL endpoint {self.endpoint} rejected a query: {_short(err)}") from err
+            except SPARQLWrapperException as err:  # 400, 401, 404, 414: the endpoint refused this query
+                raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: {_short(err)}") from err
             except ValueError as err:  # the body was not JSON
                 raise KGError(f"SPARQL endpoint {self.endpoint} returned malformed JSON: {_short(err)}") from err
-            if not isinstance(result, dict) or "results" not in result:
-                raise KGError(f"SPARQL endpoint {self.endpoint} returned no JSON result rows: {_short(result)}")
-            return result
+            else:
+                if not isinstance(result, dict) or "results" not in result:
+                    raise KGError(f"SPARQL endpoint {self.endpoint} returned no JSON result rows: {_short(result)}")
+                return result
+            if attempt < attempts:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
         raise KGError(f"SPARQL endpoint {self.endpoint} failed after {attempts} attempts: {_short(last)}") from last
 
 

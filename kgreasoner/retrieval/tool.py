@@ -139,8 +139,10 @@ class KGSearchTool:
         """Seconds in KG fetches, encoding and ranking, summed over every session's calls."""
         return self.scorer.timings
 
-    def session(self, question: str, topic_entities: list[TopicEntity]) -> "SearchSession":
-        return SearchSession(self, question, topic_entities)
+    def session(self, question: str, topic_entities: list[TopicEntity], example_id: str | None = None) -> "SearchSession":
+        """A fresh session for one question; `example_id` picks the question's own graph in a
+        per-question KG (`subgraph`), and is not needed with any other."""
+        return SearchSession(self, question, topic_entities, example_id)
 
 
 @dataclass
@@ -156,12 +158,13 @@ class _Node:
 class SearchSession:
     """One question's searches: shown entities, handles and the explored-path tree."""
 
-    def __init__(self, tool: KGSearchTool, question: str, topic_entities: list[TopicEntity]) -> None:
+    def __init__(self, tool: KGSearchTool, question: str, topic_entities: list[TopicEntity],
+                 example_id: str | None = None) -> None:
         self.question = question
         self.num_calls = 0
         self.num_backtracks = 0
         self._tool = tool
-        self._kg = tool.kg
+        self._kg = tool.kg.for_example(example_id)
         self._config = tool.config
         self._labels: dict[str, str] = {}  # id -> label, in order of appearance
         self._handles: dict[str, str] = {}
@@ -190,7 +193,7 @@ class SearchSession:
                 self.num_backtracks += 1
                 return self._backtrack(entity)
             return self._search(entity)
-        except KGError as err:
+        except (KGError, ValueError) as err:  # ValueError: an id this backend cannot express (a SPARQL dialect's)
             return _error("kg_error", f"The knowledge graph could not be queried: {err}", entity, backtrack)
 
     def resolve_answer(self, text: str) -> list[str]:
@@ -251,7 +254,7 @@ class SearchSession:
             start = time.perf_counter()
             candidates = gather_candidates(self._kg, node.entity, self._config.expand_mediators, self._config.neighbor_limit)
             self._tool.timings.fetch += time.perf_counter() - start
-            order = self._tool.scorer.order(self.question, candidates)
+            order = self._tool.scorer.order(self.question, candidates, self._kg)
             node.ranked = [candidates[i] for i in order]
         return node.ranked
 

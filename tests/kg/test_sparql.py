@@ -8,10 +8,12 @@ import time
 import pyoxigraph as ox
 import pytest
 
-from kgreasoner.kg.base import KGError
+from kgreasoner.data.schema import TopicEntity
+from kgreasoner.kg.base import KGError, KGQueryRejected
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.server import free_port
-from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
+from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
 
 HOSTILE = [
     'x" } ; DROP ALL ; SELECT * WHERE { ?s ?p ?o } #',
@@ -250,3 +252,53 @@ def test_wikidata_dialect_truthy_claims_and_english_labels(oxigraph_server):
     query = kg.neighbors_query("Q829", "out", relations=["P421"])
     assert "<http://www.wikidata.org/entity/Q829> ?r ?n ." in query
     assert "VALUES ?r { <http://www.wikidata.org/prop/direct/P421> }" in query
+
+
+def test_a_long_non_ascii_name_is_sent_by_post_and_resolves(oxigraph_server, url):
+    long_name = "ü" * 1000  # 12,000 bytes percent-encoded: more than oxigraph takes in a URL
+    assert len(SparqlKG(url).resolve_query(long_name).encode()) > MAX_GET_QUERY_BYTES
+    kg = SparqlKG(oxigraph_server([("e.long", "next_to", "e.short")], names={"e.long": long_name, "e.short": "Short"}))
+    assert kg.resolve(long_name) == ["e.long"]
+    assert kg.neighbors("e.long", "out")[0].subject_label == long_name
+    absent = SparqlKG(url, retries=3, backoff=0.01)
+    assert absent.resolve("é" * 1000) == []  # as MemoryKG answers: no such name
+    assert absent.queries_sent == 2  # the exact query, then the normalised one: nothing refused or retried
+
+
+def test_an_endpoint_4xx_is_a_rejection_never_retried(url):
+    kg = SparqlKG(url.replace("/query", "/update"), retries=3, backoff=0.01)  # read-only: 403 Forbidden
+    with pytest.raises(KGQueryRejected, match=r"/update rejected a query: HTTP 403"):
+        kg.resolve("Utah")
+    assert kg.queries_sent == 1
+
+
+@pytest.mark.parametrize("dialect", ["generic", "freebase", "wikidata"])
+def test_lone_surrogates_match_nothing_and_name_the_field(url, dialect):
+    kg = SparqlKG(url, dialect=dialect)
+    assert kg.resolve("\ud800") == [] and kg.resolve("Utah\udfff") == []
+    assert kg.queries_sent == 0  # no label can hold one: nothing to ask
+    with pytest.raises(ValueError, match=r"^entity: '\\ud800x' is not valid Unicode \(it holds a lone surrogate\)$"):
+        kg.neighbors("\ud800x", "both")
+    with pytest.raises(ValueError, match=r"^relation: 'r\\udc00' is not valid Unicode"):
+        kg.neighbors({"generic": "e.utah", "freebase": "m.0utah", "wikidata": "Q829"}[dialect], "out",
+                     relations=["r\udc00"])
+
+
+HOSTILE_FRAGMENTS = ['"', "'", "\\", "\n", "\r\n", ">", "<", "\ud800", "\udfff", "\x00", "x" * 10_000, " ", "{}", "#",
+                     '"x"^^<bad iri>', '"unterminated', "http://a b", "_:b0", '"x"@', "%00", "é" * 1000]
+HOSTILE_IDS = sorted({p + f for f in HOSTILE_FRAGMENTS for p in ("", "e.utah", "m.0utah", "Q829", '"lit')}
+                     | {f + p for f in HOSTILE_FRAGMENTS for p in ("", "e.utah", "m.0utah", "Q829", '"lit')})
+
+
+@pytest.mark.parametrize("dialect", ["generic", "freebase"])
+def test_search_session_never_raises_on_hostile_topic_ids(url, dialect):
+    assert len(HOSTILE_IDS) == 189
+    tool = KGSearchTool(SparqlKG(url, dialect=dialect, retries=0), ToolConfig(entity_handles=True))
+    errors = []
+    for entity in HOSTILE_IDS:
+        session = tool.session("q?", [TopicEntity(entity, "Topic")])
+        for query in ("Topic", "E1 | backtrack", entity):
+            result = session.call(query)
+            assert result.error is None or result.error in ERRORS
+            errors.append(result.error)
+    assert len(errors) == 3 * 189 and "kg_error" in errors
