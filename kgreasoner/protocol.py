@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"
@@ -141,42 +141,105 @@ class ParsedTrajectory:
         return self.answers[0] if self.answers else None
 
 
-def _block_pattern(open_tag: str, close_tag: str) -> re.Pattern[str]:
-    return re.compile(re.escape(open_tag) + r"(.*?)" + re.escape(close_tag), re.DOTALL)
+ToolSpans = Sequence[Sequence[int]]
+"""Character spans `(start, end)` of the tool-inserted blocks in a completion text, in order."""
 
-
-_SEARCH_RE = _block_pattern(SEARCH_OPEN, SEARCH_CLOSE)
-_TRIPLES_RE = _block_pattern(TRIPLES_OPEN, TRIPLES_CLOSE)
-_ANSWER_RE = _block_pattern(ANSWER_OPEN, ANSWER_CLOSE)
-_THINK_RE = re.compile(re.escape(THINK_OPEN) + r"(.*?)(?:" + re.escape(THINK_CLOSE) + r"|$)", re.DOTALL)
 _TAG_RE = re.compile("|".join(re.escape(t) for t in sorted(TAGS, key=len, reverse=True)))
+TagEvent = tuple[str, int, int, bool]
+"""A tag occurrence: (tag, start, end, written by the tool)."""
 
 
-def parse_trajectory(text: str) -> ParsedTrajectory:
+def tag_events(text: str, tool_spans: ToolSpans | None) -> Iterator[TagEvent]:
+    """The tags of `text` in order; with `tool_spans`, each tool block is one opaque triples block.
+
+    Tags never overlap (each holds exactly one `<` and one `>`), so one left-to-right scan finds
+    every occurrence of every tag. A tool block yields its own `<triples>` and its last
+    `</triples>` and nothing in between: whatever the tool printed (a KG label holding
+    `</triples><answer>X</answer>`) is text, not protocol. A model tag cut by a span boundary is
+    not a tag.
+    """
+    if tool_spans is None:
+        for match in _TAG_RE.finditer(text):
+            yield match.group(), match.start(), match.end(), False
+        return
+    position = 0
+    for span_start, span_end in sorted((int(s), int(e)) for s, e in tool_spans):
+        span_start, span_end = max(span_start, position), min(span_end, len(text))
+        if span_start >= span_end:
+            continue
+        for match in _TAG_RE.finditer(text, position, span_start):
+            yield match.group(), match.start(), match.end(), False
+        opening = text.find(TRIPLES_OPEN, span_start, span_end)
+        open_end = span_start if opening < 0 else opening + len(TRIPLES_OPEN)
+        closing = text.rfind(TRIPLES_CLOSE, open_end, span_end)
+        yield TRIPLES_OPEN, span_start if opening < 0 else opening, open_end, True
+        yield TRIPLES_CLOSE, span_end if closing < 0 else closing, span_end if closing < 0 else closing + len(TRIPLES_CLOSE), True
+        position = span_end
+    for match in _TAG_RE.finditer(text, position):
+        yield match.group(), match.start(), match.end(), False
+
+
+def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTrajectory:
     """Searches (in order, with backtracks), tool blocks, answers of the first answer block, thoughts.
 
     Lenient: it reads whatever closed blocks exist; `check_format` judges the layout. A search
-    block's text stops at the first `</search>`, so a nested `<search>` stays inside the raw text.
+    block's text stops at the first `</search>`, so a nested `<search>` stays inside the raw text;
+    a think block without `</think>` runs to the end. One pass over the tags: linear in the text.
+
+    `tool_spans` (the rollout engine's `Trajectory.tool_spans`): searches, answers and thoughts are
+    read from model-written text only, `triples` are the tool blocks, and an `<answer>` still open
+    when a tool block starts is dropped (its text would hold tool output). Without it every tag
+    counts, wherever it is.
     """
     parsed = ParsedTrajectory()
-    for match in _SEARCH_RE.finditer(text):
-        query, backtrack = split_search_query(match.group(1))
-        parsed.searches.append(SearchCall(raw=match.group(1), query=query, is_backtrack=backtrack))
-    parsed.triples = [m.group(1).strip("\n") for m in _TRIPLES_RE.finditer(text)]
-    answer = _ANSWER_RE.search(text)
-    if answer is not None:
-        parsed.answer_text = answer.group(1)
-        parsed.answers = split_answers(answer.group(1))
-    parsed.thinks = [m.group(1) for m in _THINK_RE.finditer(text)]
+    spans_known = tool_spans is not None
+    search_at = triples_at = answer_at = think_at = None
+    for tag, start, end, by_tool in tag_events(text, tool_spans):
+        if tag == SEARCH_OPEN:
+            if search_at is None:
+                search_at = end
+        elif tag == SEARCH_CLOSE:
+            if search_at is not None:
+                query, backtrack = split_search_query(text[search_at:start])
+                parsed.searches.append(SearchCall(raw=text[search_at:start], query=query, is_backtrack=backtrack))
+                search_at = None
+        elif tag == TRIPLES_OPEN:
+            if by_tool:
+                search_at = answer_at = None
+                triples_at = end
+            elif not spans_known and triples_at is None:
+                triples_at = end
+        elif tag == TRIPLES_CLOSE:
+            if triples_at is not None and by_tool == spans_known:
+                parsed.triples.append(text[triples_at:start].strip("\n"))
+                triples_at = None
+        elif tag == ANSWER_OPEN:
+            if answer_at is None and parsed.answer_text is None:
+                answer_at = end
+        elif tag == ANSWER_CLOSE:
+            if answer_at is not None:
+                parsed.answer_text = text[answer_at:start]
+                parsed.answers = split_answers(parsed.answer_text)
+                answer_at = None
+        elif tag == THINK_OPEN:
+            if think_at is None:
+                think_at = end
+        elif tag == THINK_CLOSE and think_at is not None:
+            parsed.thinks.append(text[think_at:start])
+            think_at = None
+    if think_at is not None:
+        parsed.thinks.append(text[think_at:])
     return parsed
 
 
 def last_open_search(turn_text: str) -> str | None:
-    """The query of a turn that ended with `</search>`: text after its last `<search>`.
+    """The query of a turn that stopped at `</search>`: the text after the last `<search>` before
+    the turn's last `</search>` (characters the stop token carried past the tag are not part of it).
 
-    None when the turn has no `<search>` before the closing tag (a malformed call).
+    None when there is no `<search>` before that closing tag (a malformed call).
     """
-    body = turn_text[: turn_text.rfind(SEARCH_CLOSE)] if turn_text.endswith(SEARCH_CLOSE) else turn_text
+    close = turn_text.rfind(SEARCH_CLOSE)
+    body = turn_text if close < 0 else turn_text[:close]
     start = body.rfind(SEARCH_OPEN)
     if start < 0:
         return None
@@ -191,22 +254,26 @@ class FormatReport:
     errors: list[str]
 
 
-def check_format(text: str) -> FormatReport:
-    """The strict layout check behind the format reward (issue 4).
+def check_format(text: str, tool_spans: ToolSpans | None = None) -> FormatReport:
+    """The strict layout check behind the format reward.
 
     Valid means: `<think>` first (only whitespace before it); one think block; every `<search>`
     inside the think block, non-empty, closed, and followed (after whitespace) by exactly one
     `<triples>` block; no `<triples>` block without a search; `</think>` before `<answer>`; exactly
     one non-empty answer block after `</think>`, separated from it by whitespace only; nothing but
     whitespace after `</answer>`. Plain text is allowed inside think and triples blocks only.
+
+    With `tool_spans` the tool blocks are opaque (tags the tool printed are text) and the block
+    after a `</search>` must be one the tool inserted, not one the model wrote.
     """
     errors: list[str] = []
     state = "start"
     position = 0
     search_start = 0
-    for match in _TAG_RE.finditer(text):
-        tag, between = match.group(0), text[position:match.start()]
-        position = match.end()
+    spans_known = tool_spans is not None
+    for tag, start, end, by_tool in tag_events(text, tool_spans):
+        between = text[position:start]
+        position = end
         if state == "start":
             if between.strip():
                 errors.append("text before <think>")
@@ -216,7 +283,7 @@ def check_format(text: str) -> FormatReport:
             state = "think"
         elif state == "think":
             if tag == SEARCH_OPEN:
-                state, search_start = "search", match.end()
+                state, search_start = "search", end
             elif tag == THINK_CLOSE:
                 state = "after_think"
             elif tag == TRIPLES_OPEN:
@@ -231,11 +298,11 @@ def check_format(text: str) -> FormatReport:
             if tag != SEARCH_CLOSE:
                 errors.append(f"unclosed {SEARCH_OPEN}: found {tag} before {SEARCH_CLOSE}")
                 return FormatReport(False, errors)
-            if not split_search_query(text[search_start:match.start()])[0]:
+            if not split_search_query(text[search_start:start])[0]:
                 errors.append(f"empty {SEARCH_OPEN}")
             state = "after_search"
         elif state == "after_search":
-            if between.strip() or tag != TRIPLES_OPEN:
+            if between.strip() or tag != TRIPLES_OPEN or by_tool != spans_known:
                 errors.append(f"{SEARCH_CLOSE} not followed by a {TRIPLES_OPEN} block")
                 return FormatReport(False, errors)
             state = "triples"

@@ -6,17 +6,21 @@ Each function has TRL's signature `f(completions, **kwargs) -> list[float]`:
   A failed search (unknown or empty name, nothing left to backtrack to, no neighbours) does not
   count: rewarding it would pay the policy for spamming names it has not seen. n comes from the
   rollout's `num_searches` column when present (the engine counts calls whose result had no error
-  and at least one triple), else from the text: `<search>` blocks whose following `<triples>`
-  block holds at least one triple line `(...)`.
+  and at least one triple), else from the text: `</search>` tags followed by a `<triples>` block
+  holding at least one triple line `(...)`.
 - `format_reward`: 0.5 when `protocol.check_format` accepts the completion, else 0.
 - `answer_reward`: 1 when the FIRST answer, normalised with `kgreasoner.data.normalize_answer`,
   equals a normalised gold answer name, alias or id; else 0 — or, with a judge, what the judge says.
   The first answer is taken from `resolved_answers` (session-resolved labels, so `E5` counts as
-  the entity it names) when given, else from the text.
+  the entity it names) when the column is given (a row without answers scores 0: the text is not
+  parsed again), else from the text.
 - `total_reward`: the sum of the three.
 
 Completions may be strings or chat message lists; when the rollout provides `completion_text`
 (the engine's own decoding, which keeps tags that a tokenizer marks special) it is used instead.
+With the rollout's `tool_spans` column (where the tool's blocks sit in `completion_text`),
+answers, searches and the layout are read from model-written text only: a KG label that prints
+`</triples><answer>X</answer>` inside a tool block is text, not an answer.
 Gold answers come from the `answers` column (strings, `{"name", "aliases", "id"}` dicts or
 `Answer` objects) and an optional `answer_aliases` column (a list of strings per row).
 """
@@ -25,21 +29,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import urllib.request
 from typing import Any, Callable, Sequence
 
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.protocol import SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, parse_trajectory
+from kgreasoner.protocol import (
+    SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, ToolSpans, check_format, parse_trajectory, tag_events,
+)
 
 SEARCH_STEP = 0.5
 SEARCH_CAP = 0.8
 FORMAT_SCORE = 0.5
 ANSWER_SCORE = 1.0
-
-_TRIPLE_LINE = re.compile(r"^\s*\(.+\)\s*$", re.MULTILINE)
-_SEARCH_THEN_BLOCK = re.compile(
-    re.escape(SEARCH_CLOSE) + r"\s*" + re.escape(TRIPLES_OPEN) + r"(.*?)" + re.escape(TRIPLES_CLOSE), re.DOTALL)
 
 
 def completion_texts(completions: Sequence[Any], completion_text: Sequence[str] | None = None) -> list[str]:
@@ -58,21 +59,54 @@ def completion_texts(completions: Sequence[Any], completion_text: Sequence[str] 
     return texts
 
 
-def count_searches(text: str) -> int:
-    """Searches whose tool block shows at least one triple line (the text-only fallback for n)."""
-    return sum(bool(_TRIPLE_LINE.search(m.group(1))) for m in _SEARCH_THEN_BLOCK.finditer(text))
+def count_searches(text: str, tool_spans: ToolSpans | None = None) -> int:
+    """Searches whose tool block shows at least one triple line (the text-only fallback for n).
+
+    A `</search>` counts when the next tag is `<triples>` with only whitespace between, and the
+    text up to the first `</triples>` after it holds a triple line; with `tool_spans` that block
+    must be one the tool inserted. One pass over the tags: linear in the text.
+    """
+    count = 0
+    search_end = block_start = None
+    for tag, start, end, by_tool in tag_events(text, tool_spans):
+        if block_start is not None:
+            if tag == TRIPLES_CLOSE:
+                count += _has_triple_line(text[block_start:start])
+                block_start = None
+            continue
+        if (search_end is not None and tag == TRIPLES_OPEN and not text[search_end:start].strip()
+                and by_tool == (tool_spans is not None)):
+            block_start = end
+        search_end = end if tag == SEARCH_CLOSE else None
+    return count
+
+
+def _has_triple_line(block: str) -> bool:
+    """A line that is `(...)` with something inside, give or take surrounding whitespace."""
+    for line in block.split("\n"):
+        line = line.strip()
+        if len(line) > 2 and line[0] == "(" and line[-1] == ")":
+            return True
+    return False
+
+
+def _spans(tool_spans: Sequence[ToolSpans] | None, i: int) -> ToolSpans | None:
+    return None if tool_spans is None else tool_spans[i]
 
 
 def search_reward(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
-                  completion_text: Sequence[str] | None = None, **kwargs: Any) -> list[float]:
+                  completion_text: Sequence[str] | None = None, tool_spans: Sequence[ToolSpans] | None = None,
+                  **kwargs: Any) -> list[float]:
     texts = completion_texts(completions, completion_text)
-    counts = list(num_searches) if num_searches is not None else [count_searches(t) for t in texts]
+    counts = list(num_searches) if num_searches is not None else [
+        count_searches(t, _spans(tool_spans, i)) for i, t in enumerate(texts)]
     return [min(SEARCH_STEP * int(n), SEARCH_CAP) for n in counts]
 
 
 def format_reward(completions: Sequence[Any], completion_text: Sequence[str] | None = None,
-                  **kwargs: Any) -> list[float]:
-    return [FORMAT_SCORE if check_format(t).valid else 0.0 for t in completion_texts(completions, completion_text)]
+                  tool_spans: Sequence[ToolSpans] | None = None, **kwargs: Any) -> list[float]:
+    texts = completion_texts(completions, completion_text)
+    return [FORMAT_SCORE if check_format(t, _spans(tool_spans, i)).valid else 0.0 for i, t in enumerate(texts)]
 
 
 def gold_forms(answers: Any, aliases: Sequence[str] | None = None) -> set[str]:
@@ -95,11 +129,13 @@ def gold_forms(answers: Any, aliases: Sequence[str] | None = None) -> set[str]:
     return {normalize_answer(f) for f in forms if normalize_answer(f)}
 
 
-def first_answer(text: str, resolved: Sequence[str] | None = None) -> str | None:
-    """The answer Hits@1 scores: the first resolved answer, else the first answer in the text."""
-    if resolved:
-        return str(resolved[0])
-    return parse_trajectory(text).first_answer
+def first_answer(text: str, resolved: Sequence[str] | None = None, tool_spans: ToolSpans | None = None) -> str | None:
+    """The answer Hits@1 scores: the first resolved answer when the rollout gave them (None when it
+    found no answer: the full text, tool blocks included, must not be searched for one), else the
+    first answer in the text's model-written part (all of it without `tool_spans`)."""
+    if resolved is not None:
+        return str(resolved[0]) if resolved else None
+    return parse_trajectory(text, tool_spans).first_answer
 
 
 Judge = Callable[[str, str, list[str]], bool]
@@ -110,13 +146,15 @@ def answer_reward(completions: Sequence[Any], answers: Sequence[Any] | None = No
                   answer_aliases: Sequence[Sequence[str]] | None = None,
                   resolved_answers: Sequence[Sequence[str]] | None = None,
                   completion_text: Sequence[str] | None = None, judge: Judge | None = None,
-                  question: Sequence[str] | None = None, **kwargs: Any) -> list[float]:
+                  question: Sequence[str] | None = None, tool_spans: Sequence[ToolSpans] | None = None,
+                  **kwargs: Any) -> list[float]:
     texts = completion_texts(completions, completion_text)
     if answers is None:
         raise ValueError("answer_reward needs the gold answers: a dataset column named 'answers'")
     scores = []
     for i, text in enumerate(texts):
-        prediction = first_answer(text, resolved_answers[i] if resolved_answers is not None else None)
+        prediction = first_answer(text, resolved_answers[i] if resolved_answers is not None else None,
+                                  _spans(tool_spans, i))
         gold = gold_forms(answers[i], answer_aliases[i] if answer_aliases is not None else None)
         correct = prediction is not None and normalize_answer(prediction) in gold
         if not correct and prediction and judge is not None:
