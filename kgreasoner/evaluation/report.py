@@ -59,7 +59,8 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     by_hops: dict[str, dict[str, float]] = {}
     for hops in sorted({int(r["hops"]) for r in records}):
         group = [r for r in records if int(r["hops"]) == hops]
-        by_hops[str(hops)] = {"n": len(group), **{k: _mean([float(r[k]) for r in group]) for k in ("hits1", "f1", "em")}}
+        by_hops[str(hops)] = {"n": len(group), **{k: _mean([float(r[k]) for r in group]) for k in ("hits1", "f1", "em")},
+                              "kg_queries": _mean([float(r["kg_queries"]) for r in group])}
     summary["by_hops"] = by_hops
     summary["failures"] = summarize_failures(records)
     return summary
@@ -91,6 +92,13 @@ def render_markdown(info: RunInfo, summaries: dict[str, dict[str, Any]]) -> str:
                   "|---|" + "---|" * len(hops)]
         for name, s in summaries.items():
             cells = [f"{s['by_hops'][h]['hits1']:.3f} ({s['by_hops'][h]['n']})" if h in s["by_hops"] else "-" for h in hops]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        # A policy that learned to search searches about as often as the question has hops.
+        lines += ["", "KG queries per question by hop count:", "",
+                  "| method | " + " | ".join(f"{h}-hop" for h in hops) + " |",
+                  "|---|" + "---|" * len(hops)]
+        for name, s in summaries.items():
+            cells = [f"{s['by_hops'][h].get('kg_queries', 0.0):.2f}" if h in s["by_hops"] else "-" for h in hops]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += failure_table(summaries)
     return "\n".join(lines) + "\n"

@@ -347,7 +347,7 @@ class DevEval(TrainerCallback):
         model = self.trainer.accelerator.unwrap_model(self.trainer.model)
         was_training = model.training
         model.eval()
-        sessions = [self.tool.session(e.question, list(e.topic_entities)) for e in self.examples]
+        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in self.examples]
         engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
         trajectories = engine.run(list(self.examples), sessions, SamplingParams(temperature=0.0))
         model.train(was_training)

@@ -1,24 +1,33 @@
-"""`kgreasoner plot RUN_DIR...`: the paper's Figure 4 from GRPO runs' `steps.jsonl`.
+"""`kgreasoner plot RUN_DIR...`: what a GRPO run learned, from its `steps.jsonl`.
 
-Three panels over training steps: mean reward, response length (model-written tokens) and
-retrieval count per rollout. Given several runs (for example with and without hard-case
-sampling) their curves share the panels, labelled by run folder name.
+Panels over training steps (the paper's Figure 4 and what shows learning rather than reward):
+reward and each component (smoothed), the share of groups whose rollouts all got one reward (no
+gradient), entropy, response length (model-written tokens), searches and correct answers per
+rollout by hop count, and greedy dev Hits@1 (overall and by hop count; `dev_eval_steps`). Given
+several runs (for example with and without hard-case sampling) their curves share the panels,
+labelled by run folder name; later episodes continue after earlier ones (dotted lines).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 STEP_LOG = "steps.jsonl"
 """The per-step log every GRPO run writes into its output_dir."""
 
 PANELS = (
-    ("reward", "mean reward"),
-    ("completions/mean_length", "response length (model tokens)"),
-    ("rollout/searches", "retrievals per rollout"),
+    ("reward (smoothed)", r"reward|rewards/(search|format|answer)_reward/mean", True),
+    ("groups with one reward (no gradient)", r"frac_reward_zero_std", True),
+    ("entropy (model tokens)", r"entropy", True),
+    ("response length (model tokens)", r"completions/mean_length", True),
+    ("searches per rollout, by hops", r"rollout/searches(_hop\d+)?", True),
+    ("correct per rollout, by hops", r"rollout/correct_hop\d+", True),
+    ("dev Hits@1 (greedy)", r"dev/hits1(_hop\d+)?", False),
 )
+"""(title, metric keys as a regular expression, smoothed?)"""
 
 
 def read_steps(run_dir: str | Path) -> list[dict]:
@@ -35,43 +44,81 @@ def read_steps(run_dir: str | Path) -> list[dict]:
     return rows
 
 
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average over `window` points (fewer at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def continuous_steps(rows: list[dict]) -> list[int]:
+    """Each row's step counted across episodes: an episode's steps continue after the one before."""
+    x, offset, seen = [], 0, set()
+    for row in rows:
+        if row["episode"] not in seen:
+            seen.add(row["episode"])
+            offset = max(x, default=0)
+        x.append(offset + row["step"])
+    return x
+
+
+def _short(key: str) -> str:
+    """`rewards/answer_reward/mean` -> `answer`, `dev/hits1_hop2` -> `hop2`, `reward` -> `total`."""
+    if key == "reward":
+        return "total"
+    part = key.split("/")[1] if key.startswith("rewards/") else key.split("/")[-1]
+    return part.removesuffix("_reward").split("_")[-1] if "_" in part or key.startswith("rewards/") else "all"
+
+
 def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
-    """Draw the panels for every run; steps of later episodes continue after earlier ones."""
+    """Draw the panels for every run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.4))
+    columns = 4
+    rows_needed = -(-len(PANELS) // columns)
+    fig, axes = plt.subplots(rows_needed, columns, figsize=(4.2 * columns, 3.3 * rows_needed), squeeze=False)
+    axes = axes.flatten()
     for run_dir in run_dirs:
         rows = read_steps(run_dir)
-        x, offset, last = [], 0, {}
-        for row in rows:
-            if row["episode"] not in last:
-                offset = max(x, default=0)
-            last[row["episode"]] = row["step"]
-            x.append(offset + row["step"])
-        for ax, (key, _) in zip(axes, PANELS):
-            points = [(xi, row[key]) for xi, row in zip(x, rows) if key in row]
-            if points:
-                ax.plot(*zip(*points), label=Path(run_dir).name)
+        x = continuous_steps(rows)
+        name = Path(run_dir).name
+        trained = sum(1 for r in rows if "loss" in r)
+        window = max(1, trained // 20)
+        for ax, (_, pattern, smoothed) in zip(axes, PANELS):
+            keys = sorted({k for r in rows for k in r if re.fullmatch(pattern, k)})
+            for key in keys:
+                points = [(xi, row[key]) for xi, row in zip(x, rows) if key in row]
+                xs, ys = zip(*points)
+                ys = smooth(list(ys), window) if smoothed else ys
+                label = name if len(keys) == 1 else f"{name}: {_short(key)}"
+                ax.plot(xs, ys, label=label, marker=None if smoothed else "o", markersize=3)
         for boundary in sorted({x[i] for i in range(1, len(rows)) if rows[i]["episode"] != rows[i - 1]["episode"]}):
-            for ax in axes:
+            for ax in axes[:len(PANELS)]:
                 ax.axvline(boundary - 0.5, color="grey", linestyle=":", linewidth=1)
-    for ax, (_, title) in zip(axes, PANELS):
-        ax.set_title(title)
+    for ax, (title, _, _) in zip(axes, PANELS):
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    for ax in axes[len(PANELS):]:
+        ax.axis("off")
     fig.tight_layout()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=120)
+    fig.savefig(output, dpi=110)
     plt.close(fig)
     return output
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("plot", help="reward / length / retrieval curves of GRPO runs (PNG)")
+    parser = subparsers.add_parser("plot", help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and dev Hits@1 (PNG)")
     parser.add_argument("runs", nargs="+", help="GRPO output_dir(s) holding steps.jsonl")
     parser.add_argument("--out", default="grpo_curves.png", help="PNG to write")
     parser.set_defaults(func=lambda args: print(f"wrote {plot_runs(args.runs, args.out)}") or 0)
