@@ -46,7 +46,7 @@ class OracleMethod(Method):
             return MethodResult([], False, {"reason": "no gold path"})
         path = example.gold_paths[0]
         topic = example.topic_entities[0]
-        session = self.tool.session(example.question, list(example.topic_entities))
+        session = self.tool.session(example.question, list(example.topic_entities), example_id=example.id)
         shown: dict[tuple[str, str, str], None] = {}
         searched: set[str] = set()
         frontier = [topic.id]
@@ -65,9 +65,10 @@ class OracleMethod(Method):
         # A path may lead back to the topic (a spouse's spouse): it goes last, so that a question
         # asking for someone else scores that one, and one whose answer is the topic still has it.
         reached = [e for e in frontier if e != topic.id] + [e for e in frontier if e == topic.id]
-        full = execute_path(self.tool.kg, topic.id, path)
+        kg = self.tool.kg.for_example(example.id)
+        full = execute_path(kg, topic.id, path)
         recall = len(set(reached) & full) / len(full) if full else 0.0
-        answers = list(dict.fromkeys(self.tool.kg.label(e) for e in reached))
+        answers = list(dict.fromkeys(kg.label(e) for e in reached))
         trace = {"path": list(path), "hops": hops, "recall": recall, "answers_total": len(full)}
         return MethodResult(answers, True, trace, kg_queries=session.num_calls)
 

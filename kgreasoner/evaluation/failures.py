@@ -110,8 +110,9 @@ class RecordingSession:
     engine's tool calls even when a call raises or times out.
     """
 
-    def __init__(self, tool: Any, question: str, topic_entities: Sequence[TopicEntity]) -> None:
-        self.session = tool.session(question, list(topic_entities))
+    def __init__(self, tool: Any, question: str, topic_entities: Sequence[TopicEntity],
+                 example_id: str | None = None) -> None:
+        self.session = tool.session(question, list(topic_entities), example_id=example_id)
         self._entities: dict[str, str] = {}
         for topic in topic_entities:
             self._entities.setdefault(topic.id, topic.name or tool.kg.label(topic.id))
@@ -259,7 +260,7 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
     detail: dict[str, Any] = {"kind": "gold_label" if answer in gold_ids else "other_object",
                               "path": list(best.relations), "answer": walk.label(answer), "answer_id": answer}
     if kg is not None:
-        reached = execute_path(kg, path[0].entity, best.relations)
+        reached = execute_path(kg.for_example(example.id), path[0].entity, best.relations)
         detail["gold_path_reaches"] = len(reached)
         detail["reached_by_gold_path"] = answer in reached
     return "data_ambiguity", detail

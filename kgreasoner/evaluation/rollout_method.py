@@ -38,7 +38,7 @@ class KGReasonerMethod(Method):
 
     def answer_batch(self, examples: Sequence[QAExample]) -> list[MethodResult]:
         results = []
-        sessions = [RecordingSession(self.tool, e.question, e.topic_entities) for e in examples]
+        sessions = [RecordingSession(self.tool, e.question, e.topic_entities, e.id) for e in examples]
         for trajectory in self.engine.run(list(examples), sessions=sessions, sampling=self.sampling):
             usage = {"llm_calls": trajectory.num_tool_calls + 1,
                      "prompt_tokens": len(trajectory.prompt_ids) + trajectory.num_tool_tokens,

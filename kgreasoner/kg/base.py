@@ -142,6 +142,11 @@ class KnowledgeGraph(abc.ABC):
             seen.setdefault(edge.relation, None)
         return list(seen)
 
+    def for_example(self, example_id: str | None) -> "KnowledgeGraph":
+        """The graph that one question searches: this whole graph, except in per-question
+        backends (`subgraph`), which return the question's own view."""
+        return self
+
     def close(self) -> None:
         """Release files or connections; the default has none."""
 

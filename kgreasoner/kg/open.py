@@ -4,6 +4,7 @@ Specs:
     memory:PATH                 kb.tsv / .nt file, or a dataset folder with kb.tsv (+ names.tsv)
     PATH                        the same as memory:PATH
     oxigraph:STORE_DIR          a store written by `kgreasoner kg load`
+    subgraph:PATH               RoG's per-question subgraphs (a .parquet / .jsonl file or a folder)
     sparql:URL                  a SPARQL endpoint with our IRIs (e.g. `kgreasoner kg serve`)
     sparql+freebase:URL         a Freebase endpoint (Virtuoso, QLever), ToG's `ns:` vocabulary
     sparql+wikidata:URL         a Wikidata endpoint (truthy `wdt:` claims)
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from kgreasoner.kg.base import KnowledgeGraph
 
-SCHEMES = ("memory", "oxigraph", "sparql", "sparql+freebase", "sparql+wikidata")
+SCHEMES = ("memory", "oxigraph", "subgraph", "sparql", "sparql+freebase", "sparql+wikidata")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 
 
@@ -39,7 +40,8 @@ def parse_spec(spec: str) -> tuple[str, str]:
 def open_kg(spec: str, **options) -> KnowledgeGraph:
     """Open the knowledge graph that `spec` names.
 
-    `options` go to the backend: `names` (a names.tsv path or dict) for memory; `timeout`,
+    `options` go to the backend: `names` (a names.tsv path or dict) for memory; `cache_size`
+    (question views kept built) for subgraph; `timeout`,
     `retries`, `backoff`, `max_rows`, `excluded_relation_prefixes`, `language` for sparql.
     """
     scheme, target = parse_spec(spec)
@@ -58,6 +60,11 @@ def open_kg(spec: str, **options) -> KnowledgeGraph:
 
         _check_options(spec, options, set())
         return OxigraphKG(target)
+    if scheme == "subgraph":
+        from kgreasoner.kg.subgraph import SubgraphKG
+
+        _check_options(spec, options, {"cache_size"})
+        return SubgraphKG.from_path(target, **options)
     from kgreasoner.kg.sparql import SparqlKG
 
     _check_options(spec, options, {"timeout", "retries", "backoff", "max_rows", "excluded_relation_prefixes", "language"})

@@ -130,12 +130,16 @@ class CandidateScorer:
         if self.method == "gat" and self.model is None:
             raise ValueError("ranking method 'gat' needs a trained ranker (ToolConfig.ranker_path)")
 
-    def order(self, question: str, candidates: Sequence[Candidate]) -> list[int]:
-        """Candidate indices, best first; ties keep KG order, so the result is deterministic."""
-        scores = self.scores(question, candidates)
+    def order(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> list[int]:
+        """Candidate indices, best first; ties keep KG order, so the result is deterministic.
+
+        `kg` is the graph the candidates came from when it is not `self.kg` (a question's own
+        subgraph): the gat ranker reads each candidate's context edges there.
+        """
+        scores = self.scores(question, candidates, kg)
         return sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
 
-    def scores(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
+    def scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         """Higher is better. `none` gives decreasing scores in KG order."""
         n = len(candidates)
         if n == 0 or self.method == "none":
@@ -151,13 +155,13 @@ class CandidateScorer:
         if self.method == "embedding":
             out[pool] = self._cosine(question, [c.text() for c in chosen])
         else:
-            out[pool] = self.gat_scores(question, chosen)
+            out[pool] = self.gat_scores(question, chosen, kg)
         return out
 
-    def gat_scores(self, question: str, candidates: Sequence[Candidate]) -> np.ndarray:
+    def gat_scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         assert self.model is not None and self.encoder is not None
         start = time.perf_counter()
-        contexts = [candidate_context(self.kg, c, self.max_context) for c in candidates]
+        contexts = [candidate_context(kg or self.kg, c, self.max_context) for c in candidates]
         self.timings.fetch += time.perf_counter() - start
         start = time.perf_counter()
         table = TextTable()

@@ -135,6 +135,13 @@ def test_cwq_errors_name_file_record_and_field(tmp_path, change, message):
     assert str(err.value) == f"{path}: {message}"
 
 
+def test_cwq_topics_keep_the_order_of_the_query(tmp_path):
+    record = json.loads((CWQ / "ComplexWebQuestions_test.json").read_text())[0]
+    record["sparql"] = " ".join(f"?x ns:r ns:{mid} ." for mid in ("m.05", "g.11b", "m.03", "m.04", "m.05", "m.01", "m.02"))
+    path = _write(tmp_path, "ComplexWebQuestions_test.json", [record])
+    assert [t.id for t in load_cwq(path)[0].topic_entities] == ["m.05", "g.11b", "m.03", "m.04", "m.01", "m.02"]
+
+
 def test_cwq_record_without_freebase_constant_is_skipped(tmp_path, caplog):
     record = json.loads((CWQ / "ComplexWebQuestions_test.json").read_text())[0]
     record["sparql"] = "SELECT ?x WHERE { ?x ns:common.topic.alias \"Utah\"@en }"
