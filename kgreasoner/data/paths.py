@@ -32,7 +32,7 @@ SOURCES: dict[str, str] = {
     ),
     "cwq-official": (
         "ComplexWebQuestions (ComplexWebQuestions_train.json, _dev.json, _test.json) is released at "
-        "https://www.tau-nlp.sites.tau.ac.il/compwebq; cite Talmor and Berant, NAACL 2018. See docs/datasets.md."
+        "https://allenai.org/data/complexwebquestions; cite Talmor and Berant, NAACL 2018. See docs/datasets.md."
     ),
     "rog-webqsp": (
         "RoG's WebQSP subgraphs are the Hugging Face dataset rmanluo/RoG-webqsp (its data/*.parquet files); "
