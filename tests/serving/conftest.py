@@ -7,6 +7,7 @@ called; its answers are mostly wrong, which these tests do not look at.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -114,8 +115,15 @@ def serve_config_file(tmp_path_factory):
 @pytest.fixture(scope="session")
 def server(checkpoint, synthetic_dir, serve_config_file):
     """`kgreasoner serve` in a subprocess on a free 127.0.0.1 port; yields its base URL."""
-    command = [sys.executable, "-m", "kgreasoner.cli", "serve", "--llm", f"hf:{checkpoint}", "--kg", str(synthetic_dir),
-               "--config", str(serve_config_file), "--host", "127.0.0.1", "--port", "0"]
+    with serve(checkpoint, str(synthetic_dir), serve_config_file) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def serve(checkpoint, kg: str, config_file):
+    """Run `kgreasoner serve --kg KG` on a free 127.0.0.1 port until the block ends; yields its base URL."""
+    command = [sys.executable, "-m", "kgreasoner.cli", "serve", "--llm", f"hf:{checkpoint}", "--kg", kg,
+               "--config", str(config_file), "--host", "127.0.0.1", "--port", "0"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
