@@ -7,7 +7,8 @@ spell one of the allowed entity strings, followed by the closing tag (`<search>`
 session has shown (`SearchSession.shown_entities()`), read at the moment the span starts.
 
 Each allowed string is tokenised alone, with and without a leading space, and the closing tag
-alone, exactly as the stop matcher sees it; the continuations form a trie over token ids, and
+alone (its ids decode to the tag, so the engine's stop fires on them); the continuations form a
+trie over token ids, and
 `allowed()` lists the ids that keep the span inside the trie. Only one entity fits in a
 constrained answer (Hits@1 scores the first anyway). The rollout engine applies the mask to the
 logits before temperature, so sampled tokens and their logprobs come from the constrained

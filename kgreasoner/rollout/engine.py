@@ -3,13 +3,18 @@
 `RolloutEngine(backend, tool_or_session_factory, config).run(prompts, sessions, sampling)` returns
 one `Trajectory` per prompt. The engine owns everything that is the same for every backend:
 
-- Stop matching on token ids. `</search>` and `</answer>` are tokenised alone (with and without a
-  leading space) and matched against the end of the row's own tokens in the current turn, so
-  multi-token tags of a real tokenizer work as well as single added tokens. Sampled ids are kept
-  as sampled; they are decoded only to read the search query, never re-tokenised.
+- Stop matching on decoded text. Byte-level BPE merges a closing tag with the text before it
+  (Qwen3 writes `D.C.</search>` as `.</` `search` `>`), so the tag's own token ids are not a
+  reliable signal. A stop fires on the sampled token whose decoded text completes `</search>` or
+  `</answer>` in the row's current turn; characters that token carries past the tag (Qwen3's
+  `>\n`) stay in the model text, and the query is read up to the tag. Only the last few tokens
+  of the turn are decoded (enough for a tag spread over one token per character, twice over),
+  and only when the new token holds a tag's last character; a tag that is one added token is
+  matched by its id alone. Sampled ids are kept as sampled, never re-tokenised.
 - Tool calls: the query is the text after the turn's last `<search>`; the session's text is
   wrapped by `protocol.format_tool_block`, tokenised alone (`add_special_tokens=False`) and
-  appended with `env_mask` 0 and logprob 0.0. Text longer than `max_tool_tokens` is cut at a line
+  appended with `env_mask` 0 and logprob 0.0. `Trajectory.tool_spans` records where each block
+  sits in the text, so answers, searches and the format check read model-written text only. Text longer than `max_tool_tokens` is cut at a line
   boundary with a closing note (`[N more lines cut: tool output limit]`); `ToolCall.truncated`
   says so. Tool calls of one step run concurrently when `tool_workers > 0`, each with a timeout.
 - Limits and finish reasons: `answer` (`</answer>` written), `eos`, `max_tokens` (turn or total
@@ -38,8 +43,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, TRIPLES_CLOSE, build_prompt, format_tool_block, last_open_search,
-    parse_trajectory, topic_names,
+    ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS, TRIPLES_CLOSE, build_prompt, format_tool_block,
+    last_open_search, parse_trajectory, topic_names,
 )
 from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, quoted_lines, turn_regex
 from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
@@ -65,6 +70,8 @@ class RowState:
         """Model-written ids since the last tool block (where stop tags and queries are read)."""
         self.text = ""
         """The completion text of text-only backends."""
+        self.tool_ranges: list[tuple[int, int]] = []
+        """Where each tool block sits: indices into `completion_ids`, or into `text` for text-only backends."""
         self.num_model_tokens = 0
         self.tool_calls: list[ToolCall] = []
         self.finish_reason: str | None = None
@@ -96,7 +103,10 @@ class RolloutEngine:
         if self.kind != "text":
             if self.tokenizer is None:
                 raise ValueError(f"backend {type(backend).__name__} needs a tokenizer")
-            self._stops = {tag: self._variants(tag) for tag in (SEARCH_CLOSE, ANSWER_CLOSE)}
+            self._stop_tokens = {ids[0]: tag for tag in STOP_TAGS if len(ids := self.encode(tag)) == 1}
+            self._stop_window = 2 * max(len(tag) for tag in STOP_TAGS)
+            self._tag_enders = {tag[-1] for tag in STOP_TAGS}
+            self._may_end_tag: dict[int, bool] = {}
             self.eos_token_ids = frozenset(backend.eos_token_ids)
             self._vocabulary = ConstraintVocabulary(self.encode) if self.config.constrained_decoding else None
 
@@ -141,9 +151,10 @@ class RolloutEngine:
         row.num_model_tokens += 1
         if row.constraint is not None:
             row.constraint.observe(row.turn_ids)
-        if self._ends_with(row.turn_ids, ANSWER_CLOSE):
+        stop = self._stop_tag(row.turn_ids)
+        if stop == ANSWER_CLOSE:
             row.finish("answer")
-        elif self._ends_with(row.turn_ids, SEARCH_CLOSE):
+        elif stop == SEARCH_CLOSE:
             if len(row.tool_calls) >= self.config.max_turns:
                 row.finish("max_turns")
             else:
@@ -186,9 +197,11 @@ class RolloutEngine:
                 backtracked, edges = bool(result.backtracked), len(result.edges)
             if self.kind == "text":
                 block, truncated, ids = format_tool_block(text), False, []
+                row.tool_ranges.append((len(row.text), len(row.text) + len(block)))
                 row.text += block
             else:
                 ids, text, truncated = self._tool_block_ids(text)
+                row.tool_ranges.append((len(row.completion_ids), len(row.completion_ids) + len(ids)))
                 row.completion_ids.extend(ids)
                 row.env_mask.extend([0] * len(ids))
                 row.logprobs.extend([0.0] * len(ids))
@@ -236,11 +249,10 @@ class RolloutEngine:
         if not row.finished:
             row.finish("error", "the backend returned without finishing this row")
         if self.kind == "text":
-            text = row.text
+            text, spans = row.text, list(row.tool_ranges)
         else:
-            ids = row.completion_ids[:-1] if row.ended_with_eos else row.completion_ids
-            text = self.decode(ids)
-        parsed = parse_trajectory(text)
+            text, spans = self._text_and_spans(row)
+        parsed = parse_trajectory(text, spans)
         resolved = list(parsed.answers)
         if parsed.answer_text is not None and row.session is not None and hasattr(row.session, "resolve_answer"):
             try:
@@ -251,24 +263,46 @@ class RolloutEngine:
             index=row.index, prompt_ids=row.prompt_ids, completion_ids=row.completion_ids,
             env_mask=row.env_mask, logprobs=row.logprobs, text=text, tool_calls=row.tool_calls,
             finish_reason=row.finish_reason, error=row.error, answers=parsed.answers,
-            resolved_answers=resolved,
+            resolved_answers=resolved, tool_spans=spans,
         )
 
-    # ----------------------------------------------------------------- stop tags and tool text
-    def _variants(self, tag: str) -> list[tuple[int, ...]]:
-        out = []
-        for text in (tag, " " + tag):
-            ids = tuple(self.encode(text))
-            if ids and ids not in out:
-                out.append(ids)
-        return out
+    def _text_and_spans(self, row: RowState) -> tuple[str, list[tuple[int, int]]]:
+        """The completion decoded piece by piece (model text, tool block, ...), so each tool block's
+        character span is exact by construction; without a final EOS token."""
+        end = len(row.completion_ids) - 1 if row.ended_with_eos else len(row.completion_ids)
+        pieces: list[str] = []
+        spans: list[tuple[int, int]] = []
+        length = cursor = 0
+        for start, stop in row.tool_ranges:
+            model_text = self.decode(row.completion_ids[cursor:start])
+            block = self.decode(row.completion_ids[start:stop])
+            pieces += [model_text, block]
+            length += len(model_text)
+            spans.append((length, length + len(block)))
+            length += len(block)
+            cursor = stop
+        pieces.append(self.decode(row.completion_ids[cursor:end]))
+        return "".join(pieces), spans
 
-    def _ends_with(self, ids: list[int], tag: str) -> bool:
-        for seq in self._stops[tag]:
-            n = len(seq)
-            if len(ids) >= n and ids[-1] == seq[-1] and tuple(ids[-n:]) == seq:
-                return True
-        return False
+    # ----------------------------------------------------------------- stop tags and tool text
+    def _stop_tag(self, turn_ids: list[int]) -> str | None:
+        """The stop tag the turn's last token completes, if any (the earlier-ending one if two).
+
+        A turn holds no earlier stop tag (the first one ends the turn or the row), so a tag found
+        in the decoded tail is the one this token completed.
+        """
+        token = turn_ids[-1]
+        tag = self._stop_tokens.get(token)
+        if tag is not None:
+            return tag
+        may_end = self._may_end_tag.get(token)
+        if may_end is None:
+            may_end = self._may_end_tag[token] = not self._tag_enders.isdisjoint(self.decode([token]))
+        if not may_end:
+            return None
+        tail = self.decode(turn_ids[-self._stop_window:])
+        ends = [(at + len(tag), tag) for tag in STOP_TAGS if (at := tail.find(tag)) >= 0]
+        return min(ends)[1] if ends else None
 
     def _turn_text(self, row: RowState) -> str:
         if self.kind == "text":

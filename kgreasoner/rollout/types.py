@@ -122,9 +122,13 @@ class Trajectory:
     error: str | None = None
     """A sentence saying what went wrong when finish_reason is `error`."""
     answers: list[str] = field(default_factory=list)
-    """The parts of the first `<answer>` block (`A | B` -> [A, B])."""
+    """The parts of the first model-written `<answer>` block (`A | B` -> [A, B])."""
     resolved_answers: list[str] = field(default_factory=list)
     """Answers resolved by the session (handles -> labels); `answers` when no session resolves."""
+    tool_spans: list[tuple[int, int]] = field(default_factory=list)
+    """Character spans `[start, end)` of the tool-inserted blocks in `text`, in order. Pass them to
+    `protocol.parse_trajectory` / `check_format` so that tags the tool printed (a KG label holding
+    `</triples><answer>X</answer>`) are read as text, not as the model's answer or searches."""
 
     @property
     def num_tool_calls(self) -> int:
@@ -156,6 +160,7 @@ class Trajectory:
             "error": self.error,
             "answers": self.answers,
             "resolved_answers": self.resolved_answers,
+            "tool_spans": [list(span) for span in self.tool_spans],
             "num_searches": self.num_searches,
             "num_tool_calls": self.num_tool_calls,
             "num_backtracks": self.num_backtracks,
@@ -174,8 +179,9 @@ def trl_rollout_output(trajectories: list[Trajectory]) -> dict[str, list]:
 
     Required: `prompt_ids`, `completion_ids`, `logprobs`; `env_mask` becomes the trainer's tool mask.
     Extras (forwarded to reward functions as kwargs): `completion_text` (our decoding, which keeps
-    the tags even where the tokenizer marks them special), `num_searches`, `num_tool_calls`,
-    `num_backtracks`, `finish_reason`, `resolved_answers`.
+    the tags even where the tokenizer marks them special), `tool_spans` (where the tool blocks sit
+    in `completion_text`, so rewards read model-written text only), `num_searches`,
+    `num_tool_calls`, `num_backtracks`, `finish_reason`, `resolved_answers`.
     """
     return {
         "prompt_ids": [t.prompt_ids for t in trajectories],
@@ -183,6 +189,7 @@ def trl_rollout_output(trajectories: list[Trajectory]) -> dict[str, list]:
         "logprobs": [t.logprobs for t in trajectories],
         "env_mask": [t.env_mask for t in trajectories],
         "completion_text": [t.text for t in trajectories],
+        "tool_spans": [[list(span) for span in t.tool_spans] for t in trajectories],
         "num_searches": [t.num_searches for t in trajectories],
         "num_tool_calls": [t.num_tool_calls for t in trajectories],
         "num_backtracks": [t.num_backtracks for t in trajectories],

@@ -1,9 +1,13 @@
 """vLLM as a turn backend: offline `vllm.LLM`, or a vLLM server's `/v1/completions`, from token ids.
 
 Each turn sends every active row's prompt + completion ids (vLLM's prefix cache makes the repeated
-prefix cheap) and gets back the sampled ids and their logprobs up to `</search>`/`</answer>`
-(`stop` strings with `include_stop_str_in_output`; the engine re-checks the stop as token ids and
-drops anything after it). Sampled ids are used as returned, never re-tokenised.
+prefix cheap) and gets back the sampled ids and their logprobs up to `</search>`/`</answer>`.
+The stop is a `stop` string, not stop token ids: a real tokenizer merges the tag with the text
+before it (`.</` `search` `>`), which only the decoded text shows. vLLM cuts its output *text*
+after the stop string (`include_stop_str_in_output`) but returns every sampled id, the one that
+completed the tag included, even when that token carries characters past the tag; the engine
+feeds the ids through the same decoded-text stop check as the other backends and drops anything
+after the stop. Sampled ids are used as returned, never re-tokenised.
 
 - Offline: `VLLMBackend(tokenizer, llm=vllm.LLM(...))`: `llm.generate` with `TokensPrompt`s and
   one `SamplingParams` per row (seeded per row and turn).

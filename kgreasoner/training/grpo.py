@@ -220,6 +220,7 @@ class KGRollout:
             "num_searches": [t.num_searches for t in trajectories],
             "resolved_answers": [t.resolved_answers for t in trajectories],
             "completion_text": [t.text for t in trajectories],
+            "tool_spans": [[list(span) for span in t.tool_spans] for t in trajectories],
         }
 
     def _record(self, trajectories, examples, elapsed: float, tool_seconds: float) -> None:
@@ -363,6 +364,59 @@ class DevEval(TrainerCallback):
             self.trainer._metrics["train"][name].append(value)
 
 
+def _scoring_trainer_class():
+    """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
+
+    The loss reads the log-probabilities of model-written completion tokens (completion mask times
+    env_mask). TRL's fused LM head scores only labelled positions on GPUs, but on other devices it
+    scores every position, prompt and tool blocks included: with a tiny model's vocabulary
+    projection twice the size of its body, and tool blocks 80% of a completion, most of a CPU step
+    went to logits the loss multiplies by zero. Here those positions get label -100 and the fused
+    head runs on the labelled rows only, on every device. Log-probabilities and gradients at the
+    positions the loss reads are unchanged (tested); the others are 0.
+    """
+    from unittest import mock
+
+    import torch
+    import trl.trainer.utils as trl_utils
+    from trl import GRPOTrainer
+
+    class ScoringGRPOTrainer(GRPOTrainer):
+        _scored = None
+
+        def _compute_loss(self, model, inputs):
+            mask = inputs["completion_mask"]
+            self._scored = mask if inputs.get("tool_mask") is None else mask * inputs["tool_mask"]
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._scored = None
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            if self._scored is None or compute_aux_loss or any(v is not None for v in multimodal.values()):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                    compute_aux_loss, **multimodal)
+            batch_size = batch_size or input_ids.size(0)
+            logps, entropies = [], []
+            for start in range(0, input_ids.size(0), batch_size):
+                ids, attention = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+                labels = ids.masked_fill(attention == 0, -100)
+                labels[:, :-logits_to_keep] = -100
+                labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(
+                    self._scored[start:start + batch_size] == 0, -100)
+                with self.accelerator.autocast(), mock.patch.object(trl_utils, "_use_triton", lambda device: True):
+                    outputs = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+                logps.append(outputs.log_probs[:, -logits_to_keep:])
+                if compute_entropy:
+                    entropies.append(outputs.entropy[:, -logits_to_keep:])
+            return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+
+    return ScoringGRPOTrainer
+
+
 def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
     from trl import GRPOConfig
 
@@ -463,7 +517,6 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
                   dev_examples=()):
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks."""
     from transformers import AutoTokenizer
-    from trl import GRPOTrainer
 
     from kgreasoner.rewards import reward_functions
 
@@ -476,7 +529,7 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     callbacks = [metrics]
     if recipe.dev_eval_steps and dev_examples:
         callbacks.append(DevEval(recipe, dev_examples, tool, step_log))
-    trainer = GRPOTrainer(
+    trainer = _scoring_trainer_class()(
         model=model_path,
         reward_funcs=reward_functions(search_form=recipe.search_reward),
         args=grpo_config(recipe, root / f"episode-{number}", episode),

@@ -6,9 +6,14 @@
 - `tiny_model(tokenizer)`: a randomly initialised, seeded Qwen3ForCausalLM (hidden 64, 2 layers,
   head_dim 32). Its free output is garbage, which is what malformed-output tests need; tests that
   need a given output force it with `ScriptedLogits`.
+- `stub`: a local HTTP server answering `/v1/completions` from a reply function (remote backends).
 """
 
 from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
@@ -137,3 +142,38 @@ class RecordingLogits:
             if not row.finished:
                 self.seen[(row.index, row.num_model_tokens)] = logits[i].clone()
         return logits
+
+
+class _Stub(BaseHTTPRequestHandler):
+    """Replies per request from `server.reply(body)`; records request bodies in `server.bodies`."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.bodies.append(body)
+        status, reply = self.server.reply(body)
+        data = json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def stub():
+    servers = []
+
+    def start(reply):
+        server = HTTPServer(("127.0.0.1", 0), _Stub)
+        server.reply, server.bodies = reply, []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

@@ -7,10 +7,7 @@ hand from that API, not captured from a running vLLM (vLLM is not installed here
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -25,41 +22,6 @@ from .conftest import ScriptedSession
 TABLE = {"Utah": ["(Utah, time zone, Mountain Time Zone)"]}
 FIRST = "<think> look <search>Utah</search>"
 SECOND = "so </think><answer>Mountain Time Zone</answer>"
-
-
-class _Stub(BaseHTTPRequestHandler):
-    """Replies per request from `server.reply(body)`; records request bodies in `server.bodies`."""
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append(body)
-        status, reply = self.server.reply(body)
-        data = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def stub():
-    servers = []
-
-    def start(reply):
-        server = HTTPServer(("127.0.0.1", 0), _Stub)
-        server.reply, server.bodies = reply, []
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 def _vllm_reply(tokenizer, text, stop):
