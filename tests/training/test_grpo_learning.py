@@ -71,3 +71,42 @@ def test_tool_tokens_get_no_gradient(warm_policy, tmp_path):
     assert reference.abs().sum() > 0
     assert torch.allclose(gradients(tool_positions), reference, atol=1e-7)
     assert not torch.allclose(gradients(model_positions), reference, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_lm_head_scores_only_where_the_loss_reads_and_nothing_changes_there(warm_policy, tmp_path):
+    from trl import GRPOTrainer
+
+    model, data, _ = warm_policy
+    recipe = _recipe(warm_policy, tmp_path / "scored")
+    dataset = load_dataset(str(data), scheme=recipe.split_scheme, seed=recipe.split_seed)
+    from kgreasoner.data import open_dataset_kg
+
+    tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)
+    trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:12], str(model), tool)
+    inputs = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    width = inputs["completion_ids"].size(1)
+    scored = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+    assert (~scored & inputs["completion_mask"].bool()).any(), "no tool tokens in the batch"
+
+    stock, stock_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+        trainer, trainer.model, ids, attention, width, compute_entropy=True)
+    trainer._scored = scored.long()
+    ours, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, width, compute_entropy=True)
+    trainer._scored = None
+    assert torch.allclose(ours[scored], stock[scored], atol=1e-5)
+    assert torch.allclose(entropy[scored], stock_entropy[scored], atol=1e-5)
+    assert (ours[~scored] == 0).all()
+
+    inputs["advantages"] = torch.linspace(-1.0, 1.0, inputs["advantages"].numel())
+
+    def gradient(loss_of) -> torch.Tensor:
+        trainer.model.zero_grad()
+        loss_of(trainer.model, inputs).backward()
+        return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+    stock_gradient = gradient(lambda m, x: GRPOTrainer._compute_loss(trainer, m, x))
+    assert stock_gradient.abs().sum() > 0
+    assert torch.allclose(gradient(trainer._compute_loss), stock_gradient, atol=1e-6)
