@@ -160,6 +160,8 @@ def _load_unsplit(name_or_path: str | Path, root: str | Path | None) -> Dataset:
         return _rog_dataset(ROG_SETS[text.strip().lower()], folder)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
+        if not (path / "questions.jsonl").is_file() and _holds_rog_files(path):
+            return _rog_dataset(path.resolve().name, path)
         return _load_folder(path)
     if path.is_file():
         if path.suffix == ".parquet" or (path.suffix == ".jsonl" and _first_jsonl_is_rog(path)):
@@ -228,6 +230,12 @@ def _rog_dataset(name: str, path: Path) -> Dataset:
     from kgreasoner.data.rog import load_rog
 
     return Dataset(name=name, examples=load_rog(path), kb_path=None, kg_spec=f"subgraph:{path.resolve()}")
+
+
+def _holds_rog_files(folder: Path) -> bool:
+    """True for a folder with RoG's record files under it (a clone of the published dataset)."""
+    return any(p.is_file() and (p.suffix == ".parquet" or (p.suffix == ".jsonl" and _first_jsonl_is_rog(p)))
+               for p in folder.rglob("*"))
 
 
 def _first_jsonl_is_rog(path: Path) -> bool:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             examples = select_examples(dataset.examples, config.limit)
             out = args.out / dataset.name if len(datasets) > 1 else args.out
             info = RunInfo(dataset.name, args.split, dataset.split_scheme, dataset.seed,
-                           kg=args.kg or str(dataset.kb_path), llm=args.llm or "")
+                           kg=args.kg or dataset.kg_spec or str(dataset.kb_path), llm=args.llm or "")
             print(f"{dataset.name}: {len(examples)} {args.split} questions ({info.describe_split()}) -> {out}")
             summaries = run_evaluation(names, examples, MethodContext(kg, llm, config), out, info,
                                        progress=not args.no_progress)

@@ -67,6 +67,10 @@ def test_folder_names_the_split_of_each_file(tmp_path):
     assert load_dataset(FIXTURES / "rog-webqsp" / "test.jsonl").kg_spec.startswith("subgraph:")
     parquet = write_parquet(records(FIXTURES / "rog-webqsp" / "test.jsonl"), tmp_path / "test-0.parquet")
     assert [e.id for e in load_dataset(parquet)] == ["WebQTest-0"]
+    # A folder of RoG files (a clone of the published dataset) with no questions.jsonl is RoG's too.
+    published = load_dataset(tmp_path)
+    assert (published.name, published.kg_spec, [e.id for e in published]) == (
+        tmp_path.name, f"subgraph:{tmp_path.resolve()}", ["WebQTest-0"])
 
 
 def _bad_jsonl(tmp_path: Path, change) -> Path:

@@ -163,3 +163,17 @@ def test_gat_ranking_reads_context_from_the_questions_graph(kg):
         ("Justin Bieber", "people.person.sibling_s", "m.0gxnnwc"),
         ("m.0gxnnwc", "people.sibling_relationship.sibling", "Jaxon Bieber"),
     ]
+
+
+def test_eval_command_runs_on_a_rog_folder(tmp_path):
+    import json
+
+    from kgreasoner.cli import main
+
+    assert main(["eval", "--methods", "oracle", "--dataset", str(ROG_WEBQSP), "--split", "train",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["kg"] == f"subgraph:{ROG_WEBQSP.resolve()}"
+    rows = [json.loads(line) for line in (tmp_path / "oracle.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["trace"]) for r in rows] == [("WebQTrn-0", {"reason": "no gold path"}),
+                                                     ("WebQTrn-1", {"reason": "no gold path"})]
