@@ -224,14 +224,16 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
 
     def shaped(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
                completion_text: Sequence[str] | None = None, hops: Sequence[int] | None = None,
-               **kwargs: Any) -> list[float]:
+               tool_spans: Sequence[ToolSpans | None] | None = None, **kwargs: Any) -> list[float]:
         texts = completion_texts(completions, completion_text)
-        counts = [int(n) for n in num_searches] if num_searches is not None else [count_searches(t) for t in texts]
+        spans = list(tool_spans) if tool_spans is not None else [None] * len(texts)
+        counts = ([int(n) for n in num_searches] if num_searches is not None
+                  else [count_searches(t, s) for t, s in zip(texts, spans)])
         if form in ("hops", "correct_hops") and hops is not None:
             counts = [min(n, int(h)) if h else n for n, h in zip(counts, hops)]
         values = [min(SEARCH_STEP * n, SEARCH_CAP) for n in counts]
         if form in ("correct", "correct_hops"):
-            right = answer_reward(completions, completion_text=completion_text, **kwargs)
+            right = answer_reward(completions, completion_text=completion_text, tool_spans=tool_spans, **kwargs)
             values = [v if r > 0 else 0.0 for v, r in zip(values, right)]
         return values
 
@@ -249,10 +251,12 @@ def reward_functions(judge: Judge | None = None, search_form: str = "paper") -> 
         return answer_reward(completions, judge=judge, **kwargs)
 
     answer_reward_judged.__name__ = "answer_reward"
-    if search is not search_reward:
-        def search_judged(completions, **kwargs):
-            return search(completions, judge=judge, **kwargs)
+    if search is search_reward:
+        return [search, format_reward, answer_reward_judged]
+    shaped = search
 
-        search_judged.__name__ = "search_reward"
-        search = search_judged
-    return [search, format_reward, answer_reward_judged]
+    def search_judged(completions, **kwargs):
+        return shaped(completions, judge=judge, **kwargs)
+
+    search_judged.__name__ = "search_reward"
+    return [search_judged, format_reward, answer_reward_judged]

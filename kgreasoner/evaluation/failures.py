@@ -219,7 +219,7 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
     calls, finish, answers = trace["tool_calls"], trace["finish_reason"], trace["answers"]
     protocol_stop = finish in ("eos", "answer") or (finish == "error" and _orphan_search_close(trace["text"]))
     if not answers and (protocol_stop or (finish in LIMIT_REASONS and THINK_OPEN not in trace["text"])):
-        return "invalid_format", {"finish_reason": finish, "errors": check_format(trace["text"]).errors}
+        return "invalid_format", {"finish_reason": finish, "errors": check_format(trace["text"], trace.get("tool_spans")).errors}
     for index, call in enumerate(calls, 1):
         if call.get("error") == "unknown_entity":
             return "copy_failure", {"call": index, "query": call["query"]}

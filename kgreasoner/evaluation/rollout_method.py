@@ -44,7 +44,7 @@ class KGReasonerMethod(Method):
                      "prompt_tokens": len(trajectory.prompt_ids) + trajectory.num_tool_tokens,
                      "completion_tokens": trajectory.num_model_tokens}
             results.append(MethodResult(
-                answers=list(trajectory.resolved_answers), format_valid=check_format(trajectory.text).valid,
+                answers=list(trajectory.resolved_answers), format_valid=check_format(trajectory.text, trajectory.tool_spans).valid,
                 trace=sessions[trajectory.index].trace(trajectory), kg_queries=trajectory.num_tool_calls, usage=usage,
             ))
         return results

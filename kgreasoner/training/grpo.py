@@ -230,7 +230,8 @@ class KGRollout:
 
         n = max(len(trajectories), 1)
         correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
-                                resolved_answers=[t.resolved_answers for t in trajectories])
+                                resolved_answers=[t.resolved_answers for t in trajectories],
+                                tool_spans=[t.tool_spans for t in trajectories])
         by_hops: dict[int, list[tuple[int, float]]] = defaultdict(list)
         for trajectory, example, right in zip(trajectories, examples, correct):
             by_hops[hop_count(example)].append((trajectory.num_searches, right))
@@ -244,7 +245,7 @@ class KGRollout:
         self.stats.add("rollout/backtracks", sum(t.num_backtracks for t in trajectories) / n)
         self.stats.add("rollout/model_tokens", model_tokens / n)
         self.stats.add("rollout/tool_token_share", (all_tokens - model_tokens) / max(all_tokens, 1))
-        self.stats.add("rollout/format_valid", sum(check_format(t.text).valid for t in trajectories) / n)
+        self.stats.add("rollout/format_valid", sum(check_format(t.text, t.tool_spans).valid for t in trajectories) / n)
         self.stats.add("rollout/answered", sum(t.finish_reason == "answer" for t in trajectories) / n)
         self.stats.add("time/generation_s", elapsed - tool_seconds)
         self.stats.add("time/tool_s", tool_seconds)
@@ -353,7 +354,8 @@ class DevEval(TrainerCallback):
         trajectories = engine.run(list(self.examples), sessions, SamplingParams(temperature=0.0))
         model.train(was_training)
         right = answer_reward([t.text for t in trajectories], answers=[e.answers for e in self.examples],
-                              resolved_answers=[t.resolved_answers for t in trajectories])
+                              resolved_answers=[t.resolved_answers for t in trajectories],
+                              tool_spans=[t.tool_spans for t in trajectories])
         logs = {"dev/hits1": sum(right) / len(right),
                 "dev/searches": sum(t.num_searches for t in trajectories) / len(trajectories)}
         for hops in sorted({hop_count(e) for e in self.examples}):
