@@ -144,7 +144,7 @@ class _Guard:
                 return
             if body is None:
                 response = error_response(413, f"request body is larger than this server's limit of {self.limit} bytes",
-                                          "request_too_large")
+                                          "request_too_large", "body")
                 response.headers["Connection"] = "close"
                 await response(scope, receive, record_send)
                 return
@@ -206,6 +206,8 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        if err.status_code == 400:  # FastAPI could not parse the body (e.g. JSON nested past Python's recursion limit)
+            return error_response(400, f"body: could not be parsed as JSON ({err.detail})", param="body")
         messages = {404: f"no such endpoint: {request.method} {request.url.path}",
                     405: f"method {request.method} is not allowed on {request.url.path}"}
         return error_response(err.status_code, messages.get(err.status_code, str(err.detail)), "invalid_request_error")
@@ -253,13 +255,19 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
         asked = body.max_completion_tokens or body.max_tokens
         options = AnswerOptions(max_turns=body.max_turns, max_new_tokens=None if asked is None else min(asked, cap),
                                 temperature=body.temperature, top_p=body.top_p, seed=body.seed)
+        content = f"messages[{len(body.messages) - 1}].content"
         if body.topic_entities is not None:
             question = last.content
             topics: Any = [t if isinstance(t, str) else t.model_dump(exclude_none=True) for t in body.topic_entities]
         else:
-            question, topics = await run_in_threadpool(_split_user_turn, service, last.content,
-                                                       f"messages[{len(body.messages) - 1}].content")
-        prepared = await run_in_threadpool(service.prepare, question, topics, options)
+            question, topics = await run_in_threadpool(_split_user_turn, service, last.content, content)
+        try:
+            prepared = await run_in_threadpool(service.prepare, question, topics, options)
+        except RequestError as err:  # name the chat body's own field, not the /v1/answer one
+            param = content if err.param == "question" else (err.param or "").removeprefix("options.") or None
+            if param == err.param:
+                raise
+            raise RequestError(param, str(err).removeprefix(f"{err.param}: "), err.status, err.kind) from err
         record = await _run(service, metrics, prepared)
         usage = record["usage"]
         prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
