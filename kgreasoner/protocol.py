@@ -12,7 +12,10 @@ A trajectory (what the model writes, with the tool's blocks inserted)::
     <answer>Mountain Time Zone</answer>
 
 - `build_prompt` writes the paper's prompt (its Appendix C) with the question and topic entities;
-  the prompt ends where the assistant starts, so the model's first word is `<think>`.
+  the prompt ends where the assistant starts, so the model's first word is `<think>`. Some chat
+  templates (Qwen3-2507 Thinking) open the think block in the prompt itself (`...assistant\n<think>\n`);
+  `opened_think` returns that tail, and the rollout engine puts it before the completion's text,
+  so what the format check and the parser read is still a whole trajectory.
 - `format_tool_block` wraps the tool's text; `parse_trajectory` reads searches, tool blocks,
   answers and thoughts back; `check_format` is the strict checker behind the format reward.
 """
@@ -96,6 +99,18 @@ def build_prompt(question: str, topic_entities: Sequence[Any], tokenizer: Any = 
         ]
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return PROMPT_TEMPLATE.format(question=question, topics=topics)
+
+
+def opened_think(prompt: str) -> str:
+    """The tail of `prompt` from a final `<think>` on (`"<think>\\n"`), when the prompt itself opened the
+    think block (chat templates of thinking-only models do); else "".
+
+    The model's completion then starts inside the think block, and reads as a trajectory only with
+    this tail before it. A prompt whose think block is already closed (Qwen3 with
+    `enable_thinking=False` ends in `<think>\\n\\n</think>\\n\\n`) opened nothing.
+    """
+    body = prompt.rstrip()
+    return prompt[len(body) - len(THINK_OPEN):] if body.endswith(THINK_OPEN) else ""
 
 
 def format_tool_block(text: str) -> str:

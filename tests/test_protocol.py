@@ -185,3 +185,16 @@ def test_parser_agrees_with_the_regex_reading_on_random_tag_soup():
                        if len(text) > 1 else [])
         parse_trajectory(text, spans)  # any spans, even overlapping or cutting tags: no exception
         check_format(text, spans)
+
+
+def test_opened_think_is_the_prompts_tail_from_a_final_think_tag():
+    from kgreasoner.protocol import opened_think
+
+    assert opened_think("<|im_start|>assistant\n<think>\n") == "<think>\n"
+    assert opened_think("... Assistant: <think>") == "<think>"
+    # Qwen3 with enable_thinking=False closes the block it opens: the model opens nothing
+    assert opened_think("<|im_start|>assistant\n<think>\n\n</think>\n\n") == ""
+    assert opened_think("<|im_start|>assistant\n") == ""
+    completion = "I need it. <search>Utah</search>\n<triples>\n(Utah, r, X)\n</triples>\n</think>\n<answer>X</answer>"
+    assert not check_format(completion).valid
+    assert check_format(opened_think("assistant\n<think>\n") + completion).valid

@@ -43,8 +43,8 @@ import time
 from typing import Any, Callable, Sequence
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS, TRIPLES_CLOSE, build_prompt, format_tool_block,
-    last_open_search, parse_trajectory, topic_names,
+    ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS, THINK_OPEN, TRIPLES_CLOSE, build_prompt,
+    format_tool_block, last_open_search, opened_think, parse_trajectory, topic_names,
 )
 from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, quoted_lines, turn_regex
 from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
@@ -252,6 +252,11 @@ class RolloutEngine:
             text, spans = row.text, list(row.tool_ranges)
         else:
             text, spans = self._text_and_spans(row)
+        # A prompt that opened the think block (thinking-only chat templates) wrote the trajectory's
+        # first tag: the text starts with it, so the parser and the format check read a whole trajectory.
+        lead = self._opened_think(row)
+        if lead:
+            text, spans = lead + text, [(start + len(lead), end + len(lead)) for start, end in spans]
         parsed = parse_trajectory(text, spans)
         resolved = list(parsed.answers)
         if parsed.answer_text is not None and row.session is not None and hasattr(row.session, "resolve_answer"):
@@ -265,6 +270,12 @@ class RolloutEngine:
             finish_reason=row.finish_reason, error=row.error, answers=parsed.answers,
             resolved_answers=resolved, tool_spans=spans,
         )
+
+    def _opened_think(self, row: RowState) -> str:
+        if row.prompt_text:
+            return opened_think(row.prompt_text)
+        # a prompt given as ids: its last few tokens hold the tag if it is there
+        return opened_think(self.decode(row.prompt_ids[-len(THINK_OPEN) - 4:]))
 
     def _text_and_spans(self, row: RowState) -> tuple[str, list[tuple[int, int]]]:
         """The completion decoded piece by piece (model text, tool block, ...), so each tool block's

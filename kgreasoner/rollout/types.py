@@ -116,7 +116,9 @@ class Trajectory:
     env_mask: list[int]
     logprobs: list[float]
     text: str
-    """The completion as text: the model's tokens and the tool blocks, without a final EOS token."""
+    """The completion as text: the model's tokens and the tool blocks, without a final EOS token.
+    When the prompt itself ended by opening the think block (`protocol.opened_think`), the text
+    starts with that tag (`<think>\\n`), which is not among `completion_ids`; `tool_spans` index this text."""
     tool_calls: list[ToolCall]
     finish_reason: str
     error: str | None = None

@@ -19,9 +19,10 @@ def test_mask_covers_exactly_the_model_written_spans(tiny_checkpoint, records, u
     assert mask[:prompt_len] == [0] * prompt_len
     trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
     masked_completion = tokenizer.decode([i for i, m in zip(ids[prompt_len:], mask[prompt_len:]) if not m])
-    assert trained == record.segments[0].text + record.segments[2].text
+    assert trained == record.segments[0].text + record.segments[2].text + "<|im_end|>"
     assert masked_completion == utah_triples
-    assert tokenizer.decode(ids) == prompt + record.completion
+    assert tokenizer.decode(ids) == prompt + record.completion + "<|im_end|>"
+    assert ids[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") and mask[-1] == 1
 
 
 def test_round_trip_and_bad_lines(tmp_path, records):
