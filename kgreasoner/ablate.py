@@ -182,7 +182,8 @@ class Run:
         """The summary.json of the run's final checkpoint and the method whose row counts."""
         if isinstance(self.demo, PipelineRun):
             return Path(self.demo.paths["eval"]) / self.demo.method / "summary.json", self.demo.method
-        return Path(self.demo.paths["eval"]) / "grpo" / "summary.json", "kgreasoner"
+        final = "grpo" if self.demo.config.rl else self.demo.first_eval
+        return Path(self.demo.paths["eval"]) / final / "summary.json", "kgreasoner"
 
 
 def variant_settings(config: AblationConfig, base: str | None, name: str, seed: int) -> DemoConfig:

@@ -122,6 +122,10 @@ class DemoConfig:
     warmup_examples: int | None = field(default=300, metadata={
         "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper used "
                 "about 500); None: SFT on a trajectory for every training question"})
+    rl: bool = field(default=True, metadata={
+        "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
+                "warmup_examples null and sft.set.max_steps sized to the RL run's training time, imitation of every "
+                "gold trajectory against RL on the same CPU budget)"})
     sft_warmup: bool = field(default=True, metadata={
         "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
                 "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"})
@@ -129,6 +133,8 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.split_scheme not in ("random", "grouped"):
             raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
+        if not self.rl and not self.sft_warmup:
+            raise ValueError("rl: false evaluates the SFT model: sft_warmup must stay true")
         if self.warmup_examples is not None and self.warmup_examples < 1:
             raise ValueError(f"warmup_examples must be >= 1 or null, got {self.warmup_examples}")
         if self.eval_questions is not None and self.eval_questions < 1:
@@ -302,11 +308,13 @@ class Demo:
             Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *_recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
             Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *_recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
             Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *_recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
-            Stage("eval", "evaluation", [self.eval_command("kgreasoner,oracle", self.sft_final, self.first_eval),
-                                         self.eval_command("kgreasoner", self.grpo_final, "grpo")], self.run_eval),
-            Stage("report", "report", [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")], self.run_report),
+            Stage("eval", "evaluation", [self.eval_command("kgreasoner,oracle", self.sft_final, self.first_eval)]
+                  + ([self.eval_command("kgreasoner", self.grpo_final, "grpo")] if self.config.rl else []), self.run_eval),
+            Stage("report", "report", [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")]
+                  if self.config.rl else [], self.run_report),
         ]
-        return [s for s in stages if s.name != "sft" or self.config.sft_warmup]
+        skipped = ({"sft"} if not self.config.sft_warmup else set()) | ({"hard", "grpo"} if not self.config.rl else set())
+        return [s for s in stages if s.name not in skipped]
 
     def eval_command(self, methods: str, model: str, label: str) -> str:
         """`kgreasoner eval` of `methods` with checkpoint `model` on the test split into eval/<label>."""
@@ -407,11 +415,15 @@ class Demo:
     def run_eval(self) -> dict[str, Any]:
         results = {}
         first = self.first_eval
-        for label, model, methods in ((first, self.sft_final, ["kgreasoner", "oracle"]), ("grpo", self.grpo_final, ["kgreasoner"])):
+        runs = [(first, self.sft_final, ["kgreasoner", "oracle"])]
+        if self.config.rl:
+            runs.append(("grpo", self.grpo_final, ["kgreasoner"]))
+        for label, model, methods in runs:
             summaries = self._evaluate(model, methods, Path(self.paths["eval"]) / label)
             results[label] = {m: round(s["hits1"], 4) for m, s in summaries.items()}
-        return {"hits1": results, "line": f"Hits@1 {'SFT' if first == 'sft' else 'base model'} {results[first]['kgreasoner']:.3f}, "
-                                          f"GRPO {results['grpo']['kgreasoner']:.3f}, oracle {results[first]['oracle']:.3f}"}
+        grpo = f", GRPO {results['grpo']['kgreasoner']:.3f}" if "grpo" in results else ""
+        return {"hits1": results, "line": f"Hits@1 {'SFT' if first == 'sft' else 'base model'} {results[first]['kgreasoner']:.3f}"
+                                          f"{grpo}, oracle {results[first]['oracle']:.3f}"}
 
     def _evaluate(self, model: str, methods: list[str], out: Path) -> dict[str, dict[str, Any]]:
         from kgreasoner.data import load_dataset, open_dataset_kg

@@ -22,6 +22,7 @@ SFT_METHOD = "kgreasoner (warm-up SFT)"
 GRPO_METHOD = "kgreasoner (warm-up + GRPO)"
 BASE_METHOD = "kgreasoner (base, no warm-up)"
 NO_WARMUP_GRPO_METHOD = "kgreasoner (base + GRPO)"
+SFT_ONLY_METHOD = "kgreasoner (SFT only)"
 
 
 def plot_sft_loss(history: list[dict[str, Any]], output: Path) -> Path:
@@ -62,7 +63,10 @@ def _methods(demo: "Demo") -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     def load(label: str) -> dict[str, Any]:
         return json.loads((Path(demo.paths["eval"]) / label / "summary.json").read_text(encoding="utf-8"))
 
-    first, grpo = load(demo.first_eval), load("grpo")
+    first = load(demo.first_eval)
+    if not demo.config.rl:
+        return {SFT_ONLY_METHOD: first["methods"]["kgreasoner"], "oracle": first["methods"]["oracle"]}, first
+    grpo = load("grpo")
     labels = (SFT_METHOD, GRPO_METHOD) if demo.config.sft_warmup else (BASE_METHOD, NO_WARMUP_GRPO_METHOD)
     return {labels[0]: first["methods"]["kgreasoner"], labels[1]: grpo["methods"]["kgreasoner"],
             "oracle": first["methods"]["oracle"]}, first
@@ -91,8 +95,9 @@ def write_report(demo: "Demo") -> Path:
     if demo.config.sft_warmup:
         plot_sft_loss(sft_log_history(demo.paths["sft"]), out / "sft_loss.png")
         figures.append(("SFT warm-up loss", "sft_loss.png"))
-    plot_runs([demo.paths["grpo"]], out / "grpo_curves.png")
-    figures.append(("GRPO: reward, response length, retrievals", "grpo_curves.png"))
+    if demo.config.rl:
+        plot_runs([demo.paths["grpo"]], out / "grpo_curves.png")
+        figures.append(("GRPO: what it learned, step by step", "grpo_curves.png"))
     histogram = Path(demo.hard_file).with_suffix(".png")
     if histogram.exists():
         shutil.copyfile(histogram, out / "hard_cases.png")
@@ -115,7 +120,7 @@ def write_report(demo: "Demo") -> Path:
         "training questions, episode 2 on the hard cases), evaluation. The warm-up teaches the format and the "
         "search habit; RL is measured by its gain over its own warm-up. Every stage's command is listed below.",
         "",
-        *_gain_lines(methods),
+        *(_gain_lines(methods) if demo.config.rl else []),
         f"- Data: {_data_line(demo)}.",
         f"- KG: {kg.get('triples', 0):,} triples, {kg.get('nodes', 0):,} nodes, {kg.get('relations', 0)} relation types "
         "(embedded memory store).",
@@ -145,7 +150,9 @@ def write_report(demo: "Demo") -> Path:
               "checkpoint).", "", "Commands (each stage from the shell, in order):", "", "```"]
     for name in stages_in_order(stages):
         lines += stages[name]["commands"]
-    lines += [f"kgreasoner plot {demo.paths['grpo']} --out {demo.paths['report']}/grpo_curves.png", "```", ""]
+    if demo.config.rl:
+        lines.append(f"kgreasoner plot {demo.paths['grpo']} --out {demo.paths['report']}/grpo_curves.png")
+    lines += ["```", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
     results = {"dataset": demo.source, "split": info.describe_split(), "methods": methods,
