@@ -7,6 +7,8 @@ slices. A name index maps labels (exact, and normalised on first use) to node id
 from __future__ import annotations
 
 import csv
+import io
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -16,11 +18,11 @@ import pandas as pd
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
-from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
+from kgreasoner.kg.rdf import RDFS_LABEL, id_to_term, iter_ntriples_as_ids
 
 
 class MemoryKG(KnowledgeGraph):
-    """An in-memory graph built from (subject, relation, object) id triples.
+    """An in-memory graph built from (subject, relation, object) id triples (a repeated one counts once).
 
     Args:
         triples: the edges, as three equal-length sequences of strings or an iterable of tuples.
@@ -46,13 +48,17 @@ class MemoryKG(KnowledgeGraph):
         src = codes[:n].astype(np.int64)
         dst = codes[n:].astype(np.int64)
         rel_codes = rel_codes.astype(np.int32)
+        # A triple is a fact: a line repeated in the file is one edge, as in an RDF store.
+        unique = ~pd.DataFrame({"s": src, "r": rel_codes, "o": dst}).duplicated().to_numpy()
+        src, dst, rel_codes = src[unique], dst[unique], rel_codes[unique]
 
         self._nodes: list[str] = list(nodes)
         self._rels: list[str] = list(rels)
         self._node_index = {node: i for i, node in enumerate(self._nodes)}
         self._rel_index = {rel: i for i, rel in enumerate(self._rels)}
         num_nodes = len(self._nodes)
-        self.num_triples = n
+        self.num_triples = len(src)
+        """Distinct triples."""
 
         self._out = _csr(src, dst, rel_codes, num_nodes)
         self._in = _csr(dst, src, rel_codes, num_nodes)
@@ -240,14 +246,44 @@ def _csr(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_nodes: int):
     return indptr, dst[order], rel[order]
 
 
+_UTF8_BOM = b"\xef\xbb\xbf"
+# A space (or vertical tab / form feed) at a field's edge: `Utah ` would be a second node beside `Utah`.
+_PADDED_FIELD = re.compile(rb"(?:^|\t)[ \x0b\x0c]|[ \x0b\x0c](?:\t|\r?$)", re.MULTILINE)
+
+
+def read_utf8(path: Path) -> bytes:
+    """The file's bytes without a UTF-8 byte-order mark; bytes that are not UTF-8 raise a ValueError
+    naming file, line and column."""
+    data = path.read_bytes()
+    if data.startswith(_UTF8_BOM):
+        data = data[len(_UTF8_BOM):]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x} at column {column})") from None
+    return data
+
+
 def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Read a 3-column TSV; a malformed line raises a ValueError naming file and line."""
+    """Read a 3-column TSV; a malformed line raises a ValueError naming file and line.
+
+    Malformed: not UTF-8, not exactly three non-empty tab-separated fields, a field with
+    spaces at its edge, or a literal (`"..."`) that is not valid N-Triples. An empty file is
+    an error too: a KB with no triples is a mistake, not a graph.
+    """
+    data = read_utf8(path)
+    padded = _PADDED_FIELD.search(data)
+    if padded is not None:
+        line = data.count(b"\n", 0, padded.start()) + 1
+        raise ValueError(f"{path}:{line}: a field starts or ends with a space, which would make it a different id; "
+                         "remove the space")
     try:
         frame = pd.read_csv(
-            path,
+            io.BytesIO(data),
             sep="\t",
             header=None,
-            names=["s", "r", "o"],
             dtype=str,
             quoting=csv.QUOTE_NONE,
             keep_default_na=False,
@@ -257,39 +293,58 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             skip_blank_lines=True,
         )
     except pd.errors.EmptyDataError:
-        return (np.array([], dtype=object),) * 3  # type: ignore[return-value]
+        raise ValueError(f"{path}: no triples (the file is empty); expected 'subject<TAB>relation<TAB>object' lines") from None
     except pd.errors.ParserError as err:
-        raise ValueError(f"{path}: malformed triples file ({err}); expected 'subject<TAB>relation<TAB>object'") from err
-    bad = (frame["s"] == "") | (frame["r"] == "") | (frame["o"] == "")
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
-        line = _physical_line(path, row)
-        raise ValueError(f"{path}:{line}: expected 3 tab-separated non-empty fields (subject, relation, object)")
-    return frame["s"].to_numpy(object), frame["r"].to_numpy(object), frame["o"].to_numpy(object)
+        raise _bad_line(path, data) from err
+    # Columns come from the first line: a frame that is not 3 wide, or has an empty cell, has a bad line.
+    if frame.shape[1] != 3 or (frame == "").to_numpy().any():
+        raise _bad_line(path, data)
+    subjects, relations, objects = (frame[c].to_numpy(object) for c in frame.columns)
+    _check_literals(path, data, subjects, objects)
+    return subjects, relations, objects
 
 
-def _physical_line(path: Path, row: int) -> int:
-    """1-based line number of the `row`-th non-blank line."""
-    seen = -1
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            if text.strip():
-                seen += 1
-                if seen == row:
-                    return number
-    return row + 1
+def _bad_line(path: Path, data: bytes) -> ValueError:
+    """The error for the first line that is not three non-empty tab-separated fields."""
+    for number, line in enumerate(data.decode("utf-8").split("\n"), start=1):
+        line = line.removesuffix("\r")
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != 3 or not all(fields):
+            return ValueError(f"{path}:{number}: expected 3 tab-separated non-empty fields (subject, relation, "
+                              f"object), got {len(fields)} field(s){'' if all(fields) else ', some empty'}")
+    return ValueError(f"{path}: malformed triples file; expected 'subject<TAB>relation<TAB>object' lines")
+
+
+def _check_literals(path: Path, data: bytes, subjects: np.ndarray, objects: np.ndarray) -> None:
+    """Every literal id must parse as N-Triples, as `kg load` requires (each distinct one is parsed once)."""
+    for node in pd.unique(np.concatenate([subjects, objects])):
+        if is_literal_id(node):
+            try:
+                id_to_term(node)
+            except (SyntaxError, ValueError) as err:
+                line = _line_of(data, node)
+                raise ValueError(f"{path}:{line}: {node!r} is not a valid N-Triples literal ({err})") from None
+
+
+def _line_of(data: bytes, field: str) -> int:
+    """1-based number of the first line holding `field` as a whole tab-separated field."""
+    for number, line in enumerate(data.decode("utf-8").split("\n"), start=1):
+        if field in line.removesuffix("\r").split("\t"):
+            return number
+    return 0
 
 
 def read_names(path: Path) -> dict[str, str]:
     """Read `id \\t label` lines; a malformed line raises a ValueError naming file and line."""
     names: dict[str, str] = {}
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
-            text = text.rstrip("\n")
-            if not text:
-                continue
-            parts = text.split("\t")
-            if len(parts) != 2 or not parts[0] or not parts[1]:
-                raise ValueError(f"{path}:{number}: expected 'id<TAB>label'")
-            names[parts[0]] = parts[1]
+    for number, text in enumerate(read_utf8(path).decode("utf-8").split("\n"), start=1):
+        text = text.removesuffix("\r")
+        if not text:
+            continue
+        parts = text.split("\t")
+        if len(parts) != 2 or not parts[0] or not parts[1]:
+            raise ValueError(f"{path}:{number}: expected 'id<TAB>label'")
+        names[parts[0]] = parts[1]
     return names

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
+from kgreasoner.cli import main
 from kgreasoner.kg.base import Edge, execute_path
+from kgreasoner.kg.commands import graph_stats
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.kg.oxigraph_store import OxigraphKG
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +133,74 @@ def test_bad_names_line_names_file_and_line(tmp_path):
 def test_negative_limit_is_refused_like_the_other_backends(kg):
     with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -2"):
         kg.neighbors("e.utah", limit=-2)
+
+
+@pytest.mark.parametrize("text, line, detail", [
+    ("a\tr\tb\tx\nc\tr\td\ty\n", 1, "got 4 field(s)"),  # pandas would take column 1 as an index
+    ("a\tr\tb\tx\nc\tr\td\n", 1, "got 4 field(s)"),
+    ("a\tr\tb\n\nc\tr\td\tx\n", 3, "got 4 field(s)"),
+    ("a\tr\tb\nc\t\td\n", 2, "got 3 field(s), some empty"),
+])
+def test_a_line_without_exactly_three_fields_is_named(tmp_path, text, line, detail):
+    path = tmp_path / "kb.tsv"
+    path.write_text(text, encoding="utf-8")
+    message = f"{path}:{line}: expected 3 tab-separated non-empty fields (subject, relation, object), {detail}"
+    with pytest.raises(ValueError) as err:
+        MemoryKG.from_file(path)
+    assert str(err.value) == message
+
+
+@pytest.mark.parametrize("text, line", [("Utah \tr\tb\n", 1), ("a\tr\tb\nc\tr\t Utah\n", 2), ("a\tr \tb\n", 1),
+                                        ("a\tr\tb\nc\tr\td  \r\n", 2)])
+def test_spaces_at_a_field_edge_are_refused(tmp_path, text, line):
+    path = tmp_path / "kb.tsv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        MemoryKG.from_file(path)
+    assert str(err.value) == (f"{path}:{line}: a field starts or ends with a space, which would make it a different "
+                              "id; remove the space")
+
+
+def test_empty_kb_and_bytes_that_are_not_utf8_are_named(tmp_path):
+    path = tmp_path / "kb.tsv"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=rf"^{path}: no triples \(the file is empty\)"):
+        MemoryKG.from_file(path)
+    path.write_bytes(b"a\tr\tb\nc\tr\tUt\xe9h\n")
+    with pytest.raises(ValueError, match=rf"^{path}:2: not UTF-8 \(byte 0xe9 at column 7\)$"):
+        MemoryKG.from_file(path)
+    path.write_bytes(b"a\tr\tb\n")
+    (tmp_path / "names.tsv").write_bytes(b"a\tA\nb\t\xff\n")
+    with pytest.raises(ValueError, match=rf"^{tmp_path / 'names.tsv'}:2: not UTF-8 \(byte 0xff at column 3\)$"):
+        MemoryKG.from_file(path)
+
+
+def test_a_utf8_bom_is_not_part_of_the_first_id(tmp_path):
+    (tmp_path / "kb.tsv").write_bytes("\ufeffe.utah\tcapital\te.slc\n".encode("utf-8"))
+    (tmp_path / "names.tsv").write_bytes("\ufeffe.utah\tUtah\ne.slc\tSalt Lake City\n".encode("utf-8"))
+    kg = MemoryKG.from_file(tmp_path / "kb.tsv")
+    assert kg.entities == ["e.utah", "e.slc"]
+    assert kg.label("e.utah") == "Utah" and not kg.is_unnamed("e.utah") and kg.resolve("Utah") == ["e.utah"]
+
+
+def test_malformed_literals_are_refused_as_kg_load_refuses_them(tmp_path):
+    path = tmp_path / "kb.tsv"
+    for literal in ['"unterminated', '"x"^^<not an iri>', '"x"@', '"a"b"']:
+        path.write_text(f'a\tr\t"ok"\nb\tr\t{literal}\n', encoding="utf-8")
+        with pytest.raises(ValueError, match=rf"^{path}:2: {re.escape(repr(literal))} is not a valid N-Triples literal \("):
+            MemoryKG.from_file(path)
+        with pytest.raises(ValueError, match=rf"^{path}:2: {re.escape(repr(literal))} is not a valid N-Triples literal \("):
+            OxigraphKG.build(path, tmp_path / "store")
+
+
+def test_a_repeated_line_is_one_triple_in_every_backend(tmp_path, capsys):
+    path = tmp_path / "kb.tsv"
+    path.write_text("a\tr\tb\na\tr\tc\na\tr\tb\n", encoding="utf-8")
+    kg = MemoryKG.from_file(path)
+    assert kg.num_triples == 2 and [e.object for e in kg.neighbors("a")] == ["b", "c"] and kg.degree("b") == 1
+    assert main(["kg", "load", str(path), "--store", str(tmp_path / "store")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].startswith(
+        f"kg load: 2 triples (1 repeated lines counted once) into {tmp_path / 'store'} in ")
+    store = OxigraphKG(tmp_path / "store")
+    assert graph_stats(store)["triples"] == 2 == graph_stats(kg)["triples"] and len(store.neighbors("a")) == 2
+    store.close()

@@ -78,10 +78,12 @@ def test_bad_input_errors_name_the_source(tmp_path):
     with pytest.raises(FileNotFoundError, match="no oxigraph store at"):
         OxigraphKG(tmp_path / "missing")
     (tmp_path / "kb.tsv").write_text('a\tr\t"unterminated\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"{tmp_path / 'kb.tsv'}: cannot store node '\"unterminated'"):
+    with pytest.raises(ValueError, match=rf"^{tmp_path / 'kb.tsv'}:1: '\"unterminated' is not a valid N-Triples literal"):
         OxigraphKG.build(tmp_path / "kb.tsv", tmp_path / "s")
+    assert not (tmp_path / "s").exists()  # refused before any store was made
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="dataset folder has no kb.tsv"):
-        OxigraphKG.build(tmp_path / "s", tmp_path / "t")
+        OxigraphKG.build(tmp_path / "empty", tmp_path / "t")
 
 
 def test_hostile_ids_find_nothing(kg):
