@@ -19,11 +19,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.data.datasets import load_dataset, open_dataset_kg
+from kgreasoner.data.datasets import KB_FILES, Dataset, load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import PathSearch, add_gold_paths
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS
 from kgreasoner.data.schema import write_jsonl
 from kgreasoner.data.splits import SCHEMES, assign_splits
+from kgreasoner.kg.base import INVERSE_PREFIX
 
 PATHQUESTION_PREFIX = "pathquestion:"
 SUMMARY_FILE = "prepare.json"
@@ -52,15 +53,22 @@ def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", s
     if dataset.kb_path is None:
         raise ValueError(f"{source!r} has no KB file: the data stage needs a dataset folder with kb.tsv "
                          "(or kb.nt) or a PathQuestion set")
+    out = Path(out_dir)
+    if (out / dataset.kb_path.name).exists() and (out / dataset.kb_path.name).samefile(dataset.kb_path):
+        raise ValueError(f"--out {out} is the source dataset's own folder; write the prepared dataset to another one")
     kg = open_dataset_kg(dataset)
+    _check_gold_relations(dataset, set(kg.relation_types))
     examples, paths = add_gold_paths(dataset.examples, kg, search)
     kg.close()
     split_scheme, split_seed = dataset.split_scheme, dataset.seed
     if paths.derived and split_scheme != "given":
         examples = assign_splits([e.with_split("") for e in examples], scheme, seed)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     kb_name = "kb.nt" if dataset.kb_path.suffix == ".nt" else "kb.tsv"
+    # Files an earlier run wrote from another source would be read with this one's: remove them.
+    stale = [name for name in KB_FILES if name != kb_name] + ([] if dataset.names_path is not None else ["names.tsv"])
+    for name in stale:
+        (out / name).unlink(missing_ok=True)
     shutil.copyfile(dataset.kb_path, out / kb_name)
     if dataset.names_path is not None:
         shutil.copyfile(dataset.names_path, out / "names.tsv")
@@ -74,6 +82,16 @@ def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", s
     }
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
+
+
+def _check_gold_relations(dataset: Dataset, relations: set[str]) -> None:
+    """A gold path must walk relations of the KB: one that does not would train and score a path no search can follow."""
+    for example in dataset.examples:
+        for path in example.gold_paths:
+            for relation in path:
+                if relation.removeprefix(INVERSE_PREFIX) not in relations:
+                    raise ValueError(f"dataset {dataset.name!r}: example {example.id}: gold path {list(path)} uses "
+                                     f"relation {relation!r}, which {dataset.kb_path} does not have")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -107,8 +107,11 @@ class QAExample:
         hops = data.get("hops")
         if hops is None:
             hops = min((len(p) for p in paths), default=0)
-        if not isinstance(hops, int):
+        if isinstance(hops, bool) or not isinstance(hops, int):
             raise SchemaError(f"field 'hops' has type {type(hops).__name__}")
+        split = data.get("split")
+        if split is not None and not isinstance(split, str):  # `0` or `false` must not read as "no split"
+            raise SchemaError(f"field 'split' must be a string (train, dev or test), got {json.dumps(split)}")
         known = {"id", "question", "topic_entities", "answers", "gold_paths", "hops", "source", "split"}
         return cls(
             id=str(data["id"]),
@@ -118,7 +121,7 @@ class QAExample:
             gold_paths=tuple(tuple(p) for p in paths),
             hops=hops,
             source=str(data.get("source", "")),
-            split=str(data.get("split", "") or ""),
+            split=split or "",
             extra=_extra(data, known),
         )
 
@@ -153,21 +156,47 @@ def _answer(value: Any, index: int) -> Answer:
 
 
 def read_jsonl(path: str | Path) -> list[QAExample]:
-    """Read QA examples; a bad line raises SchemaError naming the file and line."""
-    return list(iter_jsonl(path))
+    """Read QA examples; a bad line, a repeated id or an empty file raises SchemaError naming the file (and line)."""
+    examples: list[QAExample] = []
+    first_line: dict[str, str] = {}
+    for where, data in iter_json_lines(path):
+        try:
+            example = QAExample.from_dict(data)
+        except SchemaError as err:
+            raise SchemaError(f"{where}: {err}") from err
+        if example.id in first_line:
+            raise SchemaError(f"{where}: duplicate id {example.id!r} (first at {first_line[example.id]})")
+        first_line[example.id] = where
+        examples.append(example)
+    if not examples:
+        raise SchemaError(f"{path}: no examples (the file is empty)")
+    return examples
 
 
 def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
-    """`(where, value)` per non-blank line of a JSONL file; `where` is `path:line` for error messages."""
+    """`(where, value)` per non-blank line of a JSONL file; `where` is `path:line` for error messages.
+
+    A UTF-8 byte-order mark is skipped; bytes that are not UTF-8, invalid JSON and JSON nested
+    past Python's recursion limit raise SchemaError naming the line.
+    """
     path = Path(path)
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise SchemaError(f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
             if not line.strip():
                 continue
             try:
-                yield f"{path}:{number}", json.loads(line)
+                value = json.loads(line)
             except json.JSONDecodeError as err:
                 raise SchemaError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+            except RecursionError:
+                raise SchemaError(f"{path}:{number}: JSON nested too deeply") from None
+            yield f"{path}:{number}", value
 
 
 def iter_jsonl(path: str | Path) -> Iterator[QAExample]:

@@ -1,5 +1,6 @@
 """QA schema errors name file, line and field; answers normalise the same way everywhere."""
 
+import dataclasses
 import json
 
 import pytest
@@ -27,7 +28,7 @@ def test_round_trip_keeps_every_field_and_extra(tmp_path):
     assert QAExample.from_dict(example.to_dict()) == example
     assert QAExample.from_dict(example.to_dict()).extra == example.extra
     path = tmp_path / "q.jsonl"
-    assert write_jsonl([example, example.with_split("train")], path) == 2
+    assert write_jsonl([example, dataclasses.replace(example, id="q2", split="train")], path) == 2
     back = read_jsonl(path)
     assert [e.split for e in back] == ["test", "train"]
     assert back[0] == example and back[0].extra == example.extra
@@ -91,3 +92,39 @@ def test_normalize_answer_exact_outputs_and_distinctions():
     assert normalize_answer("Hard_Times_(live)") == "hard times live"
     assert normalize_answer("Hard_Times_(live)") != normalize_answer("Hard_Times")
     assert normalize_answer("Theatre") == "theatre"  # 'the' only as a whole word
+
+
+def test_a_repeated_id_names_both_lines(tmp_path):
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps(GOOD), json.dumps({**GOOD, "id": "q2"}), "",
+                                              json.dumps({**GOOD, "question": "again?"})])
+    with pytest.raises(SchemaError) as err:
+        read_jsonl(path)
+    assert str(err.value) == f"{path}:4: duplicate id 'q1' (first at {path}:1)"
+
+
+@pytest.mark.parametrize("split, shown", [(0, "0"), (False, "false"), (1, "1"), (["test"], '["test"]')])
+def test_a_split_that_is_not_a_string_is_refused(tmp_path, split, shown):
+    path = write_lines(tmp_path / "q.jsonl", [json.dumps({**GOOD, "split": split})])
+    with pytest.raises(SchemaError) as err:
+        read_jsonl(path)
+    assert str(err.value) == f"{path}:1: field 'split' must be a string (train, dev or test), got {shown}"
+
+
+def test_null_split_and_a_byte_order_mark_are_fine(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({**GOOD, "split": None}).encode() + b"\n")
+    [example] = read_jsonl(path)
+    assert example.id == "q1" and example.split == ""
+
+
+def test_unreadable_lines_are_named_not_raised_as_tracebacks(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b'\n{"id": "q\xff2"}\n')
+    with pytest.raises(SchemaError, match=rf"^{path}:2: not UTF-8 \(byte 0xff at column 10\)$"):
+        read_jsonl(path)
+    path.write_text(json.dumps(GOOD) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n", encoding="utf-8")
+    with pytest.raises(SchemaError, match=rf"^{path}:2: JSON nested too deeply$"):
+        read_jsonl(path)
+    path.write_text("\n \n", encoding="utf-8")
+    with pytest.raises(SchemaError, match=rf"^{path}: no examples \(the file is empty\)$"):
+        read_jsonl(path)
