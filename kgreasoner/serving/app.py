@@ -10,13 +10,16 @@ Endpoints:
   messages are not used), runs the whole trajectory with its tool, and returns it as the
   assistant message's content, with the structured answer attached as `trajectory`.
   `max_tokens` above the server's limit is lowered to it; `stream` and `n > 1` are refused.
-- `GET /v1/models`, `GET /health`, `GET /metrics` (Prometheus text).
+- `GET /v1/models`, `GET|HEAD /health`, `GET /metrics` (Prometheus text).
 
-Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 bad
-JSON or unsupported option, 404 unknown model or path, 413 body over `max_body_bytes`, 422 a
-field that fails validation or a topic entity the KG does not have, 502 the generation backend
-failed, 503 queue full or KG unreachable, 504 the request timeout passed, 500 anything else
-(logged on the server; the client gets the exception's type, never a stack trace).
+Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, `param`
+naming the field at fault: 400 bad JSON or unsupported option, 404 unknown model or path, 408
+body not received within `body_timeout` (the connection is closed), 413 body over
+`max_body_bytes`, 422 a field that fails validation (text that is not valid Unicode included) or
+a topic entity the KG does not have, 502 the generation backend failed or the KG endpoint refused
+a query, 503 queue full or KG unreachable (with `Retry-After`), 504 the request timeout passed,
+500 anything else (logged on the server; the client gets the exception's type, never a stack trace).
+Each request is validated and tokenised on its own, so a bad one fails alone, never its batch.
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kgreasoner.protocol import TOPIC_SEPARATOR
 from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
-from kgreasoner.kg.base import KGError, KGQueryRejected
+from kgreasoner.kg.base import KGError
 from kgreasoner.serving.service import (
-    SEED_RANGE, AnswerOptions, AnswerService, RequestError, ServiceBusy, check_unicode, kg_unavailable,
+    SEED_RANGE, AnswerOptions, AnswerService, RequestError, ServiceBusy, check_unicode, kg_failure,
 )
 
 logger = logging.getLogger(__name__)
@@ -328,10 +331,8 @@ def _split_user_turn(service: AnswerService, content: str, param: str) -> tuple[
     check_unicode(param, tail)
     try:
         whole = service.kg.resolve(tail)
-    except KGQueryRejected:
-        whole = []  # the endpoint refused the whole tail as a name: split it, each part is checked on its own
     except KGError as err:
-        raise kg_unavailable(param, err) from err
+        raise kg_failure(param, err) from err
     if whole:
         return question.strip(), [tail]
     return question.strip(), [name.strip() for name in tail.split(TOPIC_SEPARATOR) if name.strip()]

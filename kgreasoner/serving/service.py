@@ -335,10 +335,8 @@ class AnswerService:
                     topics.append(TopicEntity(entity_id, (name or "").strip() or self.kg.label(entity_id)))
                     continue
                 hits = self.kg.resolve(name.strip())
-            except KGQueryRejected as err:  # the endpoint refused this name's query: the name is at fault
-                raise RequestError(where, f"the knowledge graph refused the query for it: {err}") from err
             except KGError as err:
-                raise kg_unavailable(where, err) from err
+                raise kg_failure(where, err) from err
             if not hits:
                 raise RequestError(where, f"no entity named {name.strip()!r} in the knowledge graph", kind="unknown_entity")
             topics.append(TopicEntity(hits[0], name.strip()))
@@ -567,8 +565,11 @@ class AnswerService:
         }
 
 
-def kg_unavailable(param: str | None, err: KGError) -> RequestError:
-    """The 503 a request gets while the knowledge graph cannot be queried (the client should retry)."""
+def kg_failure(param: str | None, err: KGError) -> RequestError:
+    """What a request gets when the KG fails on it: 503 while the KG cannot be reached (the client
+    should retry), 502 when the KG endpoint refused the query (an HTTP 4xx: retrying will not help)."""
+    if isinstance(err, KGQueryRejected):
+        return RequestError(param, f"the knowledge graph refused the query: {err}", status=502, kind="kg_rejected")
     return RequestError(param, f"the knowledge graph could not be queried: {err}", status=503, kind="kg_unavailable")
 
 

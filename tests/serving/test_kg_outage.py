@@ -165,3 +165,25 @@ def test_kill_and_restart_under_load(checkpoint, endpoint, dataset, tmp_path):
             _unavailable(reply, "topic_entities[0]")
         else:
             assert reply.json()["trajectory"].startswith("<think>")
+
+
+def test_an_endpoint_that_refuses_queries_is_a_502_not_an_outage(checkpoint, endpoint, dataset):
+    refusing = endpoint.url.replace("/query", "/update")  # a read-only server answers 403 to every query there
+    config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"hf:{checkpoint}", "kg": f"sparql:{refusing}"})
+    backend, name, close = open_backend(config)
+    kg = SparqlKG(refusing, retries=3, backoff=0.05)
+    service = AnswerService(config, backend, kg, model_name=name, close=close)
+    server, thread, url = _serve_in_thread(create_app(service))
+    try:
+        [example] = _questions(dataset, 1)
+        reply = httpx.post(f"{url}/v1/answer", json=_body(example), timeout=60)
+        assert reply.status_code == 502 and "retry-after" not in reply.headers
+        error = reply.json()["error"]
+        assert (error["type"], error["param"]) == ("kg_rejected", "topic_entities[0]")
+        assert error["message"].startswith(f"topic_entities[0]: the knowledge graph refused the query: SPARQL endpoint "
+                                           f"{refusing} rejected a query: HTTP 403")
+        assert kg.queries_sent == 1  # not retried
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        service.close()
