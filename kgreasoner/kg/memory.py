@@ -346,5 +346,8 @@ def read_names(path: Path) -> dict[str, str]:
         parts = text.split("\t")
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise ValueError(f"{path}:{number}: expected 'id<TAB>label'")
+        if parts[0] != parts[0].strip(" \x0b\x0c"):  # as in kb.tsv: `Utah ` would name no node of the graph
+            raise ValueError(f"{path}:{number}: the id starts or ends with a space, which would make it a different "
+                             "id; remove the space")
         names[parts[0]] = parts[1]
     return names

@@ -175,6 +175,15 @@ def test_empty_kb_and_bytes_that_are_not_utf8_are_named(tmp_path):
         MemoryKG.from_file(path)
 
 
+def test_an_id_with_an_edge_space_in_names_tsv_is_refused(tmp_path):
+    (tmp_path / "kb.tsv").write_text("a\tr\tb\n", encoding="utf-8")
+    (tmp_path / "names.tsv").write_text("a\tA\nb \tB\n", encoding="utf-8")
+    with pytest.raises(ValueError) as err:
+        MemoryKG.from_file(tmp_path / "kb.tsv")
+    assert str(err.value) == (f"{tmp_path / 'names.tsv'}:2: the id starts or ends with a space, which would make it a "
+                              "different id; remove the space")
+
+
 def test_a_utf8_bom_is_not_part_of_the_first_id(tmp_path):
     (tmp_path / "kb.tsv").write_bytes("\ufeffe.utah\tcapital\te.slc\n".encode("utf-8"))
     (tmp_path / "names.tsv").write_bytes("\ufeffe.utah\tUtah\ne.slc\tSalt Lake City\n".encode("utf-8"))
