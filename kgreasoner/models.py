@@ -190,35 +190,74 @@ def load_model_and_tokenizer(
         (model in eval mode, tokenizer with a pad token). The model's config and generation
         config get the tokenizer's pad id when they had none.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    dtype = _torch_dtype(dtype)  # a bad dtype is refused before anything loads
+    tokenizer = load_tokenizer(name_or_path, padding_side)
+    return load_model(name_or_path, tokenizer, dtype, device), tokenizer
 
-    if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {list(DTYPES)} or a torch.dtype, got {dtype!r}")
-        dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+
+def load_tokenizer(name_or_path: str | Path, padding_side: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of a checkpoint or cached hub model, with a pad token (`ensure_pad_token`)."""
+    from transformers import AutoTokenizer
+
     if padding_side not in (None, "left", "right"):
         raise ValueError(f"padding_side must be 'left', 'right' or None, got {padding_side!r}")
-    source = str(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        placement: dict[str, Any] = {"device_map": "auto"} if device == "auto" else {}
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **placement)
+        tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     except OSError as err:
-        raise FileNotFoundError(
-            f"cannot load model {source!r}: not a checkpoint directory and not in the local hub cache "
-            f"(no downloads when HF_HUB_OFFLINE=1): {err}") from err
-    if device != "auto":
-        model.to(device)
+        raise FileNotFoundError(_not_found(name_or_path, err)) from err
     ensure_pad_token(tokenizer)
     if padding_side is not None:
         tokenizer.padding_side = padding_side
+    return tokenizer
+
+
+def load_model(name_or_path: str | Path, tokenizer: PreTrainedTokenizerBase, dtype: str | torch.dtype = "auto",
+               device: str = "cpu") -> PreTrainedModel:
+    """The causal LM of a checkpoint or cached hub model, in eval mode, with `tokenizer`'s pad id set
+    where its config and generation config have none (arguments as `load_model_and_tokenizer`)."""
+    from transformers import AutoModelForCausalLM
+
+    dtype = _torch_dtype(dtype)
+    placement: dict[str, Any] = {"device_map": "auto"} if device == "auto" else {}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, **placement)
+    except OSError as err:
+        raise FileNotFoundError(_not_found(name_or_path, err)) from err
+    if device != "auto":
+        model.to(device)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config is not None and model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.eval()
-    return model, tokenizer
+    return model
+
+
+def inference_dtype(device: str) -> str:
+    """bfloat16 on GPUs (half the memory, the dtype the released models are trained in), float32 on
+    CPU (without bf16 instructions fp32 is faster there, and exact)."""
+    return "float32" if device == "cpu" else "bfloat16"
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _torch_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
+    import torch
+
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {list(DTYPES)} or a torch.dtype, got {dtype!r}")
+        return dtype if dtype == "auto" else getattr(torch, dtype)
+    return dtype
+
+
+def _not_found(name_or_path: str | Path, err: OSError) -> str:
+    return (f"cannot load model {str(name_or_path)!r}: not a checkpoint directory and not in the local hub cache "
+            f"(no downloads when HF_HUB_OFFLINE=1): {err}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -207,10 +207,14 @@ class HFClient(LLMClient):
         self._start_lock = threading.Lock()
 
     @classmethod
-    def load(cls, path: str | Path, **options: Any) -> "HFClient":
-        from kgreasoner.models import load_model_and_tokenizer
+    def load(cls, path: str | Path, device: str | None = None, **options: Any) -> "HFClient":
+        """Load a checkpoint on `device` (default: the GPU when there is one), in bfloat16 on a GPU and
+        float32 on CPU (`models.inference_dtype`)."""
+        from kgreasoner.models import default_device, inference_dtype, load_model_and_tokenizer
 
-        model, tokenizer = load_model_and_tokenizer(path, dtype="float32", padding_side="left")
+        device = device or default_device()
+        model, tokenizer = load_model_and_tokenizer(path, dtype=inference_dtype(device), device=device,
+                                                    padding_side="left")
         return cls(model, tokenizer, **options)
 
     def render(self, prompt: str) -> str:
@@ -275,9 +279,10 @@ class HFClient(LLMClient):
             input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[i, width - len(ids):] = 1
         stopper = _StopOnText(self.tokenizer, [r.stop for r in batch], [r.max_tokens for r in batch], width)
+        device = next(self.model.parameters()).device
         with torch.no_grad():
             output = self.model.generate(
-                input_ids=input_ids, attention_mask=attention, max_new_tokens=budget, do_sample=False,
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=budget, do_sample=False,
                 pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), stopping_criteria=[stopper],
             )
         completions = []
@@ -308,7 +313,7 @@ class _StopOnText:
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
-        done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         produced = input_ids.shape[1] - self.width
         for i in range(input_ids.shape[0]):
             if i in self.stopped_at or produced >= self.budgets[i]:

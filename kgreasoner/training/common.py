@@ -77,6 +77,13 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     return str(max(steps)[1]) if steps else None
 
 
+def is_saved_model(folder: str | Path) -> bool:
+    """True when `folder` holds a saved model: a full checkpoint (`config.json`) or, from a LoRA
+    run, an adapter (`adapter_config.json`; PEFT saves no `config.json` there)."""
+    folder = Path(folder)
+    return (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
+
+
 def finish_distributed() -> None:
     """Tear down the process group torchrun's trainer opened, every rank together.
 

@@ -32,7 +32,7 @@ from transformers import TrainerCallback
 
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
-from kgreasoner.training.common import LoraSettings, ddp_backend, last_complete_checkpoint
+from kgreasoner.training.common import LoraSettings, ddp_backend, is_saved_model, last_complete_checkpoint
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
 
@@ -568,7 +568,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     for number, episode in enumerate(recipe.episodes, 1):
         episode_dir = root / f"episode-{number}"
         final = episode_dir / "final"
-        if (final / "config.json").exists():
+        if is_saved_model(final):
             model_path = str(final)
             continue
         examples = train_examples

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint
 from kgreasoner.training.labelled_head import add_labelled_lm_head
@@ -61,6 +62,9 @@ class SFTRecipe:
     deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes for batching"})
+    trainer: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "further SFTConfig fields passed to TRL as given (e.g. {activation_offloading: true, "
+                "torch_compile: true}); a field this recipe sets itself is refused"})
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0:
@@ -69,6 +73,8 @@ class SFTRecipe:
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
         if self.eval_steps > 0 and self.save_steps % self.eval_steps:
             raise ValueError("save_steps must be a multiple of eval_steps (the best checkpoint is kept)")
+        if not isinstance(self.trainer, dict):
+            raise ValueError("trainer must be a mapping of SFTConfig field names to values")
 
 
 def build_datasets(recipe: SFTRecipe, tokenizer):
@@ -102,10 +108,16 @@ def build_datasets(recipe: SFTRecipe, tokenizer):
 
 
 def sft_config(recipe: SFTRecipe, has_eval: bool):
+    """TRL's SFTConfig of the recipe, with the recipe's `trainer` mapping passed through.
+
+    Build it before the model is loaded: with a ZeRO-3 DeepSpeed JSON, creating it registers the
+    config that makes `from_pretrained` load the weights already partitioned (`zero.Init`);
+    loaded first, every rank would hold the whole model in memory.
+    """
     from trl import SFTConfig
 
     evaluate = has_eval and recipe.eval_steps > 0
-    return SFTConfig(
+    owned = dict(
         output_dir=recipe.output_dir,
         learning_rate=recipe.learning_rate,
         num_train_epochs=recipe.num_train_epochs,
@@ -138,6 +150,13 @@ def sft_config(recipe: SFTRecipe, has_eval: bool):
         completion_only_loss=False,
         use_cpu=not _has_gpu(),
     )
+    clash = sorted(set(recipe.trainer) & set(owned))
+    if clash:
+        raise ValueError(f"trainer: {', '.join(clash)} set by the recipe's own fields; set them there")
+    try:
+        return SFTConfig(**owned, **recipe.trainer)
+    except TypeError as err:
+        raise ValueError(f"trainer: {err} (fields: trl.SFTConfig)") from err
 
 
 def _has_gpu() -> bool:
@@ -151,14 +170,15 @@ def train_sft(recipe: SFTRecipe, resume: bool = False) -> Path:
     from transformers import EarlyStoppingCallback
     from trl import SFTTrainer
 
-    from kgreasoner.models import load_model_and_tokenizer
+    from kgreasoner.models import load_model, load_tokenizer
 
     model_path = ensure_model(recipe.model, recipe.tiny_model, recipe.tokenizer_texts)
-    model, tokenizer = load_model_and_tokenizer(model_path)
+    tokenizer = load_tokenizer(model_path)
     train_set, dev_set, dropped = build_datasets(recipe, tokenizer)
     if dropped:
         logger.warning("dropped %d trajectories longer than max_length=%d", dropped, recipe.max_length)
-    args = sft_config(recipe, has_eval=dev_set is not None)
+    args = sft_config(recipe, has_eval=dev_set is not None)  # before the model: see sft_config
+    model = load_model(model_path, tokenizer)
     callbacks = []
     if dev_set is not None and recipe.early_stopping_patience > 0 and recipe.eval_steps > 0:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
