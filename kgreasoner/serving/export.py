@@ -3,7 +3,7 @@
     kgreasoner export checkpoints/grpo/final --out exported/grpo [--base checkpoints/sft/final]
 
 - A LoRA adapter directory (`adapter_config.json`) is merged into its base model
-  (`base_model_name_or_path`, or `--base`) with PEFT's `merge_and_unload`; a full checkpoint is
+  (`base_model_name_or_path`, a directory or a hub name in the local cache, or `--base`) with PEFT's `merge_and_unload`; a full checkpoint is
   copied through `save_pretrained` as is.
 - Written: `config.json`, `model.safetensors`, the tokenizer (from the adapter directory when it has
   one: that is the tokenizer training added tags and handles to), and `generation_config.json`
@@ -48,12 +48,15 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
         from peft import PeftModel
 
         recorded = json.loads((source / ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
-        base_path = Path(base) if base is not None else (Path(recorded) if recorded else None)
-        if base_path is None:
+        base_path = str(base) if base is not None else recorded
+        if not base_path:
             raise ValueError(f"{source / ADAPTER_CONFIG} names no base model; pass --base")
-        if not base_path.is_dir():
-            raise FileNotFoundError(f"base model {base_path} of the adapter is not a checkpoint directory (pass --base)")
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype), source)
+        try:  # a directory, or a hub name (an adapter trained from `Qwen/Qwen3-8B` records that)
+            base_model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
+        except OSError as err:
+            raise FileNotFoundError(f"base model {base_path} of the adapter is neither a checkpoint directory nor "
+                                    f"in the local hub cache (pass --base): {err}") from err
+        model = PeftModel.from_pretrained(base_model, source)
         tokenizer_dir = source if _has_tokenizer(source) else base_path
     else:
         if base is not None:

@@ -31,7 +31,7 @@ KB = [("Utah", "time zone", "Mountain Time Zone"), ("Utah", "capital", "Salt Lak
 QUESTIONS = [("q1", "what time zone is utah in", "Utah", "Mountain Time Zone"),
              ("q2", "what is the capital of france", "France", "Paris")]
 TOOL = {"entity_handles": False, "top_k": 5}
-SFT_STEPS = 60
+SFT_STEPS = 100
 
 
 def models_dir() -> Path | None:
