@@ -1,8 +1,12 @@
-"""Seeded orders of QA examples in which every prefix is stratified by hop count and relation path.
+"""Seeded orders of QA examples, stratified by hop count (and relation path).
 
-A warm-up takes the first few hundred examples of such an order and sees every hop count and as
-many relation paths as fit; GRPO walks its questions in such an order, so that a batch of a few
-questions holds multi-hop and short chains alike instead of whatever a shuffle happened to draw.
+- `stratified_order`: every prefix covers hop counts and relation paths in turn. A warm-up takes
+  the first few hundred examples and sees every hop count and as many relation paths as fit.
+- `balanced_order`: hop counts take turns for a whole epoch, the scarcer ones recycled, while
+  paths stay shuffled within a hop count. GRPO walks its questions in this order, so every batch
+  of a few questions holds multi-hop questions and short chains alike, and what a batch looks like
+  does not drift over the epoch (a path-by-path order front-loads rare paths, and a policy that
+  follows its batches forgets them again).
 """
 
 from __future__ import annotations
@@ -59,3 +63,23 @@ def stratified_order(examples: Sequence[QAExample], seed: int | str = 0) -> list
     for group in sorted(_grouped(examples, hop_count, rng), key=lambda g: hop_count(g[0])):
         by_hops.append(interleave(_grouped(group, path_key, rng)))
     return interleave(by_hops)
+
+
+def balanced_order(examples: Sequence[QAExample], seed: int | str = 0) -> list[QAExample]:
+    """Hop counts in turn until the largest hop group is used once; smaller groups start over, reshuffled.
+
+    Deterministic for the same examples and seed. Every example appears at least once; with H hop
+    counts the order is H times the largest group long.
+    """
+    rng = random.Random(f"{seed}|balanced")
+    groups = sorted(_grouped(examples, hop_count, rng), key=lambda g: hop_count(g[0]))
+    longest = max((len(g) for g in groups), default=0)
+    cycled = []
+    for group in groups:
+        items = list(group)
+        while len(items) < longest:
+            again = list(group)
+            rng.shuffle(again)
+            items.extend(again)
+        cycled.append(items[:longest])
+    return interleave(cycled)

@@ -8,8 +8,8 @@ answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<nam
 
 Episodes: episode 1 trains on every training question for a stable initial policy; later
 episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Questions come in a
-stratified order (`order`): hop counts take turns, so every batch of a few questions holds
-multi-hop questions and short chains alike.
+stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
+so every batch of a few questions holds multi-hop questions and short chains alike.
 
 What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
@@ -104,8 +104,8 @@ class GRPORecipe:
         "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
                 "the question's hop count); correct (paid only with a right answer); correct_hops (both)"})
     order: str = field(default="stratified", metadata={
-        "help": "question order: stratified (hop counts, then relation paths, take turns; seeded) or shuffled "
-                "(TRL's seeded shuffle each epoch)"})
+        "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
+                "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"})
     dev_eval_steps: int = field(default=0, metadata={
         "help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"})
     dev_eval_questions: int = field(default=64, metadata={"help": "size of that dev sample (stratified by hops)"})
@@ -501,11 +501,11 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int):
     """The episode's rows in training order (TRL keeps it unless the order is `shuffled`)."""
     from datasets import Dataset
 
-    from kgreasoner.data.sampling import hop_count, stratified_order
+    from kgreasoner.data.sampling import balanced_order, hop_count
     from kgreasoner.protocol import build_prompt
 
     if order == "stratified":
-        examples = stratified_order(examples, seed)
+        examples = balanced_order(examples, seed)
     rows, by_prompt = [], {}
     for example in examples:
         prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)

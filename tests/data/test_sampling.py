@@ -46,3 +46,16 @@ def test_the_order_is_seeded():
 
 def test_hops_fall_back_to_the_path_length():
     assert hop_count(_example(1, ("a", "b"), hops=0)) == 2
+
+
+def test_balanced_order_keeps_every_hop_count_in_turn_for_the_whole_epoch():
+    from kgreasoner.data.sampling import balanced_order
+
+    order = balanced_order(_examples(), seed=0)
+    assert len(order) == 3 * 12  # three hop counts, the largest group has 12
+    assert [hop_count(e) for e in order] == [1, 2, 3] * 12
+    assert {e.id for e in order} == {e.id for e in _examples()}
+    one_hop = [e.id for e in order if hop_count(e) == 1]
+    assert sorted(one_hop) == sorted(e.id for e in _examples() if hop_count(e) == 1)  # the largest group once
+    assert balanced_order(_examples(), seed=0) == order
+    assert balanced_order([], seed=0) == []
