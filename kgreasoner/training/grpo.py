@@ -199,8 +199,12 @@ class KGRollout:
         if self.recipe.rollout_backend == "vllm":
             from kgreasoner.rollout.vllm_backend import VLLMBackend
 
-            # TRL has synced the current weights into its engine just before calling us.
-            backend = VLLMBackend(trainer.processing_class, llm=trainer.vllm_generation.llm)
+            # TRL has synced the current weights into its engine just before calling us. With tensor
+            # parallelism the ranks of a TP group share one engine: the backend gathers their requests.
+            generation = trainer.vllm_generation
+            backend = VLLMBackend(trainer.processing_class, llm=generation.llm,
+                                  tp_group=getattr(generation, "tp_group", None)
+                                  if generation.tensor_parallel_size > 1 else None)
             trajectories = RolloutEngine(backend, None, self.recipe.rollout).run(prompts, sessions, sampling)
         else:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
@@ -271,7 +275,9 @@ class StepLog:
         if not self.path.exists():
             return
         rows = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        keep = [r for r in rows if r["episode"] < self.episode or (r["episode"] == self.episode and r["step"] <= step)]
+        # A fresh start (step 0) writes its step-0 rows (the dev evaluation before training) anew.
+        keep = [r for r in rows if r["episode"] < self.episode
+                or (r["episode"] == self.episode and r["step"] <= step and step > 0)]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
 
     def append(self, step: int, logs: dict[str, Any]) -> None:

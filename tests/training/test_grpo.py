@@ -108,3 +108,21 @@ def test_torchrun_two_processes_run_two_steps(grpo_world, tmp_path):
                 "rollout/searches", "rollout/backtracks", "rollout/format_valid", "rollout/tool_token_share",
                 "completions/mean_length", "time/generation_s", "time/tool_s", "time/training_s"):
         assert key in row, key
+
+
+def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
+    from kgreasoner.training.grpo import StepLog
+
+    log = StepLog(tmp_path / "steps.jsonl", episode=1)
+    log.append(0, {"dev/hits1": 0.2})
+    log.append(1, {"loss": 0.1})
+    log.truncate_after(0)  # killed before the first checkpoint: a fresh start writes step 0 again
+    assert (tmp_path / "steps.jsonl").read_text() == ""
+    for step, row in ((0, {"dev/hits1": 0.2}), (1, {"loss": 0.1}), (2, {"loss": 0.2}), (2, {"dev/hits1": 0.3}), (3, {"loss": 0.3})):
+        log.append(step, row)
+    log.truncate_after(2)  # resumed from checkpoint-2
+    rows = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert [(r["step"], sorted(k for k in r if k not in ("episode", "step"))) for r in rows] == [
+        (0, ["dev/hits1"]), (1, ["loss"]), (2, ["loss"]), (2, ["dev/hits1"])]
+    StepLog(tmp_path / "steps.jsonl", episode=2).truncate_after(0)  # a later episode's fresh start keeps episode 1
+    assert len((tmp_path / "steps.jsonl").read_text().splitlines()) == 4
