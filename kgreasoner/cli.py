@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "data_gen.pipeline_sft",
     "kgreasoner.models",
     "kgreasoner.training.hard_cases",
+    "kgreasoner.training.preflight",
     "kgreasoner.training.plots",
     "kgreasoner.evaluation.commands",
     "kgreasoner.serving.commands",

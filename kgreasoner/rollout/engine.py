@@ -386,7 +386,9 @@ class RolloutEngine:
         """One backend call per turn for all active rows, from their token ids (vLLM)."""
         turn = 0
         active = [row for row in rows if not row.finished]
-        while active:
+        # a backend shared by a tensor-parallel group turns while any rank of the group has rows
+        group_active = getattr(self.backend, "group_active", bool)
+        while group_active(bool(active)):
             budgets = [self.turn_budget(row) for row in active]
             extra = {}
             if self.config.constrained_decoding:

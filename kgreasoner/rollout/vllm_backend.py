@@ -11,6 +11,12 @@ after the stop. Sampled ids are used as returned, never re-tokenised.
 
 - Offline: `VLLMBackend(tokenizer, llm=vllm.LLM(...))`: `llm.generate` with `TokensPrompt`s and
   one `SamplingParams` per row (seeded per row and turn).
+- Offline inside a tensor-parallel group (TRL's colocated vLLM with `vllm_tensor_parallel_size` > 1,
+  `tp_group=`): the ranks of a group drive one engine together, so every rank must make the same
+  `generate` calls with the same requests. Each turn, the ranks gather their rows' requests
+  (`all_gather_object` over the group), all generate the concatenation, and each keeps its own
+  slice, as TRL's single-turn path does; a rank whose rows are all finished keeps joining the
+  turns (with no rows) until every rank of the group is done (`group_active`).
 - Server: `VLLMBackend(tokenizer, base_url="http://host:8000/v1", model=NAME)`: a token-id
   `prompt`, `return_token_ids` (vLLM >= 0.10) with `return_tokens_as_token_ids` as a fallback,
   `logprobs: 0` (the sampled token's logprob only), `skip_special_tokens: false`. Start the
@@ -55,7 +61,7 @@ class VLLMBackend:
 
     def __init__(self, tokenizer: Any, llm: Any = None, base_url: str | None = None, model: str | None = None,
                  eos_ids: Sequence[int] | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 600.0, max_concurrency: int = 64) -> None:
+                 timeout: float = 600.0, max_concurrency: int = 64, tp_group: Any = None) -> None:
         if (llm is None) == (base_url is None):
             raise ValueError("give exactly one of llm (offline vllm.LLM) or base_url (a vLLM server)")
         if base_url is not None and not model:
@@ -70,6 +76,18 @@ class VLLMBackend:
         if eos_ids is None:
             eos_ids = _model_eos_ids(None, tokenizer)
         self.eos_token_ids = list(eos_ids)
+        self.tp_group = tp_group
+
+    def group_active(self, active: bool) -> bool:
+        """True while any rank of the tensor-parallel group still has rows (just `active` without a group)."""
+        if self.tp_group is None:
+            return active
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(active)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.tp_group)
+        return bool(flag.item())
 
     @classmethod
     def offline(cls, model_path: str, tokenizer: Any, **llm_kwargs: Any) -> "VLLMBackend":
@@ -134,25 +152,40 @@ class VLLMBackend:
 
         outputs: list[TurnOutput] = [TurnOutput([], []) for _ in prompts]
         todo = [i for i, budget in enumerate(budgets) if budget > 0]
-        if not todo:
-            return outputs
-        params = []
+        requests = []  # plain data, so a tensor-parallel group can gather it
         for i in todo:
             kwargs = sampling_kwargs(sampling, budgets[i], seeds[i])
-            if patterns[i] is not None:
+            requests.append((list(prompts[i]), kwargs, patterns[i]))
+        everything, offset = self._gather(requests)
+        if not everything:
+            return outputs
+        params = []
+        for _, kwargs, pattern in everything:
+            if pattern is not None:
                 from vllm.sampling_params import StructuredOutputsParams
 
-                kwargs["structured_outputs"] = StructuredOutputsParams(regex=patterns[i])
+                kwargs = {**kwargs, "structured_outputs": StructuredOutputsParams(regex=pattern)}
             params.append(vllm.SamplingParams(**kwargs))
         try:
-            results = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompts[i])) for i in todo], params,
+            results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _, _ in everything], params,
                                         use_tqdm=False)
         except Exception as err:  # the engine records it per row
             return [TurnOutput([], [], f"vLLM generate failed: {err}") for _ in prompts]
-        for i, result in zip(todo, results):
+        for i, result in zip(todo, results[offset:offset + len(requests)]):
             completion = result.outputs[0]
             ids = list(completion.token_ids)
             values = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], ids)]
             outputs[i] = TurnOutput(ids, values) if len(values) == len(ids) else TurnOutput(
                 [], [], "vLLM returned no logprobs for the sampled tokens")
         return outputs
+
+    def _gather(self, requests: list) -> tuple[list, int]:
+        """Every request of the tensor-parallel group in rank order, and where this rank's start."""
+        if self.tp_group is None:
+            return requests, 0
+        import torch.distributed as dist
+
+        gathered: list = [None] * dist.get_world_size(group=self.tp_group)
+        dist.all_gather_object(gathered, requests, group=self.tp_group)
+        rank = dist.get_rank(group=self.tp_group)
+        return [r for part in gathered for r in part], sum(len(part) for part in gathered[:rank])
