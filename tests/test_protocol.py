@@ -198,3 +198,17 @@ def test_opened_think_is_the_prompts_tail_from_a_final_think_tag():
     completion = "I need it. <search>Utah</search>\n<triples>\n(Utah, r, X)\n</triples>\n</think>\n<answer>X</answer>"
     assert not check_format(completion).valid
     assert check_format(opened_think("assistant\n<think>\n") + completion).valid
+
+
+@pytest.mark.timeout(20)
+def test_tag_soup_a_degenerate_policy_might_write_does_not_stall_a_step():
+    """A hang guard, not a speed figure (bench/parser_bench.py measures): the regex reading took 15.5 s to parse,
+    16.2 s to count and 7 s for the unclosed tags here; one pass over the tags takes milliseconds."""
+    from kgreasoner.rewards import count_searches
+
+    soup, unclosed = "</search><triples>" * 16000, "<search>" * 16000
+    parse_trajectory(soup)
+    check_format(soup)
+    assert count_searches(soup) == 0
+    assert parse_trajectory(unclosed).searches == []
+    assert last_open_search(unclosed) == ""
