@@ -6,12 +6,15 @@
 Every row runs TRL's GRPOTrainer for real (our rollout as its `rollout_func`, the demo's rewards)
 on the same checkpoint and the same training questions, in one process, one after the other:
 
-- `today`: the trainer as it was before the compact prompt: the paper's ~260-token system prompt
-  in every sequence, 16 rollouts (2 questions x 8) per step;
+- `today`: the trainer as it was: TRL's GRPOTrainer as is (on a CPU its fused LM head projects
+  every position through the vocabulary), the paper's ~260-token system prompt in every sequence,
+  16 rollouts (2 questions x 8) per step;
 - `compact`: the same with the compact prompt (the tiny model's chat template leaves the system
-  turn out: what the demo now trains with);
-- `compact, 4 q/step` and `compact, 8 q/step`: more questions per optimiser step (32 and 64 rollouts),
-  so each decode step and each matmul covers more rows.
+  turn out);
+- `compact, scored`: and the LM head only at model-written completion tokens (the trainer the
+  demo now uses);
+- `..., 3 q/step` and `..., 8 q/step`: more questions per optimiser step (24 and 64 rollouts), so
+  each decode step and each matmul covers more rows (the demo trains 3 a step).
 
 The first step of each row is a warm-up and is left out of the figures. CPU-seconds are the
 process's CPU time (all threads), so rows compare fairly whatever else the machine does.
@@ -78,7 +81,12 @@ def with_template(model_dir: str, system_prompt: bool, work: Path) -> str:
     return str(target)
 
 
-def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int]) -> dict:
+def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: bool) -> dict:
+    from unittest import mock
+
+    from trl import GRPOTrainer
+
+    import kgreasoner.training.grpo as grpo
     from kgreasoner.data import load_dataset
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import Episode, _open_kg, build_trainer
@@ -87,7 +95,9 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int]) -> dict:
     examples = dataset.split("train")[: recipe.max_questions]
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
     out = Path(recipe.output_dir)
-    trainer = build_trainer(recipe, 1, Episode("all", max_steps=steps), examples, recipe.model, tool)
+    # The `today` rows reproduce the trainer before the scored LM head: TRL's own class.
+    with mock.patch.object(grpo, "_scoring_trainer_class", grpo._scoring_trainer_class if scored else lambda: GRPOTrainer):
+        trainer = build_trainer(recipe, 1, Episode("all", max_steps=steps), examples, recipe.model, tool)
     tokenizer = trainer.processing_class
     prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False)["input_ids"])
                         for p in trainer.train_dataset["prompt"]) / len(trainer.train_dataset)
@@ -149,17 +159,18 @@ def main(argv: list[str] | None = None) -> int:
         "learning_rate=1e-4", f"max_questions={args.questions}", *args.overrides])
     system, compact = with_template(args.model, True, work), with_template(args.model, False, work)
     rows = [
-        ("today", replace(base, model=system, per_device_train_batch_size=16, num_generations=8)),
-        ("compact", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8)),
-        ("compact, 4 q/step", replace(base, model=compact, per_device_train_batch_size=32, num_generations=8)),
-        ("compact, 8 q/step", replace(base, model=compact, per_device_train_batch_size=64, num_generations=8)),
+        ("today", replace(base, model=system, per_device_train_batch_size=16, num_generations=8), False),
+        ("compact", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8), False),
+        ("compact, scored", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8), True),
+        ("compact, scored, 3 q/step", replace(base, model=compact, per_device_train_batch_size=24, num_generations=8), True),
+        ("compact, scored, 8 q/step", replace(base, model=compact, per_device_train_batch_size=64, num_generations=8), True),
     ]
     results = []
     header = ("row", "rollouts/step", "prompt tok", "seq tok", "step s", "gen s", "tool s", "train s",
               "rollouts/CPU-s", "gen GFLOP/s", "train GFLOP/s")
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
-    for name, recipe in rows:
-        r = run_row(name, recipe, args.steps, sizes)
+    for name, recipe, scored in rows:
+        r = run_row(name, recipe, args.steps, sizes, scored)
         results.append(r)
         print("| " + " | ".join(str(v) for v in r.values()) + " |", flush=True)
     today = results[0]["rollouts_per_cpu_s"]
