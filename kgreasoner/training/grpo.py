@@ -481,15 +481,13 @@ def _hard_ids(recipe: GRPORecipe) -> set[str]:
         return read_hard_ids(recipe.hard_cases)
     if not recipe.hard_case_trajectories:
         raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
-    from accelerate import PartialState
-
     from kgreasoner.training.hard_cases import HardCaseConfig, mine_hard_cases
 
     output = Path(recipe.output_dir) / "hard_cases.jsonl"
-    with PartialState().main_process_first():
-        if not output.exists():
-            mine_hard_cases(HardCaseConfig(model=recipe.model, trajectories=recipe.hard_case_trajectories,
-                                           output=str(output), quantile=recipe.hard_case_quantile))
+    # Every rank sees the same answer: the file is written only after all ranks have scored.
+    if not output.exists():
+        mine_hard_cases(HardCaseConfig(model=recipe.model, trajectories=recipe.hard_case_trajectories,
+                                       output=str(output), quantile=recipe.hard_case_quantile))
     return read_hard_ids(output)
 
 

@@ -4,6 +4,10 @@ For each training question with a reference trajectory a (from `data_gen/warmup.
 warm-up model's loss is L_sft = -(1/T) sum_t log P(a_t | a_<t, q) over the T model-written
 tokens. A question is hard when L_sft > epsilon and it needs multi-hop reasoning (hops >= 2).
 Later GRPO episodes train only on these.
+
+Under torchrun every rank loads the model on its own device, scores every world_size-th
+trajectory, and the losses are gathered, so the threshold and the hard set are those of a single
+process scoring everything; the main process writes the files.
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ class HardCaseConfig:
 
 
 @torch.no_grad()
-def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: int = 16) -> list[float]:
+def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: int = 16,
+                     progress: bool = True) -> list[float]:
     """Mean next-token NLL over the model-written tokens of each trajectory (batched, see `batch_losses`)."""
     model.eval()
     device = next(model.parameters()).device
@@ -50,7 +55,8 @@ def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: 
     encoded = [encode_record(r, tokenizer) for r in records]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
     losses = [0.0] * len(encoded)
-    for start in tqdm(range(0, len(order), batch_size), desc="scoring trajectories", unit="batch"):
+    for start in tqdm(range(0, len(order), batch_size), desc="scoring trajectories", unit="batch",
+                      disable=not progress):
         batch = [encoded[i] for i in order[start:start + batch_size]]
         width = max(len(e["input_ids"]) for e in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -96,13 +102,46 @@ def select_hard(records: list[WarmupRecord], losses: list[float], epsilon: float
 
 
 def mine_hard_cases(config: HardCaseConfig) -> Path:
-    from kgreasoner.models import load_model_and_tokenizer
+    """Score the trajectories (sharded over the ranks when launched by torchrun) and write the hard set.
 
-    model, tokenizer = load_model_and_tokenizer(config.model)
+    Every rank must call this; it returns once the output exists, on every rank.
+    """
+    from accelerate import PartialState
+
+    from kgreasoner.models import inference_dtype, load_model_and_tokenizer
+
+    # One process without torchrun; under it NCCL on GPUs, and gloo on CPU, which accelerate sets
+    # up only when told the run is CPU-only (a state made earlier, by a trainer, is reused as it is).
+    state = PartialState(cpu=not torch.cuda.is_available())
+    device = str(state.device)
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=inference_dtype(state.device.type),
+                                                device=device)
     records = [r for r in read_warmup(config.trajectories) if r.kind == "gold" and r.split == "train"]
-    losses = per_example_loss(model, tokenizer, records, config.batch_size)
-    hard, epsilon = select_hard(records, losses, config.epsilon, config.quantile, config.min_hops)
+    rank, world = state.process_index, state.num_processes
+    shard = per_example_loss(model, tokenizer, records[rank::world], config.batch_size,
+                             progress=state.is_main_process)
+    losses = _gather_strided(shard, len(records), world)
     output = Path(config.output)
+    if state.is_main_process:
+        _write_hard_set(config, records, losses, output)
+    state.wait_for_everyone()  # the other ranks read the file next
+    return output
+
+
+def _gather_strided(shard: list[float], total: int, world: int) -> list[float]:
+    """The losses of all ranks in record order, rank r having scored records r, r + world, ...."""
+    if world == 1:
+        return shard
+    shards: list[list[float] | None] = [None] * world
+    torch.distributed.all_gather_object(shards, shard)
+    losses = [0.0] * total
+    for rank, values in enumerate(shards):
+        losses[rank::world] = values
+    return losses
+
+
+def _write_hard_set(config: HardCaseConfig, records: list[WarmupRecord], losses: list[float], output: Path) -> None:
+    hard, epsilon = select_hard(records, losses, config.epsilon, config.quantile, config.min_hops)
     output.parent.mkdir(parents=True, exist_ok=True)
     with output.open("w", encoding="utf-8") as handle:
         for row in hard:
@@ -111,7 +150,6 @@ def mine_hard_cases(config: HardCaseConfig) -> Path:
     output.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if config.plot:
         _plot_losses(records, losses, epsilon, output.with_suffix(".png"))
-    return output
 
 
 def read_hard_ids(path: str | Path) -> set[str]:
@@ -162,7 +200,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from kgreasoner.config import load_config
 
+    from accelerate import PartialState
+
     output = mine_hard_cases(load_config(HardCaseConfig, args.config, args.overrides))
+    if not PartialState().is_main_process:  # under torchrun, one report (the state mining set up)
+        return 0
     summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
     print(f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.4f}) -> {output}")
     return 0
