@@ -17,6 +17,11 @@ pyoxigraph parsed and re-serialised with escapes. Anything else raises a ValueEr
 field. Names in `resolve` are always escaped literals. Every query is SELECT DISTINCT … LIMIT;
 a long one (a long non-ASCII name, say) is sent by POST, as servers cap the length of a URL.
 
+Virtuoso answers at most `ResultSetMaxRows` rows whatever the LIMIT, and says so only in an
+`X-SPARQL-MaxRows` response header: a neighbour or resolve result cut there is fetched again in
+pages of that size (ORDER BY … OFFSET … LIMIT: without an order, OFFSET pages need not partition
+the result), so a hub's edges are never silently dropped.
+
 Each neighbour query fetches the labels of the queried node and of its neighbours in the same
 request (OPTIONAL patterns); both directions go in one UNION unless a limit asks for outgoing
 edges first, so a call usually costs one round trip.
@@ -33,7 +38,7 @@ import time
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pyoxigraph as ox
 from SPARQLWrapper import JSON, POST, SPARQLWrapper
@@ -63,6 +68,8 @@ _ABSOLUTE_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
 # Errors worth another attempt: the endpoint was unreachable, slow, or failed on its side (HTTP
 # errors are sorted by status first: a 4xx is the endpoint refusing this query, not an outage).
 _TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException, EndPointInternalError)
+MAX_ROWS_HEADER = "X-SPARQL-MaxRows"
+"""Virtuoso's response header naming the row cap (ResultSetMaxRows) a result reached."""
 MAX_GET_QUERY_BYTES = 2000
 """Longer URL-encoded queries go by POST: servers cap a request's URL or headers (oxigraph at 8 KB,
 others at 2-8 KB), and percent-encoded non-ASCII names take 6-12 bytes a character."""
@@ -270,11 +277,15 @@ class SparqlKG(KnowledgeGraph):
         self.max_rows = max_rows
         self._has_names: bool | None = None
         self.queries_sent = 0
+        self.paged_results = 0
+        """Results the endpoint cut at its own row cap and that were fetched again in pages."""
 
     # --- query building (public so that tests and users can inspect the exact text) ----------
-    def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None) -> str:
+    def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None,
+                        offset: int | None = None) -> str:
         """The SELECT for the edges of `entity` on `side` ("out", "in", or "both" as one UNION,
-        with `?d` telling the direction of each row), with the labels of both ends."""
+        with `?d` telling the direction of each row), with the labels of both ends; with `offset`,
+        one page of the ordered result."""
         if side not in ("out", "in", "both"):
             raise ValueError(f"side: expected 'out', 'in' or 'both', got {side!r}")
         d = self.dialect
@@ -291,11 +302,12 @@ class SparqlKG(KnowledgeGraph):
             f"  {d.edge_filter('?r')}\n"
             f"  {d.label_pattern('?n', '?nl')}\n"
             f"  {self._own_label(entity, node)}\n"
-            f"}} LIMIT {self._limit(limit)}"
+            f"}}{_page(offset, '?d ?r ?n ?nl ?sl')} LIMIT {self._limit(limit)}"
         )
 
-    def resolve_query(self, name: str) -> str:
-        """The SELECT for nodes whose label is exactly `name` (and the node whose id is `name`)."""
+    def resolve_query(self, name: str, limit: int | None = None, offset: int | None = None) -> str:
+        """The SELECT for nodes whose label is exactly `name` (and the node whose id is `name`);
+        with `offset`, one page of the ordered result."""
         d = self.dialect
         branches = [f"{{ ?n {d.label_predicate} {d.name_literal(name)} . BIND(1 AS ?rank) }}"]
         if d.entity_pattern is None:
@@ -309,7 +321,8 @@ class SparqlKG(KnowledgeGraph):
                 f"{{ {{ SELECT ?n WHERE {{ {_usage(name, node)} {d.edge_filter('?p')} "
                 f"BIND({node} AS ?n) }} LIMIT 1 }} BIND(0 AS ?rank) }}"
             )
-        return f"SELECT DISTINCT ?n ?rank WHERE {{\n  " + "\n  UNION\n  ".join(branches) + f"\n}} LIMIT {self.max_rows}"
+        return (f"SELECT DISTINCT ?n ?rank WHERE {{\n  " + "\n  UNION\n  ".join(branches)
+                + f"\n}}{_page(offset, '?rank ?n')} LIMIT {self._limit(limit)}")
 
     def degree_query(self, entity: str, side: str) -> str:
         d = self.dialect
@@ -358,14 +371,14 @@ class SparqlKG(KnowledgeGraph):
             direction = "in"
         if direction == "both" and limit is None:
             # One request for both sides; if it hit max_rows, one side may be cut: ask per side.
-            rows = self._run(self.neighbors_query(entity, "both", relations))["results"]["bindings"]
+            rows = self._select_pages(lambda offset, size: self.neighbors_query(entity, "both", relations, size, offset), None)
             if len(rows) < self.max_rows:
                 edges = self._edges(entity, rows)
                 return [e for e in edges if e.direction == "out"] + [e for e in edges if e.direction == "in"]
         edges: list[Edge] = []
         for side in (("out", "in") if direction == "both" else (direction,)):
             room = None if limit is None else limit - len(edges)
-            rows = self._select(self.neighbors_query(entity, side, relations, room), room)
+            rows = self._select_pages(lambda offset, size: self.neighbors_query(entity, side, relations, size, offset), room)
             edges.extend(self._edges(entity, rows))
             if limit is not None and len(edges) >= limit:
                 return edges[:limit]
@@ -434,7 +447,7 @@ class SparqlKG(KnowledgeGraph):
         """
         if not _is_unicode(name):
             return []  # no RDF label holds a lone surrogate
-        rows = self._select(self.resolve_query(name), None)
+        rows = self._select_pages(lambda offset, size: self.resolve_query(name, size, offset), None)
         ranked = sorted(((int(r["rank"]["value"]), self.dialect.node_id(r["n"])) for r in rows), key=lambda x: x[0])
         hits = list(dict.fromkeys(node for _, node in ranked))
         if not hits and self.dialect.entity_pattern is None:
@@ -459,12 +472,34 @@ class SparqlKG(KnowledgeGraph):
     # --- transport ----------------------------------------------------------------------------
     def _select(self, query: str, limit: int | None) -> list[dict]:
         """Run a SELECT with retries; the JSON result rows."""
-        rows = self._run(query)["results"]["bindings"]
-        if limit is None and len(rows) >= self.max_rows:
-            log.warning("SPARQL result from %s reached max_rows=%d and may be truncated", self.endpoint, self.max_rows)
+        rows = self._run(query)[0]["results"]["bindings"]
+        self._warn_if_full(rows, limit)
         return rows
 
-    def _run(self, query: str) -> dict:
+    def _select_pages(self, build: Callable[[int | None, int], str], limit: int | None) -> list[dict]:
+        """The rows of `build(None, n)` (n: `limit`, capped at max_rows); when the endpoint cut the
+        result at its own row cap, all of them again from `build(offset, cap)` pages."""
+        want = self._limit(limit)
+        result, cap = self._run(build(None, want))
+        rows = result["results"]["bindings"]
+        if cap is not None and cap <= len(rows) < want:
+            self.paged_results += 1
+            rows = []
+            while len(rows) < want:
+                size = min(cap, want - len(rows))
+                page = self._run(build(len(rows), size))[0]["results"]["bindings"]
+                rows.extend(page)
+                if len(page) < size:
+                    break
+        self._warn_if_full(rows, limit)
+        return rows
+
+    def _warn_if_full(self, rows: list[dict], limit: int | None) -> None:
+        if limit is None and len(rows) >= self.max_rows:
+            log.warning("SPARQL result from %s reached max_rows=%d and may be truncated", self.endpoint, self.max_rows)
+
+    def _run(self, query: str) -> tuple[dict, int | None]:
+        """The JSON result and the row cap the endpoint says it reached (Virtuoso's header), if any."""
         attempts = self.retries + 1
         last: BaseException | None = None
         for attempt in range(1, attempts + 1):
@@ -477,7 +512,10 @@ class SparqlKG(KnowledgeGraph):
             wrapper.timeout = self.timeout
             self.queries_sent += 1
             try:
-                result = wrapper.queryAndConvert()
+                response = wrapper.query()
+                # info() lowercases names and only [] looks them up case-insensitively (not .get)
+                cap = response.info().get(MAX_ROWS_HEADER.lower())
+                result = response.convert()
             except urllib.error.HTTPError as err:  # statuses SPARQLWrapper does not map to its own errors
                 if err.code < 500:
                     raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: HTTP {err.code} "
@@ -492,10 +530,15 @@ class SparqlKG(KnowledgeGraph):
             else:
                 if not isinstance(result, dict) or "results" not in result:
                     raise KGError(f"SPARQL endpoint {self.endpoint} returned no JSON result rows: {_short(result)}")
-                return result
+                return result, int(cap) if cap is not None and cap.strip().isdigit() and int(cap) > 0 else None
             if attempt < attempts:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
         raise KGError(f"SPARQL endpoint {self.endpoint} failed after {attempts} attempts: {_short(last)}") from last
+
+
+def _page(offset: int | None, order: str) -> str:
+    """` ORDER BY … OFFSET n` for one page of a result (nothing for the whole result)."""
+    return "" if offset is None else f" ORDER BY {order} OFFSET {_check_limit(offset)}"
 
 
 def _short(thing) -> str:
