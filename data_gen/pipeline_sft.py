@@ -48,9 +48,9 @@ from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.config import add_config_arguments, describe, load_config
 from kgreasoner.data.schema import QAExample
-from kgreasoner.evaluation.llm import Completion, ScriptedLLM
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.llm import Completion, ScriptedLLM
 from kgreasoner.training.warmup_data import Segment, WarmupRecord, encode_record, write_warmup
 
 PIPELINE_METHODS = ("tog", "sog")

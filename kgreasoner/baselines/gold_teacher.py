@@ -16,8 +16,8 @@ import json
 import re
 
 from kgreasoner.data.schema import QAExample
-from kgreasoner.evaluation.llm import ScriptedLLM
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow
+from kgreasoner.llm import ScriptedLLM
 
 
 def _plain(relation: str) -> str:

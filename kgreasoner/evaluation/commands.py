@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 from kgreasoner.config import add_config_arguments, describe, load_config
+from kgreasoner.llm.spec import CLIENT_FORMS, describe_forms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scheme", default="random", choices=("random", "grouped"),
                         help="split scheme for datasets without given splits")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split scheme")
-    parser.add_argument("--llm", default=None, help="hf:PATH or openai:URL[#MODEL] (not needed by oracle)")
+    parser.add_argument("--llm", default=None, help=f"{describe_forms(CLIENT_FORMS)} (not needed by oracle)")
     parser.add_argument("--kg", default=None, help="KG spec (kgreasoner.kg.open_kg); default: the dataset's KB in memory")
     parser.add_argument("--out", required=True, type=Path, help="output folder (resumes what is already there)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of the split")
@@ -42,10 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kgreasoner.data import load_datasets, open_dataset_kg
     from kgreasoner.evaluation.harness import run_evaluation, select_examples
-    from kgreasoner.evaluation.llm import open_llm
     from kgreasoner.evaluation.methods import EvalConfig, MethodContext
     from kgreasoner.evaluation.report import RunInfo, render_markdown
     from kgreasoner.kg.open import open_kg
+    from kgreasoner.llm import open_llm
 
     config = load_config(EvalConfig, args.config, args.overrides)
     if args.limit is not None:

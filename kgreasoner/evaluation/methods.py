@@ -16,6 +16,7 @@ from kgreasoner.baselines.parog import PaRoGConfig, PaRoGMethod
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.llm.spec import CLIENT_FORMS, describe_forms
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig
 
@@ -88,5 +89,5 @@ def build_method(name: str, ctx: MethodContext) -> Method:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
     method = METHODS[name](ctx)
     if method.uses_llm and ctx.llm is None:
-        raise ValueError(f"method {name!r} needs an LLM: pass --llm hf:PATH or openai:URL[#MODEL]")
+        raise ValueError(f"method {name!r} needs an LLM: pass --llm {describe_forms(CLIENT_FORMS)}")
     return method

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.failures import RecordingSession
+from kgreasoner.llm import rollout_backend
 from kgreasoner.protocol import check_format
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
@@ -48,30 +49,3 @@ class KGReasonerMethod(Method):
                 trace=sessions[trajectory.index].trace(trajectory), kg_queries=trajectory.num_tool_calls, usage=usage,
             ))
         return results
-
-
-def rollout_backend(llm: Any, tokenizer: str | None = None) -> Any:
-    """The rollout backend serving the same model as the eval's LLM client (a rollout backend as it is).
-
-    A text endpoint has no tokenizer of its own: without `tokenizer` (the model's, for its chat
-    template) prompts take the plain protocol layout, which a chat-trained model never saw.
-    """
-    from kgreasoner.evaluation.llm import HFClient, OpenAIClient
-
-    if hasattr(llm, "kind"):
-        return llm
-    if isinstance(llm, HFClient):
-        from kgreasoner.rollout.hf_backend import HFBackend
-
-        return HFBackend(llm.model, llm.tokenizer)
-    if isinstance(llm, OpenAIClient):
-        from kgreasoner.rollout.openai_backend import OpenAIBackend
-
-        backend = OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency)
-        if tokenizer:
-            from transformers import AutoTokenizer
-
-            backend.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
-        return backend
-    raise ValueError("the kgreasoner method needs --llm hf:PATH or openai:URL[#MODEL]; "
-                     f"got {type(llm).__name__}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, TextIO
 
 from kgreasoner.config import add_config_arguments, load_config
+from kgreasoner.llm.spec import SPEC_FORMS, describe_forms
 from kgreasoner.protocol import (
     ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN, TRIPLES_CLOSE, TRIPLES_OPEN,
 )
@@ -119,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = parser.add_mutually_exclusive_group()
-    model.add_argument("--llm", help="hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL] (overrides the config's llm)")
+    model.add_argument("--llm", help=f"{describe_forms(SPEC_FORMS)} (overrides the config's llm)")
     model.add_argument("--model", type=Path, help="a local checkpoint: the same as --llm hf:PATH")
     parser.add_argument("--kg", help="KG spec (default: the config's kg, or the --dataset's own KB)")
     parser.add_argument("--tokenizer", help="the served model's tokenizer directory, for vllm:URL and openai backends")

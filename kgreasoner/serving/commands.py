@@ -9,6 +9,7 @@ import socket
 import sys
 
 from kgreasoner.config import add_config_arguments, describe, load_config
+from kgreasoner.llm.spec import SPEC_FORMS, describe_forms
 from kgreasoner.serving import answer, export
 
 
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Fields of the --config YAML (ServeConfig; nested sections tool, rollout):\n" + describe(ServeConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--llm", help="hf:PATH, vllm:PATH or openai:URL[#MODEL] (overrides the config's llm)")
+    parser.add_argument("--llm", help=f"{describe_forms(SPEC_FORMS)} (overrides the config's llm)")
     parser.add_argument("--kg", help="KG spec (overrides the config's kg)")
     parser.add_argument("--host", help="address to bind (default: the config's, 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default: the config's, 8000; 0 picks a free one)")

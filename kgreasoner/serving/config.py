@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kgreasoner.llm.backends import check_backend_spec
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout import RolloutConfig
 
-LLM_SCHEMES = ("hf", "vllm", "openai")
 SEED_RANGE = (-2**63, 2**63 - 1)
 """Seeds a 64-bit generator takes (vLLM's range); torch's manual_seed fails outside it."""
 
@@ -67,11 +67,10 @@ class ServeConfig:
 
     def __post_init__(self) -> None:
         if self.llm is not None:
-            scheme, sep, target = self.llm.partition(":")
-            if not sep or scheme not in LLM_SCHEMES or not target:
-                raise ValueError(f"llm must be hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL], got {self.llm!r}")
-            if scheme == "vllm" and target.startswith(("http://", "https://")) and not self.tokenizer:
-                raise ValueError("llm: vllm:URL sends token ids and needs `tokenizer` (the served model's tokenizer directory)")
+            try:
+                check_backend_spec(self.llm, self.tokenizer)
+            except ValueError as err:
+                raise ValueError(f"llm: {err}") from err
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be in 0..65535, got {self.port}")
         if self.temperature < 0:

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KGQueryRejected, KnowledgeGraph
+from kgreasoner.llm.spec import SPEC_FORMS, describe_forms, parse_llm_spec
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams, Trajectory
 from kgreasoner.serving.config import SEED_RANGE, ServeConfig
@@ -107,58 +108,22 @@ class Answered:
 
 
 def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
-    """(rollout backend, model name, close function) for `config.llm`.
-
-    hf and openai go through the evaluation harness's LLM clients, so `kgreasoner answer`,
-    `kgreasoner serve` and `kgreasoner eval --methods kgreasoner` load and reach models the same way.
-    """
+    """(rollout backend, model name, close function) for `config.llm` (`kgreasoner.llm.open_backend`)."""
     if not config.llm:
-        raise ValueError("llm: name the model: hf:PATH, vllm:PATH, vllm:URL[#MODEL] or openai:URL[#MODEL]")
-    from kgreasoner.evaluation.llm import OpenAIClient, open_llm
-    from kgreasoner.evaluation.rollout_method import rollout_backend
+        raise ValueError(f"llm: name the model: {describe_forms(SPEC_FORMS)}")
+    from kgreasoner.llm import open_backend as open_llm_backend
 
-    scheme, _, target = config.llm.partition(":")
-    tokenizer = None
-    if config.tokenizer:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
-    if scheme == "vllm":
-        from kgreasoner.rollout.vllm_backend import VLLMBackend
-
-        if target.startswith(("http://", "https://")):
-            url, _, model = target.partition("#")
-            try:
-                model = OpenAIClient(url, model or None).model  # the first served model when none is named
-            except RuntimeError as err:
-                raise ValueError(f"llm: {err}") from err
-            backend = VLLMBackend(tokenizer, base_url=url, model=model, timeout=config.backend_timeout,
-                                  max_concurrency=config.backend_workers)
-            return backend, model, lambda: None
-        if not Path(target).is_dir():
-            raise FileNotFoundError(f"llm: {target} is not a checkpoint directory")
-        if tokenizer is None:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(target)
-        return VLLMBackend.offline(target, tokenizer), Path(target).name, lambda: None
-    if scheme == "hf" and not Path(target).is_dir():
-        raise FileNotFoundError(f"llm: {target} is not a checkpoint directory")
-    if scheme == "hf" and config.torch_threads is not None:
+    spec = parse_llm_spec(config.llm)
+    if spec.scheme == "hf" and config.torch_threads is not None:
         import torch
 
         torch.set_num_threads(config.torch_threads)
     try:
-        llm = open_llm(config.llm, workers=config.backend_workers)
-    except RuntimeError as err:  # an openai server that cannot list its models
+        return open_llm_backend(spec, config.tokenizer, workers=config.backend_workers, timeout=config.backend_timeout)
+    except RuntimeError as err:  # a server that cannot list its models
         raise ValueError(f"llm: {err}") from err
-    backend = rollout_backend(llm)
-    if scheme == "openai":
-        backend.timeout = config.backend_timeout
-        if tokenizer is not None:
-            backend.tokenizer = tokenizer  # the engine renders prompts with its chat template
-        return backend, llm.model, llm.close
-    return backend, Path(target).resolve().name, llm.close
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"llm: {err}") from err
 
 
 class _RecordingBackend:

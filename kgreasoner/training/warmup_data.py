@@ -17,7 +17,7 @@ Chat templates that open the think block in the prompt (`protocol.opened_think`:
 
 Pipeline-step records (`data_gen/pipeline_sft.py`: one LLM step of ToG or SoG) carry an optional
 raw `prompt`, used instead of the protocol prompt built from the question: it is rendered as one
-user turn exactly as `HFClient` renders it at evaluation (`evaluation.llm.encode_prompt`).
+user turn exactly as `HFClient` renders it at evaluation (`llm.encode_prompt`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines
-from kgreasoner.evaluation.llm import encode_prompt
+from kgreasoner.llm import encode_prompt
 from kgreasoner.protocol import THINK_OPEN, build_prompt, opened_think
 
 KINDS = ("gold", "correction", "drill")  # drill: data_gen/lookup_drill.py

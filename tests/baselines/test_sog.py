@@ -5,10 +5,10 @@ import pytest
 from kgreasoner.baselines.gold_teacher import gold_llm
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.data import QAExample
-from kgreasoner.evaluation.llm import ScriptedLLM
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import make_literal
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.llm import ScriptedLLM
 
 TRIPLES = (
     [("m.hub", "hub.thing.alpha", f"m.a{i}") for i in range(30)]

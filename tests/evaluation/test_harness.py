@@ -9,9 +9,9 @@ from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data import open_dataset_kg
 from kgreasoner.evaluation import commands
 from kgreasoner.evaluation.harness import evaluate_method, read_records, run_evaluation
-from kgreasoner.evaluation.llm import ScriptedLLM
 from kgreasoner.evaluation.methods import EvalConfig, MethodContext, build_method
 from kgreasoner.evaluation.report import RunInfo, render_markdown, summarize
+from kgreasoner.llm import ScriptedLLM
 
 
 class Interrupted(BaseException):

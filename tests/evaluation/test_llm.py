@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kgreasoner.evaluation.llm import (
-    HFClient, OpenAIClient, ScriptedLLM, cut_at_stop, open_llm, parse_llm_spec,
+from kgreasoner.llm import (
+    HFClient, OpenAIClient, ScriptedLLM, cut_at_stop, open_llm,
 )
 
 
@@ -31,13 +31,13 @@ def test_cut_at_stop_takes_the_earliest():
     assert cut_at_stop("abc", ("X",)) == ("abc", False)
 
 
-def test_llm_specs():
-    assert parse_llm_spec("hf:/ckpt") == ("hf", "/ckpt", None)
-    assert parse_llm_spec("openai:http://h:8000/v1#qwen") == ("openai", "http://h:8000/v1", "qwen")
-    assert parse_llm_spec("openai:http://h:8000/v1") == ("openai", "http://h:8000/v1", None)
-    for bad in ("vllm:x", "hf:", "nothing"):
-        with pytest.raises(ValueError, match="hf:PATH or openai:URL"):
-            parse_llm_spec(bad)
+def test_text_clients_refuse_the_rollout_only_specs():
+    for spec in ("vllm:/ckpt", "vllm:http://h:8000/v1"):
+        with pytest.raises(ValueError, match=r"names a rollout backend, not a text client: the pipeline methods "
+                                             r"take hf:PATH or openai:URL\[#MODEL\]"):
+            open_llm(spec)
+    with pytest.raises(ValueError, match="unknown LLM spec 'nothing'"):
+        open_llm("nothing")
 
 
 def test_hf_client_batches_threads_and_matches_single_calls(tiny_checkpoint):
@@ -130,7 +130,7 @@ def test_hf_client_stops_at_a_stop_string(tiny_checkpoint):
 def test_kgreasoner_method_over_a_text_endpoint_renders_the_models_chat_template(tiny_checkpoint, synthetic):
     from transformers import AutoTokenizer
 
-    from kgreasoner.evaluation.rollout_method import rollout_backend
+    from kgreasoner.llm import rollout_backend
     from kgreasoner.protocol import build_prompt
 
     client = OpenAIClient("http://127.0.0.1:9/v1", "m", retries=0, timeout=2)

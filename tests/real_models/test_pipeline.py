@@ -141,7 +141,7 @@ def test_eval_command_with_an_hf_model(arch, warm_checkpoint, world, tmp_path, c
 def test_hf_client_loads_float32_on_cpu(warm_checkpoint):
     import torch
 
-    from kgreasoner.evaluation.llm import HFClient
+    from kgreasoner.llm import HFClient
     from kgreasoner.models import inference_dtype
 
     client = HFClient.load(warm_checkpoint)
@@ -154,7 +154,7 @@ def test_hf_client_loads_float32_on_cpu(warm_checkpoint):
 def test_hf_client_loads_bfloat16_on_a_gpu(warm_checkpoint):
     import torch
 
-    from kgreasoner.evaluation.llm import HFClient
+    from kgreasoner.llm import HFClient
 
     client = HFClient.load(warm_checkpoint)
     assert next(client.model.parameters()).dtype == torch.bfloat16

@@ -235,7 +235,7 @@ def test_openai_backend_renders_the_chat_template_and_fails_with_502_when_unreac
 def test_config_names_what_is_wrong():
     with pytest.raises(ValueError, match="vllm:URL sends token ids and needs `tokenizer`"):
         ServeConfig(llm="vllm:http://127.0.0.1:8000/v1")
-    with pytest.raises(ValueError, match="llm must be hf:PATH, vllm:PATH, vllm:URL"):
+    with pytest.raises(ValueError, match=r"llm: unknown LLM spec .gpt:thing.: expected hf:PATH, vllm:PATH, vllm:URL\[#MODEL\] or openai:URL\[#MODEL\]"):
         ServeConfig(llm="gpt:thing")
     with pytest.raises(ValueError, match="request_timeout must be > 0"):
         ServeConfig(request_timeout=0)
