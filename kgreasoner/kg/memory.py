@@ -81,6 +81,11 @@ class MemoryKG(KnowledgeGraph):
             self._unnamed = unnamed
         self._exact_index: dict[str, list[int]] | None = None
         self._norm_index: dict[str, list[int]] | None = None
+        # Object arrays of the same lists, so that a hub's edges are gathered by array indexing
+        # (one numpy take per field) rather than one Python lookup per edge and field.
+        self._node_array = np.array(self._nodes, dtype=object)
+        self._label_array = np.array(self._labels, dtype=object)
+        self._rel_array = np.array(self._rels, dtype=object)
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -154,25 +159,27 @@ class MemoryKG(KnowledgeGraph):
             if limit is not None:
                 room = limit - len(edges)
                 others, rel_ids = others[:room], rel_ids[:room]
-            for nb, r in zip(others.tolist(), rel_ids.tolist()):
-                edges.append(self._edge(node, r, nb, side))
+            edges.extend(self._edges(node, rel_ids, others, side))
             if limit is not None and len(edges) >= limit:
                 break
         return edges
 
-    def _edge(self, node: int, rel: int, nb: int, side: str) -> Edge:
-        s, o = (node, nb) if side == "out" else (nb, node)
-        return Edge(
-            subject=self._nodes[s],
-            relation=self._rels[rel],
-            object=self._nodes[o],
-            subject_label=self._labels[s],
-            object_label=self._labels[o],
-            direction=side,  # type: ignore[arg-type]
-            object_is_literal=bool(self._is_literal[o]),
-            subject_unnamed=bool(self._unnamed[s]),
-            object_unnamed=bool(self._unnamed[o]),
-        )
+    def _edges(self, node: int, rel_ids: np.ndarray, others: np.ndarray, side: str) -> list[Edge]:
+        """The Edges from `node` to `others` by `rel_ids`, every field gathered as one array slice."""
+        n = len(others)
+        if n == 0:
+            return []
+        relations = self._rel_array[rel_ids].tolist()
+        other_ids, other_labels = self._node_array[others].tolist(), self._label_array[others].tolist()
+        other_unnamed = self._unnamed[others].tolist()
+        own = [self._nodes[node]] * n
+        own_label = [self._labels[node]] * n
+        own_unnamed = [bool(self._unnamed[node])] * n
+        if side == "out":
+            return list(map(Edge, own, relations, other_ids, own_label, other_labels, ["out"] * n,
+                            self._is_literal[others].tolist(), own_unnamed, other_unnamed))
+        return list(map(Edge, other_ids, relations, own, other_labels, own_label, ["in"] * n,
+                        [bool(self._is_literal[node])] * n, other_unnamed, own_unnamed))
 
     def label(self, entity: str) -> str:
         node = self._node_index.get(entity)

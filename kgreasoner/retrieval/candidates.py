@@ -70,8 +70,9 @@ def gather_candidates(
     candidates: list[Candidate] = []
 
     def add(candidate: Candidate) -> None:
-        if candidate.key not in seen:
-            seen.add(candidate.key)
+        key = candidate.key  # built from every edge: once per candidate, not twice
+        if key not in seen:
+            seen.add(key)
             candidates.append(candidate)
 
     for edge in kg.neighbors(entity, "both", limit=limit):

@@ -72,3 +72,32 @@ def test_real_minilm_offline():
     # Padding inside a batch must not change a text's vector.
     alone = encoder.encoder.encode(["location time zones"])
     assert np.allclose(alone[0], vectors[0], atol=1e-5)
+
+
+WRITER = """
+import sys
+from kgreasoner.retrieval.encoder import CachedEncoder, HashingEncoder
+worker, folder = int(sys.argv[1]), sys.argv[2]
+cached = CachedEncoder(HashingEncoder(32), folder, flush_every=7)
+for i in range(60):  # every worker writes the texts of i % 40, so writers overlap on each text
+    cached.encode([f"text {i % 40}", f"worker {worker} text {i}"])
+cached.flush()
+"""
+
+
+def test_concurrent_writers_share_one_cache_folder(tmp_path):
+    import subprocess
+    import sys
+
+    reader_base = CountingEncoder()
+    reader = CachedEncoder(reader_base, tmp_path)  # opened before any shard exists
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, str(w), str(tmp_path)]) for w in range(4)]
+    assert [w.wait(60) for w in writers] == [0] * 4
+    folder = tmp_path / HashingEncoder(32).name
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []  # no temp file left behind
+    texts = [f"text {i}" for i in range(40)] + [f"worker {w} text {i}" for w in range(4) for i in range(60)]
+    # the live reader loads the writers' shards instead of encoding: its own encoder never runs
+    assert np.array_equal(reader.encode(texts), HashingEncoder(32).encode(texts))
+    assert reader_base.seen == [] and (reader.hits, reader.misses) == (280, 0)
+    fresh = CachedEncoder(CountingEncoder(), tmp_path)
+    assert len(fresh) == 280 and np.array_equal(fresh.encode(texts), HashingEncoder(32).encode(texts))
