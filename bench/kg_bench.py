@@ -9,12 +9,21 @@ warm-up). Datasets and stores are cached under `--work`, so only the first 1M ru
 generating and loading.
 
     python bench/kg_bench.py [--work .cache/kg-bench] [--sizes 10k,1M] [--calls 2000]
+
+`--memory-scale 1M,3M` measures instead what the `memory` store costs to hold: for each size, a
+Freebase-shaped `kb.tsv` + `names.tsv` (mids, 2,000 relations, 80% of nodes named, a few literals)
+is written, then loaded by `MemoryKG.from_file` in a fresh process that reports the load time and
+its resident memory after loading (and at peak), per triple; the last line projects both to
+Freebase's 1.9 billion triples linearly.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -134,6 +143,61 @@ def bench_size(args: argparse.Namespace, size: int) -> list[dict]:
     return rows
 
 
+FREEBASE_TRIPLES = 1_900_000_000
+_MEASURE = """
+import json, resource, sys, time
+from kgreasoner.kg.memory import MemoryKG
+def rss():
+    return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
+before = rss()
+start = time.perf_counter()
+kg = MemoryKG.from_file(sys.argv[1])
+seconds = time.perf_counter() - start
+print(json.dumps({"triples": kg.num_triples, "load_s": seconds, "rss": rss() - before,
+                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before}))
+"""
+
+
+def write_scale_dataset(folder: Path, size: int, seed: int) -> Path:
+    """`size` Freebase-shaped triples (power-law subjects, so there are hubs) as kb.tsv + names.tsv."""
+    kb = folder / "kb.tsv"
+    if kb.exists() and (folder / "names.tsv").exists():
+        return kb
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    nodes = max(size // 4, 10)
+    subjects = (rng.zipf(1.3, size) - 1) % nodes
+    objects = rng.integers(0, nodes, size)
+    relations = rng.integers(0, 2000, size)
+    literal = rng.random(size) < 0.05
+    with open(kb, "w", encoding="utf-8") as out:
+        for s, r, o, lit in zip(subjects.tolist(), relations.tolist(), objects.tolist(), literal.tolist()):
+            tail = f'"{o}"^^<http://www.w3.org/2001/XMLSchema#integer>' if lit else f"m.{o:x}"
+            out.write(f"m.{s:x}\tdomain{r % 50}.type{r}.property_{r}\t{tail}\n")
+    named = np.flatnonzero(rng.random(nodes) < 0.8)
+    with open(folder / "names.tsv", "w", encoding="utf-8") as out:
+        for n in named.tolist():
+            out.write(f"m.{n:x}\tEntity number {n}\n")
+    return kb
+
+
+def memory_scale(args: argparse.Namespace, sizes: list[int]) -> str:
+    lines = ["| triples | load (s) | RSS after load (MB) | bytes/triple | peak RSS (MB) | peak bytes/triple |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    last = None
+    for size in sizes:
+        kb = write_scale_dataset(args.work / f"scale-{size}-seed{args.seed}", size, args.seed)
+        done = subprocess.run([sys.executable, "-c", _MEASURE, str(kb)], capture_output=True, text=True, check=True)
+        last = json.loads(done.stdout.strip().splitlines()[-1])
+        lines.append(f"| {last['triples']:,} | {last['load_s']:.1f} | {last['rss'] / 2**20:,.0f} | "
+                     f"{last['rss'] / last['triples']:.0f} | {last['peak'] / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |")
+    if last is not None:
+        scale = FREEBASE_TRIPLES / last["triples"]
+        lines.append(f"| {FREEBASE_TRIPLES:,} (projected) | {last['load_s'] * scale:,.0f} | {last['rss'] * scale / 2**20:,.0f} | "
+                     f"{last['rss'] / last['triples']:.0f} | {last['peak'] * scale / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"neighbors(entity, direction={args.direction!r}), one client, after {args.warmup} warm-up calls: "
@@ -161,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=100, help="untimed calls first")
     parser.add_argument("--direction", default="both", choices=("out", "in", "both"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--memory-scale", help="instead: memory and load time of the memory store at these sizes (1M,3M)")
     args = parser.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(args.backends) - set(BACKENDS))
@@ -171,6 +236,13 @@ def main(argv: list[str] | None = None) -> int:
     except argparse.ArgumentTypeError as err:
         parser.error(str(err))
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.memory_scale:
+        try:
+            scale_sizes = [parse_size(s) for s in args.memory_scale.split(",") if s.strip()]
+        except argparse.ArgumentTypeError as err:
+            parser.error(str(err))
+        print(memory_scale(args, scale_sizes))
+        return 0
     rows = []
     for size in sizes:
         rows.extend(bench_size(args, size))

@@ -27,3 +27,15 @@ def test_bench_prints_a_row_per_backend_and_caches_its_inputs(tmp_path):
     assert second.returncode == 0 and "# generated" not in second.stdout and "| cached |" in second.stdout
     bad = subprocess.run(command[:4] + ["--sizes", "ten"], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--sizes: 'ten' is not a size like 10000, 10k or 1M" in bad.stderr
+
+
+def test_memory_scale_reports_bytes_and_load_time_per_size_and_the_freebase_projection(tmp_path):
+    command = [sys.executable, str(ROOT / "bench" / "kg_bench.py"), "--work", str(tmp_path), "--memory-scale", "10k,20k"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    distinct = [int(row[0].strip("| ").replace(",", "")) for row in rows[:2]]  # a random duplicate counts once
+    assert 9_900 <= distinct[0] <= 10_000 and 19_800 <= distinct[1] <= 20_000
+    assert rows[2][0] == "| 1,900,000,000 (projected)"
+    assert all(float(row[3].replace(",", "")) > 0 for row in rows)  # bytes per triple measured, not zero
+    assert rows[2][3] == rows[1][3]  # the projection scales the largest size's bytes per triple
