@@ -80,12 +80,13 @@ def test_summary_and_markdown():
     assert s["format_valid"] == pytest.approx(2 / 3) and s["errors"] == 1
     assert s["cost"] == {"llm_calls": 2.0, "prompt_tokens": 20.0, "completion_tokens": 4.0, "kg_queries": 2.0,
                          "wall_time": 1.0}
-    assert s["by_hops"] == {"1": {"n": 1, "hits1": 1.0, "f1": 1.0, "em": 1.0},
-                            "2": {"n": 2, "hits1": 0.5, "f1": 0.75, "em": 0.0}}
+    assert s["by_hops"] == {"1": {"n": 1, "hits1": 1.0, "f1": 1.0, "em": 1.0, "kg_queries": 1.0},
+                            "2": {"n": 2, "hits1": 0.5, "f1": 0.75, "em": 0.0, "kg_queries": 2.5}}
     md = render_markdown(RunInfo("PQ-2H", "test", "grouped", 0, kg="memory:x"), {"tog": s})
     assert md.startswith("# Evaluation: PQ-2H, test split (grouped scheme, seed 0)\n")
     assert "| tog | 3 | 0.667 | 0.833 | 0.333 | 0.667 | 1 | 2.00 | 20 | 4 | 2.00 | 1.000 |" in md
     assert "| tog | 1.000 (1) | 0.500 (2) |" in md
+    assert "KG queries per question by hop count:\n\n| method | 1-hop | 2-hop |\n|---|---|---|\n| tog | 1.00 | 2.50 |" in md
     assert s["distinct"] == 3 and "distinct texts" not in md
 
 
