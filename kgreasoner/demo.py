@@ -428,7 +428,7 @@ class Demo:
     def _evaluate(self, model: str, methods: list[str], out: Path) -> dict[str, dict[str, Any]]:
         from kgreasoner.data import load_dataset, open_dataset_kg
         from kgreasoner.evaluation.harness import run_evaluation, select_examples
-        from kgreasoner.evaluation.llm import open_llm
+        from kgreasoner.llm import open_llm
         from kgreasoner.evaluation.methods import MethodContext
         from kgreasoner.evaluation.report import RunInfo
 
