@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import Candidate, gather_candidates
@@ -60,6 +61,8 @@ def label_groups(
 ) -> list[LabelledGroup]:
     """Labelled groups along every gold path of every example (examples without one are skipped).
 
+    Each question is labelled on the graph it searches, `kg.for_example(example.id)` (its own
+    subgraph in a per-question KG, where its paths are derived when it has none).
     `max_candidates` caps a group's size at hubs (every positive kept, negatives sampled), which
     bounds the context fetched per group.
     """
@@ -69,6 +72,8 @@ def label_groups(
         raise ValueError(f"max_frontier must be >= 1, got {max_frontier}")
     groups: list[LabelledGroup] = []
     for example in examples:
+        example = with_derived_paths(example, kg)
+        graph = kg.for_example(example.id)
         done: set[tuple[str, tuple[str, ...]]] = set()
         witness = list(example.extra.get("path_entities") or [])
         for path in example.gold_paths:
@@ -81,7 +86,7 @@ def label_groups(
                         if (entity, path[:hop]) in done:
                             continue
                         done.add((entity, path[:hop]))
-                        candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
+                        candidates = gather_candidates(graph, entity, expand_mediators, neighbor_limit)
                         labels = [int(_continues(c, path, hop)) for c in candidates]
                         if not any(labels):
                             continue

@@ -15,6 +15,10 @@ only when it is itself a gold answer (PathQuestion asks "the child of X's parent
 otherwise a path through a marriage, which leads back to it, would always hit. Paths whose node set grows past
 `max_branch` (fan-out through a hub) are not extended further; they stay candidates at their own
 length only.
+
+RoG's subgraph datasets come without paths too; there each question is searched on its own
+subgraph (`kg.for_example(id)`), on demand (`with_derived_paths`), by the warm-up, the ranker's
+labels and `kgreasoner eval`.
 """
 
 from __future__ import annotations
@@ -117,6 +121,25 @@ def add_gold_paths(examples: Sequence[QAExample], kg: KnowledgeGraph,
             continue
         report.derived += 1
         report.derived_lengths[len(paths[0])] += 1
-        hops = example.hops or len(paths[0])
-        out.append(QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": hops}))
+        out.append(_with_paths(example, paths))
     return out, report
+
+
+def with_derived_paths(example: QAExample, kg: KnowledgeGraph, search: PathSearch = PathSearch()) -> QAExample:
+    """The example with the paths `find_paths` finds on its own subgraph when it has none and `kg`
+    is per question (`kg.per_question`: RoG's subgraphs); otherwise (or when none is found) as it is.
+
+    One question at a time, when a command reaches it: loading RoG's records stays as fast as
+    any other dataset's, and a warm-up that takes 500 of CWQ's 27,639 training questions searches
+    about those only. A shared KG's questions get theirs once, from `kgreasoner prepare-data`:
+    searching a whole KG (Freebase over SPARQL) on every run would be slow.
+    """
+    if example.gold_paths or not kg.per_question:
+        return example
+    paths = find_paths(kg.for_example(example.id), example, search)
+    return _with_paths(example, paths) if paths else example
+
+
+def _with_paths(example: QAExample, paths: list[tuple[str, ...]]) -> QAExample:
+    """The example with derived `paths`, and `hops` their length where it had none."""
+    return QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": example.hops or len(paths[0])})

@@ -105,6 +105,9 @@ def check_direction(direction: str) -> None:
 class KnowledgeGraph(abc.ABC):
     """Read access to a knowledge graph, the only thing the tool, baselines and data code use."""
 
+    per_question: bool = False
+    """True where every question searches its own graph (`for_example`), as in the `subgraph` backend."""
+
     @abc.abstractmethod
     def neighbors(
         self,

@@ -33,6 +33,8 @@ class SubgraphKG(KnowledgeGraph):
         cache_size: question views kept built (each is a few thousand triples).
     """
 
+    per_question = True
+
     def __init__(self, files: Sequence[RogFile], cache_size: int = 256) -> None:
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 
 from data_gen.ranker_labels import LabelledGroup, label_groups
 from kgreasoner.data import load_dataset, open_dataset_kg
+from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import candidate_context
@@ -91,9 +93,11 @@ class FeaturizedGroups:
 
 
 def featurize(table: TextTable, kg: KnowledgeGraph, groups: Sequence[LabelledGroup], max_context: int) -> FeaturizedGroups:
+    """Each candidate's context read from its question's graph (`kg.for_example`), as the tool reads it."""
     rows, labels, texts = [], [], []
     for group in groups:
-        contexts = [candidate_context(kg, c, max_context) for c in group.candidates]
+        graph = kg.for_example(group.question_id)
+        contexts = [candidate_context(graph, c, max_context) for c in group.candidates]
         rows.append(group_rows(table, group.question, group.candidates, contexts))
         labels.append(np.array(group.labels, dtype=np.int64))
         texts.append(np.array([table.row(c.text()) for c in group.candidates], dtype=np.int64))
@@ -176,8 +180,10 @@ def _load(config: RankerTrainConfig) -> _Splits:
     kg = open_dataset_kg(dataset)
 
     def cap(examples: list[QAExample], n: int | None) -> list[QAExample]:
-        with_paths = [e for e in examples if e.gold_paths]
-        return with_paths if n is None else with_paths[:n]
+        # Lazily, so that with a cap only the questions taken (and the ones without a path before
+        # them) are searched for paths in a per-question KG.
+        with_paths = (e for e in (with_derived_paths(e, kg) for e in examples) if e.gold_paths)
+        return list(itertools.islice(with_paths, n))
 
     return _Splits(kg, cap(dataset.split("train"), config.max_train_questions), cap(dataset.split("dev"), config.max_eval_questions),
                    cap(dataset.split("test"), config.max_eval_questions), dataset.name, dataset.split_scheme)
