@@ -62,6 +62,7 @@ from data_gen.augment import AugmentConfig, QuestionAugmenter
 from data_gen.lookup_drill import lookup_drills
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
 from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.sampling import stratified_order
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path, follow, is_literal_id
@@ -396,10 +397,12 @@ class _Writer:
         self.example = example
         self.route = route
         self.rng = rng
-        self.session: SearchSession = generator.tool.session(example.question, list(example.topic_entities))
+        self.kg = generator.kg.for_example(example.id)  # the question's own subgraph in a per-question KG
+        self.session: SearchSession = generator.tool.session(example.question, list(example.topic_entities),
+                                                             example_id=example.id)
         self.segments: list[Segment] = []
         self.buffer = THINK_OPEN + " "
-        self.labels: dict[str, str] = {t.id: t.name or generator.kg.label(t.id) for t in example.topic_entities}
+        self.labels: dict[str, str] = {t.id: t.name or self.kg.label(t.id) for t in example.topic_entities}
         self.forward: dict[tuple[str, str], list[str]] = {}  # (node, path relation) -> nodes, in shown order
         self.searched: set[str] = set()
         self.repeats = 0
@@ -510,14 +513,14 @@ class _Writer:
             for target in dict.fromkeys(self.forward.get((node, relation), [])):
                 relations = taken + (relation,)
                 end = hop + len(relations)
-                through = self.g.kg.is_unnamed(target) and not is_literal_id(target) and end < len(path)
+                through = self.kg.is_unnamed(target) and not is_literal_id(target) and end < len(path)
                 if through and self.forward_from(target, path[end]):
                     frontier.append((target, relations))
                     continue
                 if self.g.reaches_gold(self.example, target, path[end:]):
                     found.append(Step(source, relations, target))
         # Moves that end at a named node first: searching a bare mediator is the fallback.
-        found.sort(key=lambda s: self.g.kg.is_unnamed(s.target) and not is_literal_id(s.target))
+        found.sort(key=lambda s: self.kg.is_unnamed(s.target) and not is_literal_id(s.target))
         return list(dict.fromkeys(found))
 
     def forward_from(self, node: str, relation: str) -> bool:
@@ -530,7 +533,7 @@ class _Writer:
             if node != source:
                 continue
             for target in targets:
-                if self.g.kg.is_unnamed(target) and not is_literal_id(target):
+                if self.kg.is_unnamed(target) and not is_literal_id(target):
                     for (mid, second), beyond in self.forward.items():
                         if mid == target:
                             moves.extend(Step(source, (relation, second), b) for b in beyond if b != source)
@@ -541,10 +544,10 @@ class _Writer:
     def step_relations(self, source: str, hop: int) -> tuple[str, ...]:
         """The relations the next search from `source` covers: one, or more through unnamed nodes."""
         path = self.route.path
-        nodes = follow(self.g.kg, [source], path[hop])
+        nodes = follow(self.kg, [source], path[hop])
         end = hop + 1
-        while end < len(path) and nodes and all(self.g.kg.is_unnamed(n) and not is_literal_id(n) for n in nodes):
-            nodes = follow(self.g.kg, nodes, path[end])
+        while end < len(path) and nodes and all(self.kg.is_unnamed(n) and not is_literal_id(n) for n in nodes):
+            nodes = follow(self.kg, nodes, path[end])
             end += 1
         return tuple(path[hop:end])
 
@@ -627,7 +630,11 @@ def relation_words(relations: Sequence[str]) -> str:
 
 
 class WarmupGenerator:
-    """Makes verified warm-up records for QA examples over one KG with one tool configuration."""
+    """Makes verified warm-up records for QA examples over one KG with one tool configuration.
+
+    Each question is walked on `kg.for_example(example.id)`: the KG itself, or in a per-question
+    KG (RoG's subgraphs) the question's own subgraph.
+    """
 
     def __init__(self, kg: KnowledgeGraph, tool: KGSearchTool, config: WarmupConfig,
                  templates: dict[str, tuple[str, ...]] | None = None, teacher: Teacher | None = None) -> None:
@@ -651,7 +658,7 @@ class WarmupGenerator:
 
     def is_gold(self, example: QAExample, entity: str) -> bool:
         ids, forms = self.gold(example)
-        return entity in ids or normalize_answer(self.kg.label(entity)) in forms
+        return entity in ids or normalize_answer(self.kg.for_example(example.id).label(entity)) in forms
 
     def reaches_gold(self, example: QAExample, entity: str, rest: Sequence[str]) -> bool:
         """True when following `rest` from `entity` gives a gold answer (cached per question)."""
@@ -659,7 +666,8 @@ class WarmupGenerator:
             return self.is_gold(example, entity)
         key = (example.id, entity, tuple(rest))
         if key not in self._reach_cache:
-            self._reach_cache[key] = any(self.is_gold(example, e) for e in execute_path(self.kg, entity, rest))
+            reached = execute_path(self.kg.for_example(example.id), entity, rest)
+            self._reach_cache[key] = any(self.is_gold(example, e) for e in reached)
         return self._reach_cache[key]
 
     def route(self, example: QAExample) -> Route:
@@ -823,8 +831,8 @@ class WarmupGenerator:
         if not shown or shown[0] in {s.target for s in options}:
             return None
         first = shown[0]
-        if (first in w.searched or is_literal_id(first) or self.kg.is_unnamed(first) or self.is_gold(w.example, first)
-                or follow(self.kg, [first], path[hop + 1])):
+        if (first in w.searched or is_literal_id(first) or w.kg.is_unnamed(first) or self.is_gold(w.example, first)
+                or follow(w.kg, [first], path[hop + 1])):
             return None
         return Step(current, (path[hop],), first)
 
@@ -840,7 +848,7 @@ class WarmupGenerator:
             valid = {s.target for s in options}
             wrong = [s for s in w.neighbours(current)
                      if s.target not in valid and s.target not in w.searched and s.target != current
-                     and not is_literal_id(s.target) and not self.kg.is_unnamed(s.target)
+                     and not is_literal_id(s.target) and not w.kg.is_unnamed(s.target)
                      and not self.is_gold(w.example, s.target)
                      and (self.tool.config.entity_handles or w.unique_label(s.target))]
             if not wrong:
@@ -910,8 +918,15 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
 
     Corrections are scheduled so that the running share stays at `correction_share`: a question
     that cannot take a detour becomes a gold record and the next one is asked again.
+
+    Questions of a per-question KG without gold paths get them derived on their own subgraph
+    (`with_derived_paths`): all first where the order (stratified by hops) or paraphrase mixing
+    (questions paired by path) needs them, else each when the loop reaches it.
     """
     config = generator.config
+    upfront = config.sample == "stratified" or config.augment.paraphrase_mixing > 0
+    if upfront:
+        examples = [with_derived_paths(e, generator.kg) for e in examples]
     augment = QuestionAugmenter(examples, config.augment, config.seed)
     if config.sample == "stratified":
         order = stratified_order(examples, config.seed)
@@ -926,6 +941,8 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
         if limit is not None and made >= limit:
             break
         want_correction = corrections < round(config.correction_share * (made + 1))
+        if not upfront:
+            example = with_derived_paths(example, generator.kg)
         try:
             record = _make_augmented(generator, augment(example), example, want_correction)
         except Skip as skip:
@@ -1050,7 +1067,7 @@ def replay_tool_blocks(record: WarmupRecord, tool: KGSearchTool) -> list[str]:
 
     Equal to the record's masked segments when the record was made with this tool and KG.
     """
-    session = tool.session(record.question, list(record.topic_entities))
+    session = tool.session(record.question, list(record.topic_entities), example_id=record.id)
     return [format_tool_block(session.call(search.raw).text) for search in parse_trajectory(record.completion).searches]
 
 
