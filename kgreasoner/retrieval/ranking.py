@@ -139,23 +139,59 @@ class CandidateScorer:
         scores = self.scores(question, candidates, kg)
         return sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
 
+    def order_batch(self, requests: Sequence[tuple[str, Sequence[Candidate], KnowledgeGraph | None]]) -> list[list[int]]:
+        """`order(question, candidates, kg)` for each request, with the texts that all of them need
+        encoded in two encoder calls (questions and hub relations, then the scored candidates'
+        texts and contexts) instead of up to two per request, so that the tool calls of several
+        sessions in one step share the encoder's fixed cost. Scoring then reads the encoder's
+        cache: each order is the one `order` gives with those vectors."""
+        if self.method == "none":
+            return [self.order(question, candidates, kg) for question, candidates, kg in requests]
+        self._encode([q for q, candidates, _ in requests if candidates] + [
+            c.relation_text() for _, candidates, _ in requests if self._is_hub(candidates) for c in candidates])
+        prepared = [self._prepare(question, candidates, kg) for question, candidates, kg in requests]
+        self._encode([text for p in prepared if p is not None for text in p.texts()])
+        orders = []
+        for (_, candidates, _), p in zip(requests, prepared):
+            scores = -np.arange(len(candidates), dtype=np.float64) if p is None else self._finish(p)
+            orders.append(sorted(range(len(candidates)), key=lambda i: (-scores[i], i)))
+        return orders
+
     def scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         """Higher is better. `none` gives decreasing scores in KG order."""
+        prepared = self._prepare(question, candidates, kg)
+        return -np.arange(len(candidates), dtype=np.float64) if prepared is None else self._finish(prepared)
+
+    def _is_hub(self, candidates: Sequence[Candidate]) -> bool:
+        return self.rerank_pool is not None and len(candidates) > self.rerank_pool
+
+    def _prepare(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None) -> "_Prepared | None":
+        """Everything before the pool's texts are encoded (None: the candidates keep KG order)."""
         n = len(candidates)
         if n == 0 or self.method == "none":
-            return -np.arange(n, dtype=np.float64)
+            return None
         pool = list(range(n))
         out = np.zeros(n, dtype=np.float64)
-        if self.rerank_pool is not None and n > self.rerank_pool:
+        if self._is_hub(candidates):
             relation = self._cosine(question, [c.relation_text() for c in candidates])
             pool = sorted(pool, key=lambda i: (-relation[i], i))[: self.rerank_pool]
             # Scored candidates (cosine >= -1, GAT in (0, 1)) stay above the rest (<= -2).
             out = relation - 3.0
         chosen = [candidates[i] for i in pool]
         if self.method == "embedding":
-            out[pool] = self._cosine(question, [c.text() for c in chosen])
+            return _Prepared(out, pool, question, [c.text() for c in chosen])
+        start = time.perf_counter()
+        contexts = [candidate_context(kg or self.kg, c, self.max_context) for c in chosen]
+        self.timings.fetch += time.perf_counter() - start
+        table = TextTable()
+        return _Prepared(out, pool, question, table=table, rows=group_rows(table, question, chosen, contexts))
+
+    def _finish(self, prepared: "_Prepared") -> np.ndarray:
+        out = prepared.out
+        if prepared.rows is None:
+            out[prepared.pool] = self._cosine(prepared.question, prepared.candidate_texts)
         else:
-            out[pool] = self.gat_scores(question, chosen, kg)
+            out[prepared.pool] = self._gat(prepared.table, prepared.rows)
         return out
 
     def gat_scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
@@ -163,15 +199,26 @@ class CandidateScorer:
         start = time.perf_counter()
         contexts = [candidate_context(kg or self.kg, c, self.max_context) for c in candidates]
         self.timings.fetch += time.perf_counter() - start
-        start = time.perf_counter()
         table = TextTable()
-        rows = group_rows(table, question, candidates, contexts)
+        return self._gat(table, group_rows(table, question, candidates, contexts))
+
+    def _gat(self, table: TextTable, rows: GroupRows) -> np.ndarray:
+        assert self.model is not None and self.encoder is not None
+        start = time.perf_counter()
         embeddings = table.embed(self.encoder)
         self.timings.encode += time.perf_counter() - start
         start = time.perf_counter()
         scores = self.model.score(collate([rows], embeddings)).numpy().astype(np.float64)
         self.timings.rank += time.perf_counter() - start
         return scores
+
+    def _encode(self, texts: Sequence[str]) -> None:
+        """Encode `texts` in one call, for the encoder's cache to hand out afterwards."""
+        assert self.encoder is not None
+        if texts:
+            start = time.perf_counter()
+            self.encoder.encode(list(dict.fromkeys(texts)))
+            self.timings.encode += time.perf_counter() - start
 
     def _cosine(self, question: str, texts: Sequence[str]) -> np.ndarray:
         """Cosine of the question and each text (each distinct text encoded once)."""
@@ -182,3 +229,19 @@ class CandidateScorer:
         vectors = self.encoder.encode(list(table.rows))[rows]
         self.timings.encode += time.perf_counter() - start
         return (vectors[1:] @ vectors[0]).astype(np.float64)
+
+
+@dataclass
+class _Prepared:
+    """One request of `CandidateScorer` up to encoding: scores so far, the pool to score and its
+    texts (`embedding`) or its TextTable and GroupRows (`gat`)."""
+
+    out: np.ndarray
+    pool: list[int]
+    question: str
+    candidate_texts: list[str] = field(default_factory=list)
+    table: TextTable | None = None
+    rows: GroupRows | None = None
+
+    def texts(self) -> list[str]:
+        return list(self.table.rows) if self.table is not None else [self.question, *self.candidate_texts]
