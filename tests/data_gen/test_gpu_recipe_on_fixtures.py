@@ -35,10 +35,11 @@ def test_train_on_gpus_steps_2_and_5_run_on_the_fixtures(tmp_path, monkeypatch, 
     assert meta["test"]["none"] == {"recall@1": 0.5, "recall@3": 1.0, "recall@5": 1.0, "mrr": 2 / 3, "groups": 2.0}
 
     # 2. the warm-up trajectories for SFT, then one per training question for hard-case mining
-    assert kgreasoner(["warmup", "--config", str(ROOT / "configs/warmup.yaml"), "--set", "dataset=rog-cwq",
+    tool = ["--set", "tool.ranking=gat", "--set", "tool.ranker_path=checkpoints/ranker"]
+    assert kgreasoner(["warmup", "--config", str(ROOT / "configs/warmup.yaml"), "--set", "dataset=rog-cwq", *tool,
                        "--set", "output=checkpoints/warmup/warmup.jsonl"]) == 0
     assert kgreasoner(["warmup", "--config", str(ROOT / "configs/warmup.yaml"), "--set", "dataset=rog-cwq",
-                       "--set", "num_examples=all", "--set", "dev_examples=0",
+                       "--set", "num_examples=all", *tool, "--set", "dev_examples=0",
                        "--set", "output=checkpoints/warmup/all_train.jsonl"]) == 0
     warmup = read_warmup("checkpoints/warmup/warmup.jsonl")
     assert [(r.id, r.kind, r.hops, r.split) for r in warmup] == [(TRAIN_ID, "gold", 2, "train"), (DEV_ID, "gold", 2, "dev")]
