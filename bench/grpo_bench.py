@@ -20,8 +20,9 @@ The first step of each row is a warm-up and is left out of the figures. CPU-seco
 process's CPU time (all threads), so rows compare fairly whatever else the machine does; the
 peak is measured in CPU time too.
 Achieved FLOP/s counts 2 FLOPs per multiply-add of the model's linear layers (the body on every
-position, the vocabulary projection on the positions whose logits are used: one per generated
-token, the completion's positions in training), forward x1 in generation and x3 in training;
+position, the vocabulary projection where it runs: one per generated token; in training every
+position with TRL's head on a CPU, model-written tokens with the scored one), forward x1 in
+generation and x3 in training;
 attention scores are left out (short sequences), so it is a lower bound. The peak is this
 machine's fp32 matmul rate at the same thread count, measured first.
 """
@@ -119,7 +120,8 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
     completion = model_tokens / max(1e-9, 1 - mean("rollout/tool_token_share"))
     sequence = prompt_tokens + completion
     gen_flops = per_step * (2 * (body + hidden * vocab) * model_tokens + 2 * body * (sequence - model_tokens))
-    train_flops = per_step * 3 * (2 * body * sequence + 2 * hidden * vocab * completion)
+    # TRL's fused head on a CPU projects every position; the scored trainer only model-written tokens.
+    train_flops = per_step * 3 * (2 * body * sequence + 2 * hidden * vocab * (model_tokens if scored else sequence))
     # CPU time of the measured steps: the run's CPU time scaled by their share of its wall time; each
     # phase gets its share of a step's CPU time, so FLOP/s compare with the CPU-time peak.
     measured_cpu = cpu * (step * len(rows)) / wall
