@@ -19,7 +19,8 @@ def test_full_yaml_spells_out_the_defaults_and_quick_shrinks_them():
     assert load_config(DemoConfig, ROOT / "configs/demo/full.yaml") == DemoConfig()
     quick = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml")
     assert quick.synthetic.num_questions == 300 and quick.sft.set["max_steps"] == 150
-    assert quick.model.set == {"num_layers": 2}
+    assert quick.model.set == {"num_layers": 2, "tokenizer.system_prompt": False}
+    assert quick.warmup_examples == 60 and quick.grpo.set["dev_eval_steps"] == 2
 
 
 @pytest.mark.parametrize("value", ["a b", "null", "3", 0.003, None, [], [{"data": "all", "max_steps": 30}], True])
@@ -66,7 +67,9 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
     assert demo.grpo[0].rollout == demo.eval[0].rollout
     assert shlex.split(stages["data"].commands[0])[:3] == ["kgreasoner", "prepare-data", "PQ-2H"]
     build = build_parser().parse_args(shlex.split(stages["model"].commands[0])[1:])
-    assert [str(p) for p in build.texts] == [demo.paths["data"] + "/kb.tsv", demo.warmup_file]
+    assert [str(p) for p in build.texts] == [demo.paths["data"] + "/kb.tsv", demo.warmup_file,
+                                             demo.paths["data"] + "/questions.jsonl"]
+    assert build.text_splits == ["train"]
 
 
 def test_bad_settings_name_the_stage_and_field(tmp_path):
@@ -113,7 +116,13 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
         assert (out / model / "config.json").exists() and (out / model / "tokenizer.json").exists(), model
     assert (out / "hard" / "hard.jsonl").read_text().strip()
     steps = [json.loads(x) for x in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
-    assert [(r["episode"], r["step"]) for r in steps] == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
+    assert [(r["episode"], r["step"]) for r in steps if "loss" in r] == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
+    # Greedy dev Hits@1 before each episode and every 2 steps (dev_eval_steps).
+    assert [(r["episode"], r["step"]) for r in steps if "dev/hits1" in r] == [(1, 0), (1, 2), (1, 4), (2, 0), (2, 2)]
+    # SFT learns from the first 60 training questions of the stratified order; hard cases are mined on all.
+    every = [json.loads(x) for x in (out / "warmup" / "all.jsonl").read_text().splitlines()]
+    sample = {r["id"] for r in warmup if r["split"] == "train"}
+    assert len(sample) == 60 and sample < {r["id"] for r in every if r["split"] == "train"}
     sft_eval = json.loads((out / "eval" / "sft" / "summary.json").read_text())
     grpo_eval = json.loads((out / "eval" / "grpo" / "summary.json").read_text())
     assert set(sft_eval["methods"]) == {"kgreasoner", "oracle"} and set(grpo_eval["methods"]) == {"kgreasoner"}
