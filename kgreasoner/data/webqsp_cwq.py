@@ -81,9 +81,14 @@ def load_webqsp(path: str | Path, split: str | None = None, data: Any = None) ->
     data = read_json(path) if data is None else data
     if not is_webqsp_release(data):
         raise SchemaError(f"{path}: expected the WebQSP release's top level {{\"Version\", \"FreebaseVersion\", \"Questions\": [...]}}")
+    return _parse_all(data["Questions"], parse_webqsp_question, path, split)
+
+
+def _parse_all(records: list, parse, path: Path, split: str) -> list[QAExample]:
+    """Every record parsed; the ones `parse` skips (None) are counted in one warning."""
     examples, skipped = [], []
-    for index, record in enumerate(data["Questions"]):
-        example = parse_webqsp_question(record, index, path, split)
+    for index, record in enumerate(records):
+        example = parse(record, index, path, split)
         if example is None:
             skipped.append(index)
         else:
@@ -128,15 +133,7 @@ def load_cwq(path: str | Path, split: str | None = None, data: Any = None) -> li
     data = read_json(path) if data is None else data
     if not isinstance(data, list):
         raise SchemaError(f"{path}: expected the CWQ release's JSON array of questions, got {type(data).__name__}")
-    examples, skipped = [], []
-    for index, record in enumerate(data):
-        example = parse_cwq_question(record, index, path, split)
-        if example is None:
-            skipped.append(index)
-        else:
-            examples.append(example)
-    _log_skipped(path, skipped)
-    return examples
+    return _parse_all(data, parse_cwq_question, path, split)
 
 
 def parse_cwq_question(record: Any, index: int, path: str | Path, split: str) -> QAExample | None:
