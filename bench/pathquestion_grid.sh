@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One cell of the PathQuestion generalisation grid (issue 10; docs/results/pathquestion-grid.md):
+# One cell of the PathQuestion generalisation grid (docs/results/pathquestion-grid.md):
 # the tiny CPU recipe on one set and split, end to end, evaluated in every decoding mode.
 #   1. the GAT ranker on the split's training questions (configs/ranker.yaml);
 #   2. warm-up trajectories with the line templates (configs/tiny-cpu/templates-line.yaml), entity

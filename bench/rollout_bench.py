@@ -17,8 +17,8 @@ model-written tokens, so (a), (b) and (c) write the same number of model tokens 
   then the tool, then `generate` again from the re-tokenised full text of every unfinished row.
 
 Tokens/s counts completion tokens (model-written + tool-inserted) per second of wall time —
-what each method produces after the prompt; model-written tokens/s are printed too. Targets
-(issue 4): (b) >= 0.7 x (a) and (b) >= 3 x (c).
+what each method produces after the prompt; model-written tokens/s are printed too. Targets:
+(b) >= 0.7 x (a) and (b) >= 3 x (c).
 """
 
 from __future__ import annotations

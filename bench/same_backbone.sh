@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Same-backbone comparison (issue 7; the paper's Table 2 at our scale): ToG and SoG run by the
+# Same-backbone comparison (the paper's Table 2 at our scale): ToG and SoG run by the
 # same tiny architecture, trained with the same budget, as the kgreasoner SFT in
 # docs/results/pathquestion.md. Per method:
 #   1. SFT data for every LLM step of the method, answered by the gold-path teacher on the train

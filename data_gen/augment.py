@@ -1,4 +1,4 @@
-"""Question augmentations for warm-up records (issue 10): paraphrase mixing and name dropout.
+"""Question augmentations for warm-up records: paraphrase mixing and name dropout.
 
 Both rewrite a training question before its trajectory is made, so the tool, the thinking and the
 answer stay those of the real entities; dev and test questions are never touched.

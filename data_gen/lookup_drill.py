@@ -1,4 +1,4 @@
-"""Lookup drills: extra warm-up records that train reading a tool block line by line (issue 10).
+"""Lookup drills: extra warm-up records that train reading a tool block line by line.
 
 A trajectory looks up one line per tool block: the one its plan follows, whose tail handle it
 copies. A tiny model sees so few of these lookups that it learns position shortcuts (the first

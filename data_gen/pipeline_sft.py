@@ -1,6 +1,6 @@
 """SFT data for every LLM step of a pipeline baseline (ToG or SoG), written by the gold-path teacher.
 
-The same-backbone comparison (issue 7, the paper's Table 2 at our scale): a tiny model cannot
+The same-backbone comparison (the paper's Table 2 at our scale): a tiny model cannot
 follow a pipeline's prompts, so it is fine-tuned on them like our model is on its warm-up
 trajectories, from the same gold paths, with the same architecture and budget.
 

@@ -26,7 +26,7 @@ templates. Conventions:
   spellings (`March 2, 1987`, `2 March 1987`; `1,234,567`).
 - Splits are pre-assigned with the seeded `grouped` scheme (no (topic, path) group on two sides).
 
-Files written by `write_synthetic` (the dataset-folder layout of DESIGN.md):
+Files written by `write_synthetic` (the dataset-folder layout of the README):
 `kb.tsv` (`subject \\t relation \\t object`, ids), `names.tsv` (`id \\t label`, named entities
 only; mediators are absent, hence unnamed) and `questions.jsonl` (our QA schema).
 

@@ -28,7 +28,7 @@ of it with `handle_numbers: random`). Where the
 first search already showed all of an entity's neighbours (small KGs such as PathQuestion's), the
 backtrack output is the tool's "nothing left to backtrack to" sentence; the summary counts the
 backtrack outputs by kind. Optionally (`shuffle_triples`) each tool block's candidates are shuffled
-and handles renumbered in order of appearance, against position shortcuts (issue 10); with
+and handles renumbered in order of appearance, against position shortcuts; with
 `handle_numbers: random` training records number handles at random, against counting them.
 
 Output: the JSONL (`kgreasoner.training.warmup_data` format: trained segments are the model's
@@ -218,11 +218,11 @@ class WarmupConfig:
     dev_examples: int | str | None = field(default=50, metadata={"help": "trajectories from dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"})
     correction_share: float = field(default=0.3, metadata={"help": "share of records that are error-correction trajectories (0-1)"})
     answer_mode: str = field(default="first", metadata={"help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"})
-    shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation (issue 10); such records no longer replay verbatim"})
-    handle_numbers: str = field(default="appearance", metadata={"help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it (issue 10); dev records keep the tool's numbers"})
+    shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation; such records no longer replay verbatim"})
+    handle_numbers: str = field(default="appearance", metadata={"help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it; dev records keep the tool's numbers"})
     handle_pool: int = field(default=64, metadata={"help": "highest handle number `handle_numbers: random` draws (at most the tokenizer's `num_handles`)"})
     copies: int = field(default=1, metadata={"help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"})
-    lookup_drills: int = field(default=0, metadata={"help": "drill records per training record (data_gen/lookup_drill.py): the trajectory up to one of its tool blocks, masked, then that block's lines probed in random order, each line's tail handle and label trained; 0: none (issue 10)"})
+    lookup_drills: int = field(default=0, metadata={"help": "drill records per training record (data_gen/lookup_drill.py): the trajectory up to one of its tool blocks, masked, then that block's lines probed in random order, each line's tail handle and label trained; 0: none"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})

@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # torch + transformers models take seconds to import; load th
 
 ARCHITECTURES = ("qwen3", "llama")
 MIN_HEAD_DIM = 32
-"""vLLM's CPU attention kernels need head_dim >= 32 (DESIGN.md, issue 8)."""
+"""vLLM's CPU attention kernels need head_dim >= 32."""
 PAD_CANDIDATES = ("<|finetune_right_pad_id|>", "<|endoftext|>", "<pad>", "<|pad|>", "[PAD]")
 """Reserved pad-like tokens tried, in order, before falling back to eos."""
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -40,7 +40,7 @@ ANSWER_SEPARATOR = "|"
 """Several answers: `<answer>A | B</answer>`; Hits@1 scores the first."""
 
 HANDLE_PREFIX = "E"
-"""Entity handles (DESIGN.md): `E1`, `E2`, ... assigned per session in order of appearance."""
+"""Entity handles: `E1`, `E2`, ... assigned per session in order of appearance."""
 
 STOP_TAGS = (SEARCH_CLOSE, ANSWER_CLOSE)
 """Where generation pauses (`</search>`: run the tool) or ends (`</answer>`)."""

@@ -1,4 +1,4 @@
-"""`kgreasoner ablate`: config errors, the settings each run's stages use, shared stages, the table (issue 9)."""
+"""`kgreasoner ablate`: config errors, the settings each run's stages use, shared stages, the table."""
 
 import dataclasses
 import json

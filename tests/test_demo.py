@@ -1,4 +1,4 @@
-"""`kgreasoner demo`: settings, the printed commands, and `--quick` end to end (issue 9)."""
+"""`kgreasoner demo`: settings, the printed commands, and `--quick` end to end."""
 
 import json
 import shlex

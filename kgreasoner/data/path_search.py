@@ -1,4 +1,4 @@
-"""Candidate gold relation paths for questions that come without them (issue 9, `--data PATH`).
+"""Candidate gold relation paths for questions that come without them (`--data PATH`).
 
 Warm-up trajectories, ranker labels, the oracle and the `grouped` split all read `gold_paths`.
 A dataset that gives only topic entities and answers gets them here: a breadth-first search over

@@ -1,4 +1,4 @@
-"""The QA example schema (DESIGN.md, Data) and its JSONL reading and writing.
+"""The QA example schema and its JSONL reading and writing.
 
 One example per line:
 `{"id", "question", "topic_entities": [{"id", "name"}], "answers": [{"id", "name", "aliases"}],

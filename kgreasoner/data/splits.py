@@ -1,4 +1,4 @@
-"""Seeded train/dev/test splits for datasets that come without one (DESIGN.md, Data).
+"""Seeded train/dev/test splits for datasets that come without one.
 
 `random` shuffles lines, as published PathQuestion numbers did. `grouped` keeps every
 (topic entity, relation path) group on one side, so no paraphrase of a test question is seen in

@@ -1,4 +1,4 @@
-"""Failure categories of wrong answers, read from the trace of a search trajectory (issue 10).
+"""Failure categories of wrong answers, read from the trace of a search trajectory.
 
 Every wrong answer (Hits@1 = 0) whose trace carries the search record below gets exactly one
 category: the first rule that holds. Correct answers get none (`failure` is null), and so do the

@@ -1,6 +1,6 @@
 """Constrained decoding: after `<search>` or `<answer>`, only entities shown so far may follow.
 
-DESIGN.md (Constrained decoding) and issue 10 item 2. When a row's own tokens end with the
+When a row's own tokens end with the
 token ids of `<search>` or `<answer>`, the row enters a constrained span: the next tokens must
 spell one of the allowed entity strings, followed by the closing tag (`<search>` also allows
 `NAME | backtrack`). Allowed strings are the topic entity names plus every handle and label the

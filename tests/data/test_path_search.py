@@ -1,4 +1,4 @@
-"""Gold-path derivation for questions without paths, and `prepare_dataset` folders (issue 9, `--data PATH`)."""
+"""Gold-path derivation for questions without paths, and `prepare_dataset` folders (`--data PATH`)."""
 
 import json
 
