@@ -5,7 +5,7 @@ holds exactly (whitespace, newlines, unicode, control characters, anything valid
 
 - `word` (default): every word seen in the training texts (questions, KG labels) is ONE token, up
   to `vocab_size`; a word not in the vocabulary falls back to its UTF-8 bytes, one token each.
-  at a 12-minute CPU budget this beat a byte-level BPE (half the sequence length,
+  At a 12-minute CPU budget this beat a byte-level BPE (half the sequence length,
   names not garbled). Built as a BPE model with no merges and `ignore_merges=True`: a pre-token
   found in the vocabulary is emitted whole, anything else splits into the 256 byte symbols.
 - `bpe`: a byte-level BPE of `vocab_size`, trained with `tokenizers.trainers.BpeTrainer`.
