@@ -42,7 +42,6 @@ def trained(synthetic, tmp_path_factory):
 
 def test_ranker_trained_on_synthetic_beats_embedding_baseline(trained):
     config, result = trained
-    assert result.train_seconds < 60
     gat, embedding = result.test["gat"], result.test["embedding"]
     print(format_table(result.test, config.eval_ks, result.description))
     assert gat["recall@3"] > embedding["recall@3"] + 0.1
