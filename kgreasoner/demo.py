@@ -1,6 +1,6 @@
 """`kgreasoner demo`: the whole pipeline on one CPU machine, every stage through its library API.
 
-    kgreasoner demo                      # synthetic KG + questions, configs/demo/full.yaml (<= 30 min on 2 cores)
+    kgreasoner demo                      # synthetic KG + questions, configs/demo/full.yaml (about an hour on 2 cores)
     kgreasoner demo --quick              # configs/demo/quick.yaml: tiny budgets (<= 5 min), what the tests run
     kgreasoner demo --data PQ-2H         # a PathQuestion set (also pathquestion:PQ-3H; `pathquestion` = PQ-2H)
     kgreasoner demo --data DIR           # a dataset folder: kb.tsv (+ names.tsv) + questions.jsonl
