@@ -85,23 +85,24 @@ def render_markdown(info: RunInfo, summaries: dict[str, dict[str, Any]]) -> str:
         if s.get("distinct", s["n"]) < s["n"]:
             lines += ["", f"{name}: the {s['n']} questions hold {s['distinct']} distinct texts; Hits@1 over distinct "
                           f"questions (each the mean of its rows) {s['hits1_distinct']:.3f}."]
-    hops = sorted({h for s in summaries.values() for h in s["by_hops"]}, key=int)
-    if hops:
-        lines += ["", "Hits@1 by hop count (n in parentheses):", "",
-                  "| method | " + " | ".join(f"{h}-hop" for h in hops) + " |",
-                  "|---|" + "---|" * len(hops)]
-        for name, s in summaries.items():
-            cells = [f"{s['by_hops'][h]['hits1']:.3f} ({s['by_hops'][h]['n']})" if h in s["by_hops"] else "-" for h in hops]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        # A policy that learned to search searches about as often as the question has hops.
-        lines += ["", "KG queries per question by hop count:", "",
-                  "| method | " + " | ".join(f"{h}-hop" for h in hops) + " |",
-                  "|---|" + "---|" * len(hops)]
-        for name, s in summaries.items():
-            cells = [f"{s['by_hops'][h].get('kg_queries', 0.0):.2f}" if h in s["by_hops"] else "-" for h in hops]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += _hop_table("Hits@1 by hop count (n in parentheses):", summaries,
+                        lambda group: f"{group['hits1']:.3f} ({group['n']})")
+    # A policy that learned to search searches about as often as the question has hops.
+    lines += _hop_table("KG queries per question by hop count:", summaries,
+                        lambda group: f"{group.get('kg_queries', 0.0):.2f}")
     lines += failure_table(summaries)
     return "\n".join(lines) + "\n"
+
+
+def _hop_table(title: str, summaries: dict[str, dict[str, Any]], cell) -> list[str]:
+    """A method x hop-count table of `cell(by_hops group)`; no lines when no summary has hop groups."""
+    hops = sorted({h for s in summaries.values() for h in s["by_hops"]}, key=int)
+    if not hops:
+        return []
+    lines = ["", title, "", "| method | " + " | ".join(f"{h}-hop" for h in hops) + " |", "|---|" + "---|" * len(hops)]
+    for name, s in summaries.items():
+        lines.append(f"| {name} | " + " | ".join(cell(s["by_hops"][h]) if h in s["by_hops"] else "-" for h in hops) + " |")
+    return lines
 
 
 def write_report(out_dir: str | Path, info: RunInfo, summaries: dict[str, dict[str, Any]]) -> tuple[Path, Path]:
