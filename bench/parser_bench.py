@@ -26,7 +26,7 @@ import time
 from typing import Callable
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN, TRIPLES_CLOSE, TRIPLES_OPEN,
+    ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN, TRIPLES_OPEN,
     check_format, format_tool_block, last_open_search, parse_trajectory,
 )
 from kgreasoner.rewards import count_searches

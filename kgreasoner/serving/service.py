@@ -28,7 +28,6 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from kgreasoner.data.schema import TopicEntity

@@ -19,7 +19,7 @@ import pytest
 from kgreasoner.baselines.sog import SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.data.schema import QAExample, TopicEntity
-from kgreasoner.evaluation.llm import ScriptedLLM
+from kgreasoner.llm import ScriptedLLM
 from kgreasoner.kg.base import KGQueryRejected
 from kgreasoner.kg.open import open_kg
 from kgreasoner.kg.server import LOOPBACK, free_port
