@@ -73,7 +73,8 @@ def test_recipe_rejects_vllm_server_mode_for_the_multi_turn_rollout():
 @pytest.mark.slow
 def test_sigkill_then_resume_loses_and_repeats_no_step(grpo_world, tmp_path):
     out = tmp_path / "run"
-    config = _write_recipe(grpo_world, out)
+    # Long enough that the kill after checkpoint-2 lands before the episode ends, however fast a step is.
+    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 12}])
     process = _run(config, start_new_session=True)
     deadline = time.time() + 600
     while not (out / "episode-1" / "checkpoint-2" / "trainer_state.json").exists():
@@ -86,10 +87,10 @@ def test_sigkill_then_resume_loses_and_repeats_no_step(grpo_world, tmp_path):
     resumed = _run(config, "--resume")
     log = resumed.communicate(timeout=600)[0]
     assert resumed.returncode == 0, log[-3000:]
-    assert _steps(out) == [1, 2, 3, 4]
-    state = json.loads((out / "episode-1" / "checkpoint-4" / "trainer_state.json").read_text())
-    assert state["global_step"] == 4
-    assert [row["step"] for row in state["log_history"] if "loss" in row] == [1, 2, 3, 4]
+    assert _steps(out) == list(range(1, 13))
+    state = json.loads((out / "episode-1" / "checkpoint-12" / "trainer_state.json").read_text())
+    assert state["global_step"] == 12
+    assert [row["step"] for row in state["log_history"] if "loss" in row] == list(range(1, 13))
     assert (out / "episode-1" / "final" / "model.safetensors").exists()
     png = plot_runs([out], tmp_path / "curves.png")
     assert png.stat().st_size > 10_000
