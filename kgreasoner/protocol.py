@@ -36,6 +36,10 @@ TAGS = (THINK_OPEN, THINK_CLOSE, SEARCH_OPEN, SEARCH_CLOSE, TRIPLES_OPEN, TRIPLE
 BACKTRACK_MARK = "backtrack"
 """`<search>NAME | backtrack</search>` asks the tool to leave NAME for its parent's next candidates."""
 QUERY_SEPARATOR = "|"
+RELATION_ESCAPE = "="
+"""`<search>NAME | REL</search>` pages through NAME's unseen triples by relation REL (the tool's
+`more:` line lists them); `NAME | =REL` does so for any REL, `backtrack` included, which after the
+bar alone always means backtracking."""
 ANSWER_SEPARATOR = "|"
 """Several answers: `<answer>A | B</answer>`; Hits@1 scores the first."""
 
@@ -59,9 +63,11 @@ INSTRUCTIONS = (
     "searched triples or topic entities. Then, the system will provide the Assistant with helpful "
     "information with the format of \"<triples> ...search results... </triples>\". If a searched "
     "entity turns out to be a dead end, the Assistant can write \"<search> entity | backtrack "
-    "</search>\" to return to the previous entity and see its next candidate triples."
+    "</search>\" to return to the previous entity and see its next candidate triples. When the "
+    "triples end with a line \"more: relation (count), ...\", the entity has more triples by those "
+    "relations, and \"<search> entity | relation </search>\" shows the next ones by that relation."
 )
-"""The paper's system prompt (Appendix C) plus one sentence for backtracking."""
+"""The paper's system prompt (Appendix C) plus one sentence for backtracking and one for relation filters."""
 
 PROMPT_TEMPLATE = INSTRUCTIONS + " User: {question} Topic Entity: {topics} Assistant:"
 """The whole prompt as plain text, for tokenizers without a chat template (paper's layout)."""
@@ -119,7 +125,11 @@ def format_tool_block(text: str) -> str:
 
 
 def split_search_query(query: str) -> tuple[str, bool]:
-    """`"NAME | backtrack"` -> `("NAME", True)`; `" NAME "` -> `("NAME", False)`."""
+    """`"NAME | backtrack"` -> `("NAME", True)`; `" NAME "` -> `("NAME", False)`.
+
+    A relation filter stays in the name part (`"NAME | REL"` -> `("NAME | REL", False)`): only the
+    session knows whether a bar belongs to a shown label or starts a filter.
+    """
     head, sep, tail = query.rpartition(QUERY_SEPARATOR)
     if sep and tail.strip().lower() == BACKTRACK_MARK:
         return head.strip(), True

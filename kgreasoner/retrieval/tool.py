@@ -4,7 +4,17 @@
 the question; `<search>NAME | backtrack</search>` leaves NAME as a dead end and shows the
 next-best unseen neighbours of its parent on the explored path, climbing further up while a
 parent has none left (paper, Section 4.2.3). Names resolve only among the topic entities and the
-entities this session has shown. With `entity_handles`, each entity gets a session-local handle
+entities this session has shown.
+
+No relation hides behind a hub: when the searched entity keeps unseen neighbours after a call,
+one line after the triples lists their relations with how many are left, in ranked order
+(`more: plays_for (23), citizen_of (12)`), and `<search>NAME | REL</search>` shows only NAME's
+unseen neighbours by relation REL (as the triple lines and that listing print it, or its id),
+ranked as usual, `top_k` at a time: calling it again gives the next page. A neighbour counts by
+the relation of the edge that leaves NAME (a mediator's first edge), in either direction. After
+the bar, `backtrack` always means backtracking; a relation printed `backtrack` is listed and
+filtered as `=backtrack` (`NAME | =REL` always filters). A query that is itself a shown name
+(a label holding ` | `) is a plain search of that name. With `entity_handles`, each entity gets a session-local handle
 (`E1`, `E2`, ... in order of appearance, topic entities first) printed before its label; handles
 and names are both accepted. Every problem comes back as a `ToolResult` whose `text` is a short
 sentence and whose `error` names the case; `SearchSession.call` never raises.
@@ -15,18 +25,21 @@ from __future__ import annotations
 import difflib
 import re
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph
-from kgreasoner.protocol import ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR
+from kgreasoner.protocol import ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR, RELATION_ESCAPE
 from kgreasoner.retrieval.candidates import Candidate, gather_candidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, CandidateScorer, Timings
 
-ERRORS = ("unknown_entity", "empty_query", "no_neighbors", "exhausted", "backtrack_at_root", "kg_error")
+ERRORS = ("unknown_entity", "unknown_relation", "empty_query", "no_neighbors", "exhausted", "backtrack_at_root", "kg_error")
+MORE_PREFIX = "more:"
+"""Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
 RELATION_FORMATS = ("id", "words")
 _NAMESPACE_SEPARATOR = re.compile(r"\.|__")
 
@@ -109,6 +122,10 @@ class ToolResult:
     error: str | None
     entity: str | None
     backtracked: bool
+    more: tuple[tuple[str, int], ...] = ()
+    """The listing line's (relation as a filter names it, unseen neighbours) pairs, in its order."""
+    relation: str | None = None
+    """The relation filter of the call (as written after the bar), if any."""
 
 
 class KGSearchTool:
@@ -185,13 +202,23 @@ class SearchSession:
         if not name:
             return _error("empty_query", "Empty search: write a topic entity or an entity shown above "
                           f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).", backtracked=backtrack)
-        entity = self._resolve(name, fuzzy=True)
+        relation = None
+        entity = self._resolve(name, fuzzy=False)
+        if entity is None and not backtrack:
+            head, sep, tail = name.rpartition(QUERY_SEPARATOR)
+            if sep and head.strip() and tail.strip():
+                entity = self._resolve(head.strip(), fuzzy=True)
+                relation = tail.strip() if entity is not None else None
+        if entity is None:
+            entity = self._resolve(name, fuzzy=True)
         if entity is None:
             return _error("unknown_entity", self._unknown_text(name), backtracked=backtrack)
         try:
             if backtrack:
                 self.num_backtracks += 1
                 return self._backtrack(entity)
+            if relation is not None:
+                return self._filtered(entity, relation)
             return self._search(entity)
         except (KGError, ValueError) as err:  # ValueError: an id this backend cannot express (a SPARQL dialect's)
             return _error("kg_error", f"The knowledge graph could not be queried: {err}", entity, backtrack)
@@ -229,6 +256,24 @@ class SearchSession:
             return _error("no_neighbors", f"{label} has no neighbours besides the triples already shown. {again}", entity)
         return _error("exhausted", f"All {len(ranked)} neighbours of {label} have been shown. {again}", entity)
 
+    def _filtered(self, entity: str, written: str) -> ToolResult:
+        """A page of the entity's unseen neighbours by the relation `written` names."""
+        node = self._node(entity)
+        ranked = self._ranked(node)
+        label = self._display(entity)
+        wanted = written[len(RELATION_ESCAPE):].strip() if written.startswith(RELATION_ESCAPE) else written
+        relations = {c.edges[0].relation for c in ranked if _names_relation(wanted, c.edges[0].relation, self._config.relation_format)}
+        if not relations:
+            known = Counter(self._filter_name(c) for c in ranked)
+            listed = ", ".join(f"{r} ({n})" for r, n in known.items())
+            its = f"Its relations: {listed}." if listed else f"{label} has no neighbours in the knowledge graph."
+            return _error("unknown_relation", f"{label} has no relation \"{wanted}\". {its}", entity)
+        if self._has_unseen(node, relations):
+            return self._show(node, backtracked=False, relations=relations, written=written)
+        total = sum(1 for c in ranked if c.edges[0].relation in relations)
+        return _error("exhausted", f"All {total} neighbours of {label} by {wanted} have been shown. Search another "
+                      f"entity, another relation of {label}, or write `{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`.", entity)
+
     def _backtrack(self, entity: str) -> ToolResult:
         label = self._display(entity)
         current = self._parent.get(entity)
@@ -258,18 +303,22 @@ class SearchSession:
             node.ranked = [candidates[i] for i in order]
         return node.ranked
 
-    def _has_unseen(self, node: _Node) -> bool:
-        """Moves the node's cursor past candidates whose triples were all shown already."""
+    def _has_unseen(self, node: _Node, relations: set[str] | None = None) -> bool:
+        """Moves the node's cursor past candidates whose triples were all shown already; True when an
+        unseen candidate (by one of `relations`, when given) is left."""
         assert node.ranked is not None
         while node.shown < len(node.ranked) and self._seen(node.ranked[node.shown]):
             node.shown += 1
-        return node.shown < len(node.ranked)
+        if relations is None:
+            return node.shown < len(node.ranked)
+        return any(c.edges[0].relation in relations and not self._seen(c) for c in node.ranked[node.shown:])
 
     def _seen(self, candidate: Candidate) -> bool:
         return all(edge.key() in self._shown_edges for edge in candidate.edges)
 
-    def _show(self, node: _Node, backtracked: bool) -> ToolResult:
-        """The node's next unseen candidates, up to top_k and max_chars (at least one).
+    def _show(self, node: _Node, backtracked: bool, relations: set[str] | None = None, written: str | None = None) -> ToolResult:
+        """The node's next unseen candidates (by one of `relations`, when given), up to top_k and max_chars
+        (at least one), then the listing of the relations its unseen candidates still have.
 
         A candidate counts as seen once all its triples were shown in this session, from any
         entity: the model has read them, so showing them again would only crowd out new ones.
@@ -278,8 +327,11 @@ class SearchSession:
         lines: list[str] = []
         edges: list[Edge] = []
         size = shown = 0
-        while shown < self._config.top_k and self._has_unseen(node):
-            candidate = node.ranked[node.shown]
+        for candidate in node.ranked[node.shown:]:
+            if shown >= self._config.top_k:
+                break
+            if self._seen(candidate) or (relations is not None and candidate.edges[0].relation not in relations):
+                continue
             before = len(self._labels)
             new_lines = []
             for edge in candidate.edges:
@@ -297,8 +349,22 @@ class SearchSession:
             self._shown_edges.update(edge.key() for edge in candidate.edges)
             size += extra
             shown += 1
-            node.shown += 1
-        return ToolResult("\n".join(lines), edges, None, node.entity, backtracked)
+        self._has_unseen(node)
+        more = self._unseen_relations(node)
+        if more:
+            lines.append(MORE_PREFIX + " " + ", ".join(f"{name} ({count})" for name, count in more))
+        return ToolResult("\n".join(lines), edges, None, node.entity, backtracked, tuple(more), written)
+
+    def _unseen_relations(self, node: _Node) -> list[tuple[str, int]]:
+        """(relation as a filter names it, unseen candidates by it) for the node, in ranked order."""
+        assert node.ranked is not None
+        counts = Counter(self._filter_name(c) for c in node.ranked[node.shown:] if not self._seen(c))
+        return list(counts.items())
+
+    def _filter_name(self, candidate: Candidate) -> str:
+        """The candidate's first relation as the listing prints it and a filter may name it."""
+        name = relation_display(candidate.edges[0].relation, self._config.relation_format)
+        return RELATION_ESCAPE + name if name.strip().lower() == BACKTRACK_MARK else name
 
     # --- names and handles ----------------------------------------------------------------------
     def _register(self, entity: str, label: str, parent: str | None) -> None:
@@ -381,6 +447,12 @@ def parse_query(query: str) -> tuple[str, bool]:
     if match:
         return text[: match.start()].strip(), True
     return text, False
+
+
+def _names_relation(written: str, relation: str, relation_format: str) -> bool:
+    """True when a filter's text names `relation`: its id or its printed form, case and spacing aside."""
+    wanted = " ".join(written.split()).lower()
+    return wanted in (relation.lower(), " ".join(relation_display(relation, relation_format).split()).lower())
 
 
 def _error(kind: str, text: str, entity: str | None = None, backtracked: bool = False) -> ToolResult:

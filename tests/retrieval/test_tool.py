@@ -102,8 +102,14 @@ def test_names_resolve_only_among_shown_entities(utah_kg):
 
 def test_repeated_search_shows_next_best_unseen_then_exhausted(utah_kg):
     s = session(utah_kg, top_k=2)
-    assert s.call("Utah").text.splitlines() == UTAH_LINES[:2]
-    assert s.call("Utah").text.splitlines() == UTAH_LINES[2:5]
+    first = s.call("Utah")
+    assert first.text.splitlines() == UTAH_LINES[:2] + [
+        "more: location.location.contains (1), government.governmental_jurisdiction.governing_officials (2), "
+        "location.location.containedby (1)"]
+    assert first.more == (("location.location.contains", 1), ("government.governmental_jurisdiction.governing_officials", 2),
+                          ("location.location.containedby", 1))
+    assert s.call("Utah").text.splitlines() == UTAH_LINES[2:5] + [
+        "more: government.governmental_jurisdiction.governing_officials (1), location.location.containedby (1)"]
     # The mediator's edge is printed again: the new candidate goes through it too.
     third = s.call("Utah")
     assert third.text.splitlines() == [UTAH_LINES[3], UTAH_LINES[5], UTAH_LINES[6]]
@@ -129,7 +135,8 @@ def test_empty_neighbourhoods_and_empty_queries(utah_kg):
 
 def test_backtracking_walks_the_papers_example(path_kg):
     s = session(path_kg, question="q", topics=[TopicEntity("1", "1")], top_k=1)
-    assert [s.call(n).text for n in ("1", "2", "4", "5")] == ["(1, a, 2)", "(2, c, 4)", "(4, e, 5)", "(5, g, 8)"]
+    assert [s.call(n).text for n in ("1", "2", "4", "5")] == [
+        "(1, a, 2)\nmore: b (1)", "(2, c, 4)\nmore: d (1)", "(4, e, 5)\nmore: f (1)", "(5, g, 8)"]
     # 5 is a dead end: back to 4 and its next-best unseen candidate.
     back = s.call("5 | backtrack")
     assert (back.text, back.entity, back.backtracked, back.error) == ("(4, f, 7)", "4", True, None)
@@ -148,9 +155,13 @@ def test_backtracking_walks_the_papers_example(path_kg):
 def test_max_chars_caps_output_without_wasting_handles(utah_kg):
     s = session(utah_kg, max_chars=70, entity_handles=True)
     first = s.call("Utah")
-    assert first.text == "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)"
+    # The listing line is not part of the cap: what the cap left out must still be named.
+    assert first.text.splitlines() == [
+        "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)",
+        "more: location.us_state.capital (1), location.location.contains (1), "
+        "government.governmental_jurisdiction.governing_officials (2), location.location.containedby (1)"]
     assert s.shown_entities() == [("E1", "Utah"), ("E2", "Mountain Time Zone")]
-    assert s.call("Utah").text == "(E1 Utah, location.us_state.capital, E3 Salt Lake City)"
+    assert s.call("Utah").text.splitlines()[0] == "(E1 Utah, location.us_state.capital, E3 Salt Lake City)"
 
 
 class BrokenKG(MemoryKG):
@@ -179,9 +190,9 @@ def test_embedding_ranking_puts_the_matching_relation_first(utah_kg):
 
     config = dict(ranking="embedding", encoder=EncoderConfig(kind="hashing"), top_k=1)
     s = session(utah_kg, question="who is the office holder of utah government position", **config)
-    assert s.call("Utah").text.splitlines()[-1] == UTAH_LINES[4]
+    assert s.call("Utah").text.splitlines()[:2] == UTAH_LINES[3:5]
     s = session(utah_kg, question="what time zones is utah in", **config)
-    assert s.call("Utah").text == UTAH_LINES[0]
+    assert s.call("Utah").text.splitlines()[0] == UTAH_LINES[0]
 
 
 def test_hubs_score_only_the_pool_closest_by_relation():
@@ -194,6 +205,7 @@ def test_hubs_score_only_the_pool_closest_by_relation():
     # Pool: the award edge and the first gender edge (a tie keeps KG order); the rest stay in KG order.
     assert s.call("male").text.splitlines() == [
         "(male, award.award.winner, w1)", "(p0, people.person.gender, male)", "(p1, people.person.gender, male)",
+        "more: people.person.gender (4)",
     ]
 
 
@@ -202,3 +214,81 @@ def test_tool_config_loads_from_overrides():
 
     config = load_config(ToolConfig, None, ["top_k=3", "encoder.kind=hashing", "entity_handles=true", "rerank_pool=null"])
     assert (config.top_k, config.encoder.kind, config.entity_handles, config.rerank_pool) == (3, "hashing", True, None)
+
+
+def hub_kg() -> MemoryKG:
+    """A country with five citizens, three clubs and a relation named `backtrack`: in KG order every citizen
+    line comes before any club."""
+    triples = [(f"p{i}", "citizen_of", "fr") for i in range(5)] + [(f"c{i}", "based_in", "fr") for i in range(3)]
+    triples += [("undo", "backtrack", "fr"), ("p0", "plays_for", "c0")]
+    names = {"fr": "Freedonia", "undo": "Undo", **{f"p{i}": f"Player {i}" for i in range(5)},
+             **{f"c{i}": f"Club {i}" for i in range(3)}}
+    return MemoryKG.from_triples(triples, names)
+
+
+FREEDONIA = [TopicEntity("fr", "Freedonia")]
+
+
+def test_listing_names_every_relation_the_page_left_out():
+    s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2)
+    first = s.call("Freedonia")
+    assert first.text == ("(Player 0, citizen_of, Freedonia)\n(Player 1, citizen_of, Freedonia)\n"
+                          "more: citizen_of (3), based_in (3), =backtrack (1)")
+    # Without the listing the clubs would be two pages away and unnamed; the line names them now.
+    assert first.more == (("citizen_of", 3), ("based_in", 3), ("=backtrack", 1))
+    # A page that shows the last unseen neighbours has no listing line.
+    whole = session(hub_kg(), question="q", topics=FREEDONIA, top_k=20).call("Freedonia")
+    assert whole.more == () and "more:" not in whole.text and len(whole.text.splitlines()) == 9
+
+
+def test_relation_filter_pages_through_unseen_lines_then_says_so():
+    s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2)
+    s.call("Freedonia")
+    page = s.call("Freedonia | based_in")
+    assert (page.error, page.entity, page.relation) == (None, "fr", "based_in")
+    assert page.text == ("(Club 0, based_in, Freedonia)\n(Club 1, based_in, Freedonia)\n"
+                         "more: citizen_of (3), based_in (1), =backtrack (1)")
+    assert s.call("Freedonia | based_in").text == "(Club 2, based_in, Freedonia)\nmore: citizen_of (3), =backtrack (1)"
+    done = s.call("Freedonia|based_in")
+    assert done.error == "exhausted" and done.edges == []
+    assert done.text == ("All 3 neighbours of Freedonia by based_in have been shown. Search another entity, "
+                         "another relation of Freedonia, or write `Freedonia | backtrack`.")
+    # A line shown from its other end (Player 0 searched: its club) is not repeated by the hub's filter.
+    assert s.call("Club 0").text == "(Player 0, plays_for, Club 0)"
+    assert s.call("Freedonia | citizen_of").text == ("(Player 2, citizen_of, Freedonia)\n(Player 3, citizen_of, Freedonia)\n"
+                                                     "more: citizen_of (1), =backtrack (1)")
+    # The plain search goes on after the filtered pages.
+    assert s.call("Freedonia").text == "(Player 4, citizen_of, Freedonia)\n(Undo, backtrack, Freedonia)"
+    assert s.num_calls == 7 and s.num_backtracks == 0
+
+
+def test_a_relation_named_backtrack_is_listed_and_filtered_with_the_escape():
+    s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=1)
+    s.call("Freedonia")
+    back = s.call("Freedonia | backtrack")  # the mark keeps its meaning
+    assert back.backtracked and back.error == "backtrack_at_root"
+    escaped = s.call("Freedonia | =backtrack")
+    assert escaped.error is None and escaped.text == "(Undo, backtrack, Freedonia)\nmore: citizen_of (4), based_in (3)"
+
+
+def test_unknown_relation_is_named_with_the_entity_s_relations():
+    s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2)
+    bad = s.call("Freedonia | plays_for")
+    assert bad.error == "unknown_relation" and bad.entity == "fr" and bad.edges == []
+    assert bad.text == ('Freedonia has no relation "plays_for". '
+                        "Its relations: citizen_of (5), based_in (3), =backtrack (1).")
+    # ids and printed forms both name a relation, case and spacing aside
+    words = session(MemoryKG.from_triples([("a", "film.film.genre", "g"), ("a", "film.film.genre", "h")]),
+                    question="q", topics=[TopicEntity("a", "a")], top_k=1, relation_format="words")
+    assert words.call("a").text == "(a, film film genre, g)\nmore: film film genre (1)"
+    assert words.call("a | Film  film genre").text == "(a, film film genre, h)"
+    assert words.call("a | film.film.genre").error == "exhausted"
+
+
+def test_a_label_holding_the_bar_is_a_name_not_a_filter():
+    kg = MemoryKG.from_triples([("x", "r", "y"), ("y", "s", "z")], {"x": "X", "y": "A | B", "z": "Z"})
+    s = session(kg, question="q", topics=[TopicEntity("x", "X")])
+    s.call("X")
+    assert s.call("A | B").text == "(A | B, s, Z)"
+    assert s.call("A | B | s").error == "exhausted"
+    assert s.call("Nobody | r").error == "unknown_entity"
