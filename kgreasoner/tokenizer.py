@@ -270,13 +270,18 @@ def _is_warmup_file(path: Path) -> bool:
 
 
 def _warmup_texts(path: Path) -> Iterator[str]:
-    from kgreasoner.training.warmup_data import iter_warmup
+    # The texts of warm-up records (training.warmup_data's format) read as plain JSON: the
+    # tokenizer sits below training, and a record's fields are checked where SFT reads it.
+    from kgreasoner.data.schema import SchemaError, iter_json_lines
 
-    for record in iter_warmup(path):
-        yield record.question
-        if record.prompt is not None:
-            yield record.prompt
-        yield from (segment.text for segment in record.segments)
+    for where, record in iter_json_lines(path):
+        try:
+            yield str(record["question"])
+            if record.get("prompt") is not None:
+                yield str(record["prompt"])
+            yield from (str(segment["text"]) for segment in record["segments"])
+        except (KeyError, TypeError) as err:
+            raise SchemaError(f"{where}: not a warm-up record ({err!r})") from err
 
 
 def _qa_texts(path: Path, splits: Iterable[str] | None = None) -> Iterator[str]:

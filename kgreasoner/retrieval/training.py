@@ -1,7 +1,7 @@
 """Training and evaluating the GAT ranker on labels made from gold paths.
 
 `train_ranker(config)` loads a dataset and its KG, labels candidates along gold paths
-(data_gen.ranker_labels), encodes every distinct text once, trains with cross-entropy and early
+(kgreasoner.retrieval.labels), encodes every distinct text once, trains with cross-entropy and early
 stopping on the dev split's MRR, saves the best weights (safetensors + ranker.json) and reports
 recall@k and MRR on the test split for `gat`, `embedding` (cosine of question and "relation +
 entity" text, no context) and `none` (KG order).
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from data_gen.ranker_labels import LabelledGroup, label_groups
+from kgreasoner.retrieval.labels import LabelledGroup, label_groups
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample

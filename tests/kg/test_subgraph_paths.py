@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from data_gen.ranker_labels import label_groups
+from kgreasoner.retrieval.labels import label_groups
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import Answer, QAExample, TopicEntity

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from data_gen.ranker_labels import label_groups, write_groups
+from kgreasoner.retrieval.labels import label_groups, write_groups
 from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 

@@ -7,7 +7,7 @@ positive, sampled with a seed; evaluation groups keep every candidate (ratio Non
 and MRR are measured over the list the tool would rank. The next hop searches the positives'
 targets (at most `max_frontier`, the question's own witness chain first when it has one).
 
-    python -m data_gen.ranker_labels --data PQ-3H --split train --out labels.jsonl
+    python -m kgreasoner.retrieval.labels --data PQ-3H --split train --out labels.jsonl
 """
 
 from __future__ import annotations
