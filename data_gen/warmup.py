@@ -44,12 +44,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import sys
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +64,7 @@ from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.sampling import stratified_order
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path, follow, is_literal_id
+from kgreasoner.llm import OpenAIClient
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -313,7 +312,9 @@ class Teacher:
 
     def __init__(self, config: TeacherConfig) -> None:
         self.config = config
-        self.url = (config.base_url or "").rstrip("/") + "/chat/completions"
+        self.client = OpenAIClient(config.base_url or "", config.model, max_tokens=config.max_tokens,
+                                   timeout=config.timeout, api_key_env=config.api_key_env,
+                                   temperature=config.temperature)
         self.calls = 0
         self.used = 0
         self.failures: Counter[str] = Counter()
@@ -349,15 +350,7 @@ class Teacher:
         return None
 
     def _ask(self, prompt: str) -> str:
-        body = {"model": self.config.model, "temperature": self.config.temperature, "max_tokens": self.config.max_tokens,
-                "messages": [{"role": "user", "content": prompt}]}
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.config.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(self.url, json.dumps(body).encode("utf-8"), headers)
-        with urllib.request.urlopen(request, timeout=self.config.timeout) as response:
-            return str(json.loads(response.read())["choices"][0]["message"]["content"])
+        return self.client.complete(prompt).text
 
     def stats(self) -> dict[str, Any]:
         return {"calls": self.calls, "used": self.used, "fallbacks": self.fallbacks, "failures": dict(self.failures)}

@@ -27,12 +27,10 @@ Gold answers come from the `answers` column (strings, `{"name", "aliases", "id"}
 
 from __future__ import annotations
 
-import json
-import os
-import urllib.request
 from typing import Any, Callable, Sequence
 
 from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.llm import OpenAIClient
 from kgreasoner.protocol import (
     SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, ToolSpans, check_format, parse_trajectory, tag_events,
 )
@@ -172,31 +170,22 @@ def total_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
 class OpenAIJudge:
     """An LLM judge behind any OpenAI-compatible `/v1/chat/completions` endpoint (off by default).
 
-    The paper scored answers with a 3B judge model. Asked only when the normalised match fails;
-    any failure of the endpoint counts as "not correct" rather than stopping training.
+    The paper scored answers with a 3B judge model. Asked only when the normalised match fails,
+    through `kgreasoner.llm.OpenAIClient` (transient failures are retried there); a request that
+    still fails counts as "not correct" rather than stopping training.
     """
 
     PROMPT = ("Question: {question}\nGold answers: {gold}\nPredicted answer: {prediction}\n"
               "Does the predicted answer name the same thing as one of the gold answers? Reply yes or no.")
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 30.0) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key_env = api_key_env
-        self.timeout = timeout
+        self.client = OpenAIClient(base_url, model, max_tokens=3, timeout=timeout, api_key_env=api_key_env)
 
     def __call__(self, question: str, prediction: str, gold: list[str]) -> bool:
-        body = {"model": self.model, "temperature": 0, "max_tokens": 3, "messages": [
-            {"role": "user", "content": self.PROMPT.format(question=question, gold=" | ".join(gold), prediction=prediction)}]}
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers)
+        prompt = self.PROMPT.format(question=question, gold=" | ".join(gold), prediction=prediction)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                reply = json.loads(response.read())["choices"][0]["message"]["content"]
-        except Exception:
+            reply = self.client.complete(prompt).text
+        except RuntimeError:  # the endpoint failed or replied in another shape
             return False
         return reply.strip().lower().startswith("yes")
 

@@ -3,6 +3,8 @@
 - `spec`: `parse_llm_spec("hf:PATH" | "vllm:PATH" | "vllm:URL[#MODEL]" | "openai:URL[#MODEL]")`.
 - `clients`: text clients for the pipeline baselines (`HFClient`, `OpenAIClient`, the
   `ScriptedLLM` test double) and `open_llm(spec)`.
+- `http`: `JSONEndpoint`, the one HTTP transport of every endpoint client (httpx; transient
+  failures retried with tenacity, a 4xx never), used by the rollout backends and judges too.
 - `backends`: rollout backends for the kgreasoner method and the answer service,
   `open_backend(spec)`, and `rollout_backend(client)` over a client already open.
 

@@ -46,7 +46,9 @@ def open_backend(spec: str | LLMSpec, tokenizer: str | None = None, workers: int
         from kgreasoner.rollout.vllm_backend import VLLMBackend
 
         if parsed.is_url:
-            model = OpenAIClient(parsed.target, parsed.model).model  # the first served model when none is named
+            lister = OpenAIClient(parsed.target, parsed.model, timeout=timeout)  # the first served model when none is named
+            model = lister.model
+            lister.close()
             backend = VLLMBackend(AutoTokenizer.from_pretrained(tokenizer), base_url=parsed.target, model=model,
                                   timeout=timeout, max_concurrency=workers)
             return backend, model, _nothing
@@ -55,11 +57,14 @@ def open_backend(spec: str | LLMSpec, tokenizer: str | None = None, workers: int
         return backend, Path(parsed.target).name, _nothing
     if parsed.scheme == "hf":
         _require_checkpoint(parsed.target)
-    llm = open_llm(parsed, workers=workers)
+    llm = open_llm(parsed, workers=workers, timeout=timeout)
     backend = rollout_backend(llm, tokenizer)
     if parsed.scheme == "openai":
-        backend.timeout = timeout
-        return backend, llm.model, llm.close
+        def close() -> None:
+            backend.close()
+            llm.close()
+
+        return backend, llm.model, close
     return backend, Path(parsed.target).resolve().name, llm.close
 
 
@@ -78,7 +83,8 @@ def rollout_backend(llm: Any, tokenizer: str | None = None) -> Any:
     if isinstance(llm, OpenAIClient):
         from kgreasoner.rollout.openai_backend import OpenAIBackend
 
-        backend = OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency)
+        backend = OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency,
+                                retries=llm.endpoint.retries, backoff=llm.endpoint.backoff)
         if tokenizer:
             from transformers import AutoTokenizer
 

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import abc
 import concurrent.futures
-import json
-import os
 import queue
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.llm.spec import CLIENT_FORMS, LLMSpec, describe_forms, parse_llm_spec
 
 
@@ -344,34 +341,40 @@ def encode_prompt(prompt: str, tokenizer: Any, chat: bool = True) -> list[int]:
 
 # --------------------------------------------------------------------------- OpenAI-compatible
 class OpenAIClient(LLMClient):
-    """An OpenAI-compatible `/chat/completions` endpoint, greedy (temperature 0).
+    """An OpenAI-compatible `/chat/completions` endpoint, greedy unless given a `temperature`.
 
     `base_url` ends before `/chat/completions` (e.g. `http://127.0.0.1:8000/v1`). Without
     `model`, the first id listed by `/models` is used. A key is read from the environment
-    variable `api_key_env` when it is set (local vLLM needs none).
+    variable `api_key_env` when it is set (local vLLM needs none). Requests go through
+    `kgreasoner.llm.http.JSONEndpoint`: `timeout` seconds each, transient failures tried
+    `retries` more times; failures are `EndpointError`s (RuntimeErrors) naming the URL.
     """
 
     name = "openai"
 
     def __init__(self, base_url: str, model: str | None = None, max_tokens: int = 256, workers: int = 8,
-                 timeout: float = 120.0, retries: int = 2, api_key_env: str = "OPENAI_API_KEY") -> None:
+                 timeout: float = 120.0, retries: int = 2, api_key_env: str = "OPENAI_API_KEY",
+                 temperature: float = 0.0, backoff: float = 0.5) -> None:
         super().__init__(max_tokens)
-        self.base_url = base_url.rstrip("/")
-        self.timeout = timeout
-        self.retries = retries
+        self.endpoint = JSONEndpoint(base_url, api_key_env, timeout=timeout, retries=retries, backoff=backoff)
+        self.base_url = self.endpoint.base_url
+        self.temperature = temperature
         self.concurrency = workers
-        self._key = os.environ.get(api_key_env, "")
         self.model = model or self._first_model()
+
+    @property
+    def timeout(self) -> float:
+        return self.endpoint.timeout
 
     def _complete_many(self, prompts: list[str], max_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         return [self._one(p, max_tokens, stop) for p in prompts]
 
     def _one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> Completion:
         body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                                "max_tokens": max_tokens, "temperature": 0.0}
+                                "max_tokens": max_tokens, "temperature": self.temperature}
         if stop:
             body["stop"] = list(stop)
-        data = self._request("/chat/completions", body)
+        data = self.endpoint.post("/chat/completions", body)
         try:
             choice = data["choices"][0]
             text = choice["message"].get("content") or ""
@@ -383,36 +386,20 @@ class OpenAIClient(LLMClient):
                           str(choice.get("finish_reason") or "stop"))
 
     def _first_model(self) -> str:
-        data = self._request("/models", None)
+        data = self.endpoint.get("/models")
         try:
             return str(data["data"][0]["id"])
         except (KeyError, IndexError, TypeError) as err:
             raise RuntimeError(f"{self.base_url}/models lists no model; name one with openai:URL#MODEL") from err
 
-    def _request(self, path: str, body: dict | None) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if self._key:
-            headers["Authorization"] = f"Bearer {self._key}"
-        payload = None if body is None else json.dumps(body).encode("utf-8")
-        for attempt in range(self.retries + 1):
-            request = urllib.request.Request(self.base_url + path, data=payload, headers=headers,
-                                             method="GET" if body is None else "POST")
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    return json.loads(response.read().decode("utf-8"))
-            except urllib.error.HTTPError as err:
-                if err.code < 500 or attempt == self.retries:
-                    detail = err.read().decode("utf-8", "replace")[:300]
-                    raise RuntimeError(f"{self.base_url}{path}: HTTP {err.code}: {detail}") from err
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-                if attempt == self.retries:
-                    raise RuntimeError(f"{self.base_url}{path}: {err}") from err
-            time.sleep(0.5 * 2 ** attempt)
-        raise AssertionError("unreachable")
+    def close(self) -> None:
+        self.endpoint.close()
 
 
-def open_llm(spec: str | LLMSpec, max_tokens: int = 256, batch_size: int = 8, workers: int = 8) -> LLMClient:
-    """The text client a spec names: `HFClient` for hf:PATH, `OpenAIClient` for openai:URL[#MODEL].
+def open_llm(spec: str | LLMSpec, max_tokens: int = 256, batch_size: int = 8, workers: int = 8,
+             timeout: float = 120.0) -> LLMClient:
+    """The text client a spec names: `HFClient` for hf:PATH, `OpenAIClient` for openai:URL[#MODEL]
+    (`timeout`: seconds per request).
 
     vllm specs name rollout backends only (`kgreasoner.llm.open_backend`): a `vllm serve` endpoint
     speaks chat completions too, and reaches the pipeline baselines as openai:URL.
@@ -421,6 +408,6 @@ def open_llm(spec: str | LLMSpec, max_tokens: int = 256, batch_size: int = 8, wo
     if parsed.scheme == "hf":
         return HFClient.load(parsed.target, max_tokens=max_tokens, batch_size=batch_size)
     if parsed.scheme == "openai":
-        return OpenAIClient(parsed.target, parsed.model, max_tokens=max_tokens, workers=workers)
+        return OpenAIClient(parsed.target, parsed.model, max_tokens=max_tokens, workers=workers, timeout=timeout)
     raise ValueError(f"LLM spec {str(spec)!r} names a rollout backend, not a text client: "
                      f"the pipeline methods take {describe_forms(CLIENT_FORMS)}")

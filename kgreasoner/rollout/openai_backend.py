@@ -6,36 +6,20 @@ text, so it is put back: vLLM names it in `stop_reason`; otherwise an unclosed `
 `<answer>`) at the end of a turn that finished with reason `stop` says which one it was.
 Token fields of the trajectories stay empty (a text endpoint gives no ids to train on).
 
-Requests of one turn run concurrently (`max_concurrency` threads); a failed request ends its row
-with finish reason `error`, never an exception. The API key, if any, is read from the
-environment variable named by `api_key_env`.
+Requests of one turn run concurrently (`max_concurrency` threads) through one
+`kgreasoner.llm.http.JSONEndpoint` (a transient failure is tried `retries` more times); a request
+that still fails ends its row with finish reason `error`, never an exception. The API key, if any,
+is read from the environment variable named by `api_key_env`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import json
-import os
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Sequence
 
+from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS
 from kgreasoner.rollout.types import SamplingParams, TextOutput
-
-
-def post_json(url: str, body: dict[str, Any], api_key: str | None, timeout: float) -> dict[str, Any]:
-    """POST a JSON body and parse the JSON reply; HTTP errors carry the server's message."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(url, json.dumps(body).encode("utf-8"), headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode("utf-8", "replace")[:300]
-        raise RuntimeError(f"{url}: HTTP {err.code}: {detail}") from err
 
 
 def row_seed(sampling: SamplingParams, index: int, turn: int) -> int | None:
@@ -73,12 +57,18 @@ class OpenAIBackend:
     supports_constraints = False
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
-                 max_concurrency: int = 8) -> None:
-        self.url = base_url.rstrip("/") + "/completions"
+                 max_concurrency: int = 8, retries: int = 2, backoff: float = 0.5) -> None:
+        self.endpoint = JSONEndpoint(base_url, api_key_env, timeout=timeout, retries=retries, backoff=backoff)
+        self.url = self.endpoint.base_url + "/completions"
         self.model = model
-        self.api_key = os.environ.get(api_key_env)
-        self.timeout = timeout
         self.max_concurrency = max_concurrency
+
+    @property
+    def timeout(self) -> float:
+        return self.endpoint.timeout
+
+    def close(self) -> None:
+        self.endpoint.close()
 
     def request_body(self, prompt: str, budget: int, sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -103,7 +93,7 @@ class OpenAIBackend:
                     return TextOutput(text="", finish_reason="length")
                 try:
                     body = self.request_body(prompt, budget, sampling, row_seed(sampling, index, turn))
-                    return self.parse(post_json(self.url, body, self.api_key, self.timeout))
+                    return self.parse(self.endpoint.post("/completions", body))
                 except Exception as err:  # a network or server fault ends this row, not the batch
                     return TextOutput(text="", finish_reason=None, error=f"completion request failed: {err}")
             return run

@@ -21,7 +21,8 @@ after the stop. Sampled ids are used as returned, never re-tokenised.
   `prompt`, `return_token_ids` (vLLM >= 0.10) with `return_tokens_as_token_ids` as a fallback,
   `logprobs: 0` (the sampled token's logprob only), `skip_special_tokens: false`. Start the
   server with `--logprobs-mode processed_logprobs` so logprobs include temperature (TRL does the
-  same for its importance-sampling correction).
+  same for its importance-sampling correction). Requests go through `kgreasoner.llm.http.JSONEndpoint`
+  (transient failures tried `retries` more times); a request that still fails ends its row with an error.
 
 This module imports without vLLM installed: `vllm` is imported when an offline backend is built.
 Constrained decoding is vLLM's structured output (vLLM >= 0.12): each row's turn carries the regex of
@@ -32,12 +33,12 @@ from the constrained distribution, as with the hf backend's token-level mask.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
+from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import STOP_TAGS
 from kgreasoner.rollout.hf_backend import eos_token_ids as _model_eos_ids
-from kgreasoner.rollout.openai_backend import post_json, row_seed, run_concurrently
+from kgreasoner.rollout.openai_backend import row_seed, run_concurrently
 from kgreasoner.rollout.types import SamplingParams, TurnOutput
 
 TOKEN_ID_PREFIX = "token_id:"
@@ -61,16 +62,18 @@ class VLLMBackend:
 
     def __init__(self, tokenizer: Any, llm: Any = None, base_url: str | None = None, model: str | None = None,
                  eos_ids: Sequence[int] | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 600.0, max_concurrency: int = 64, tp_group: Any = None) -> None:
+                 timeout: float = 600.0, max_concurrency: int = 64, tp_group: Any = None, retries: int = 2,
+                 backoff: float = 0.5) -> None:
         if (llm is None) == (base_url is None):
             raise ValueError("give exactly one of llm (offline vllm.LLM) or base_url (a vLLM server)")
         if base_url is not None and not model:
             raise ValueError("server mode needs the served model name (model=...)")
         self.tokenizer = tokenizer
         self.llm = llm
-        self.url = None if base_url is None else base_url.rstrip("/") + "/completions"
+        self.endpoint = None if base_url is None else JSONEndpoint(base_url, api_key_env, timeout=timeout,
+                                                                  retries=retries, backoff=backoff)
+        self.url = None if base_url is None else self.endpoint.base_url + "/completions"
         self.model = model
-        self.api_key = os.environ.get(api_key_env)
         self.timeout = timeout
         self.max_concurrency = max_concurrency
         if eos_ids is None:
@@ -137,8 +140,8 @@ class VLLMBackend:
                 if budget <= 0:
                     return TurnOutput([], [])
                 try:
-                    return self.parse(post_json(self.url, self.request_body(ids, budget, sampling, seed, regex),
-                                                self.api_key, self.timeout))
+                    return self.parse(self.endpoint.post("/completions",
+                                                         self.request_body(ids, budget, sampling, seed, regex)))
                 except Exception as err:  # a network or server fault ends this row, not the batch
                     return TurnOutput([], [], f"vLLM request failed: {err}")
             return run

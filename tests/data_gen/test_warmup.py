@@ -316,7 +316,7 @@ def test_unreachable_teacher_falls_back_to_templates_and_is_counted(synthetic, t
     teacher = taught["teacher"]
     assert teacher["calls"] == 3 and teacher["used"] == 0
     assert teacher["fallbacks"] == thoughts
-    assert teacher["failures"]["endpoint:URLError"] == 3 and teacher["failures"]["gave_up"] == thoughts - 3
+    assert teacher["failures"]["endpoint:EndpointUnavailable"] == 3 and teacher["failures"]["gave_up"] == thoughts - 3
     assert plain["records"] == taught["records"] == 10
 
 

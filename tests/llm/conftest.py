@@ -44,3 +44,44 @@ def models_server():
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()
     server.server_close()
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    """Answers each request with the next (status, JSON or text body) of `server.script` (the last one
+    repeats) and records (method, path, Authorization header, JSON body) in `server.requests`."""
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.server.requests.append((self.command, self.path, self.headers.get("Authorization"), body))
+        status, reply = self.server.script[min(len(self.server.requests), len(self.server.script)) - 1]
+        raw = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain" if isinstance(reply, str) else "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def scripted_server():
+    """`start(*replies)`: a local HTTP server answering with `replies` in turn; its base URL ends in /v1."""
+    servers = []
+
+    def start(*replies):
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+        server.script, server.requests = list(replies), []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        server.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()

@@ -73,9 +73,12 @@ def test_vllm_reply_parsing_and_failures(stub, bpe_tokenizer):
     reply["choices"][0]["logprobs"]["tokens"] = ["<", "think"]
     assert "no token ids" in VLLMBackend.parse(reply).error
     server = stub(lambda body: (500, {"error": "boom"}))
-    backend = VLLMBackend(bpe_tokenizer, base_url=f"http://127.0.0.1:{server.server_port}/v1", model="tiny")
+    url = f"http://127.0.0.1:{server.server_port}/v1"
+    backend = VLLMBackend(bpe_tokenizer, base_url=url, model="tiny", retries=2, backoff=0.0)
     [trajectory] = RolloutEngine(backend, None).run(["question"], [ScriptedSession(TABLE)])
-    assert trajectory.finish_reason == "error" and "HTTP 500" in trajectory.error
+    assert trajectory.finish_reason == "error"
+    assert trajectory.error == f'vLLM request failed: {url}/completions failed after 3 attempts: HTTP 500: {{"error": "boom"}}'
+    assert len(server.bodies) == 3
     assert sampling_kwargs(SamplingParams(top_k=0), 7, 3)["top_k"] == -1
     with pytest.raises(ValueError, match="exactly one"):
         VLLMBackend(bpe_tokenizer)
@@ -148,3 +151,14 @@ def test_turn_regex_with_lines_lets_a_parenthesis_open_only_a_shown_line():
     assert not re.fullmatch(pattern, "<think> so (E1 Utah, capital, E2 Salt Lake City")
     assert turn_regex(["E1"], []) == turn_regex(["E1"])  # nothing shown yet: parentheses stay free
     assert re.fullmatch(turn_regex(["E1"], []), "<think> (a guess) <search>E1</search>")
+
+
+def test_openai_backend_does_not_retry_a_refused_request(stub):
+    server = stub(lambda body: (400, {"error": "max_tokens too large"}))
+    url = f"http://127.0.0.1:{server.server_port}/v1"
+    backend = OpenAIBackend(url, "hosted", retries=3, backoff=0.0)
+    [trajectory] = RolloutEngine(backend, None).run(["Q:"], [ScriptedSession(TABLE)])
+    assert trajectory.finish_reason == "error"
+    assert trajectory.error == (f'completion request failed: {url}/completions rejected the request: HTTP 400: '
+                                '{"error": "max_tokens too large"}')
+    assert len(server.bodies) == 1

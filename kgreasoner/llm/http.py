@@ -1,0 +1,112 @@
+"""The HTTP transport of every model endpoint the project calls: httpx requests, tenacity retries.
+
+`JSONEndpoint(base_url)` sends JSON to paths under one base URL with one connection pool (safe to
+use from many threads), the API key from the environment variable `api_key_env` as a bearer
+token when it is set, and a timeout in seconds per request.
+
+A transient failure (the endpoint unreachable, a timeout, HTTP 429 or 5xx) is tried again after
+`backoff`, `2 * backoff`, ... seconds (capped at `max_backoff`), up to `retries` more times; then
+`EndpointUnavailable` names the URL, the attempts and the last cause. Any other status (a 4xx) is
+the endpoint refusing this request: `EndpointRejected` at once, neither retried nor an outage.
+A reply that is not JSON is an `EndpointError`. All three are RuntimeErrors.
+
+This module imports nothing of kgreasoner, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+import tenacity
+
+TOO_MANY_REQUESTS = 429
+
+
+class EndpointError(RuntimeError):
+    """An endpoint request that gave no usable reply; `url` is the request's, `status` its HTTP status (None
+    when no response came)."""
+
+    def __init__(self, message: str, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+
+class EndpointRejected(EndpointError):
+    """The endpoint answered with a non-transient error status (a 4xx): this request is refused."""
+
+
+class EndpointUnavailable(EndpointError):
+    """Every attempt failed transiently: the endpoint is down, overloaded or too slow."""
+
+
+def is_transient(err: BaseException) -> bool:
+    """Whether another attempt may succeed: no connection, a timeout, HTTP 429 or 5xx."""
+    if isinstance(err, httpx.HTTPStatusError):
+        status = err.response.status_code
+        return status == TOO_MANY_REQUESTS or status >= 500
+    return isinstance(err, httpx.TransportError)
+
+
+def retry_policy(retries: int, backoff: float, max_backoff: float = 30.0) -> tenacity.Retrying:
+    """`retries` further attempts after transient failures, exponential backoff from `backoff` seconds;
+    the last failure is re-raised as it was."""
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(retries + 1),
+        wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
+        retry=tenacity.retry_if_exception(is_transient),
+        reraise=True,
+    )
+
+
+class JSONEndpoint:
+    """JSON requests to paths under `base_url`, with retries (see the module docstring)."""
+
+    def __init__(self, base_url: str, api_key_env: str | None = "OPENAI_API_KEY", timeout: float = 120.0,
+                 retries: int = 2, backoff: float = 0.5, max_backoff: float = 30.0) -> None:
+        if retries < 0 or backoff < 0 or timeout <= 0:
+            raise ValueError(f"retries and backoff must be >= 0 and timeout > 0, got {retries}, {backoff}, {timeout}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        key = os.environ.get(api_key_env) if api_key_env else None
+        self._http = httpx.Client(headers={"Authorization": f"Bearer {key}"} if key else None)
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        return self.request("POST", path, body)
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The parsed JSON reply of `method base_url+path` (a JSON `body` when given)."""
+        url = self.base_url + path
+        try:
+            for attempt in retry_policy(self.retries, self.backoff, self.max_backoff):
+                with attempt:
+                    response = self._http.request(method, url, json=body, timeout=self.timeout)
+                    response.raise_for_status()
+        except httpx.HTTPStatusError as err:
+            status = err.response.status_code
+            cause = f"HTTP {status}: {err.response.text[:300]}"
+            if is_transient(err):
+                raise EndpointUnavailable(self._gave_up(url, cause), url, status) from err
+            raise EndpointRejected(f"{url} rejected the request: {cause}", url, status) from err
+        except httpx.TransportError as err:
+            raise EndpointUnavailable(self._gave_up(url, f"{type(err).__name__}: {err}"), url) from err
+        try:
+            return response.json()
+        except ValueError as err:
+            raise EndpointError(f"{url} replied with something other than JSON: {response.text[:200]!r}",
+                                url, response.status_code) from err
+
+    def _gave_up(self, url: str, cause: str) -> str:
+        attempts = self.retries + 1
+        return f"{url} failed after {attempts} attempt{'s' if attempts > 1 else ''}: {cause}"
+
+    def close(self) -> None:
+        self._http.close()
