@@ -1,14 +1,22 @@
-"""The oracle: walks each question's gold relation path through the real search tool.
+"""The oracle: walks each question's gold relation path through the real search tool, as a model could.
 
-The retrieval upper bound: at every hop it searches the frontier entities with the same
-`KGSearchTool` the model uses (one page of `top_k` candidates each) and follows the next gold
-relation(s) over the triples the tool actually showed. The answer is reached only if the right
-triple is in the top-k at every hop. A mediator reached through an expanded candidate is not
-searched again when the tool already showed the edge that leaves it. No LLM is used.
+The retrieval upper bound: at every hop it searches each frontier entity with the same
+`KGSearchTool` the model uses and follows the next gold relation over the triples the tool
+actually showed. Every named entity the walk reaches is searched, even when a line already shown
+leads on from it (a path back near the topic, "the children of X's parents", needs the parents'
+other children, which only a search of the parents shows). Where the tool's `more:` line says the
+entity has unseen lines by the gold relation, the oracle pages through them with
+`NAME | REL` until none is left, so top-k cuts no branch. An unnamed mediator is not searched when
+a shown line already leaves it by the next relation: the tool expands mediators, so paging
+through the relation that reaches one shows every edge beyond it. No LLM is used.
 
-Trace: per hop the entities searched and reached; `recall` is the share of the nodes the gold
-path reaches on the whole KG that the walk reached. The topic entity, when the path returns to
-it, is the last answer.
+Multi-topic questions (`QAExample.intersect`): each gold path is walked from its own topic entity
+in the same session, and the answers are the entities every walk reached, in the first walk's
+order.
+
+Trace: per branch (topic, path) and hop, the entities searched, the filtered pages and how many
+nodes were reached; `recall` is the share of the answers that executing the gold path(s) on the
+whole KG gives that the walk reached. A topic entity, when a path returns to it, is the last answer.
 """
 
 from __future__ import annotations
@@ -17,20 +25,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
-from kgreasoner.data.schema import QAExample
-from kgreasoner.kg.base import INVERSE_PREFIX, execute_path
-from kgreasoner.retrieval.tool import KGSearchTool
+from kgreasoner.data.schema import QAExample, TopicEntity
+from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path
+from kgreasoner.protocol import QUERY_SEPARATOR
+from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolResult, relation_filter_name
+
+Shown = dict[tuple[str, str, str], None]
 
 
 @dataclass
 class OracleConfig:
     """Oracle settings (YAML section `oracle` of the eval config)."""
 
-    max_frontier: int = field(default=20, metadata={"help": "entities searched per hop (the first reached)"})
+    max_frontier: int = field(default=200, metadata={"help": "entities searched per hop (the first reached); bounds the work where a hop reaches a hub's neighbours"})
+    max_pages: int = field(default=100, metadata={"help": "filtered pages (`NAME | REL`) per entity and hop, beyond its first search"})
 
     def __post_init__(self) -> None:
-        if self.max_frontier < 1:
-            raise ValueError(f"oracle max_frontier must be >= 1, got {self.max_frontier}")
+        if self.max_frontier < 1 or self.max_pages < 0:
+            raise ValueError(f"oracle max_frontier must be >= 1 and max_pages >= 0, got {self.max_frontier} and {self.max_pages}")
 
 
 class OracleMethod(Method):
@@ -44,40 +56,88 @@ class OracleMethod(Method):
     def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
         if not example.gold_paths:
             return MethodResult([], False, {"reason": "no gold path"})
-        path = example.gold_paths[0]
-        topic = example.topic_entities[0]
-        session = self.tool.session(example.question, list(example.topic_entities), example_id=example.id)
-        shown: dict[tuple[str, str, str], None] = {}
-        searched: set[str] = set()
+        branches = (list(zip(example.topic_entities, example.gold_paths)) if example.intersect
+                    else [(example.topic_entities[0], example.gold_paths[0])])
+        kg = self.tool.kg.for_example(example.id)
+        walk = _Walk(self.tool.session(example.question, list(example.topic_entities), example_id=example.id),
+                     kg, self.config, self.tool.config.relation_format)
+        reached_sets: list[list[str]] = []
+        full: set[str] | None = None
+        trace_branches = []
+        for topic, path in branches:
+            reached, hops = walk.branch(topic, path)
+            reached_sets.append(reached)
+            trace_branches.append({"topic": topic.id, "path": list(path), "hops": hops})
+            executed = execute_path(kg, topic.id, path)
+            full = executed if full is None else full & executed
+        common = set.intersection(*(set(r) for r in reached_sets))
+        topics = {t.id for t, _ in branches}
+        reached = [e for e in reached_sets[0] if e in common]
+        # A path may lead back to the topic (a spouse's spouse): it goes last, so that a question
+        # asking for someone else scores that one, and one whose answer is the topic still has it.
+        reached = [e for e in reached if e not in topics] + [e for e in reached if e in topics]
+        full = full or set()
+        recall = len(set(reached) & full) / len(full) if full else 0.0
+        answers = list(dict.fromkeys(kg.label(e) for e in reached))
+        trace = {"path": list(branches[0][1]), "hops": trace_branches[0]["hops"], "recall": recall,
+                 "answers_total": len(full)}
+        if example.intersect:
+            trace["branches"] = trace_branches
+        return MethodResult(answers, True, trace, kg_queries=walk.session.num_calls)
+
+
+class _Walk:
+    """The searches of one question: what the tool showed and what each entity's listing still offers."""
+
+    def __init__(self, session: SearchSession, kg: KnowledgeGraph, config: OracleConfig, relation_format: str) -> None:
+        self.session = session
+        self.kg = kg
+        self.config = config
+        self.relation_format = relation_format
+        self.shown: Shown = {}
+        self.searched: set[str] = set()
+        self.unseen: dict[str, dict[str, int]] = {}  # entity -> its last listing (filter name -> count)
+
+    def branch(self, topic: TopicEntity, path: tuple[str, ...]) -> tuple[list[str], list[dict[str, Any]]]:
         frontier = [topic.id]
         hops = []
         for relation in path:
             name, backwards = (relation[len(INVERSE_PREFIX):], True) if relation.startswith(INVERSE_PREFIX) else (relation, False)
-            to_search = [e for e in frontier if e not in searched and not _leaves(shown, e, name, backwards)]
-            for entity in to_search[: self.config.max_frontier]:
-                searched.add(entity)
-                for edge in session.call(entity).edges:
-                    shown.setdefault(edge.key(), None)
-            frontier = _follow(shown, frontier, name, backwards)
-            hops.append({"relation": relation, "searched": to_search[: self.config.max_frontier], "reached": len(frontier)})
+            searched, pages = [], 0
+            for entity in frontier[: self.config.max_frontier]:
+                if self.kg.is_unnamed(entity) and _leaves(self.shown, entity, name, backwards):
+                    continue
+                searched.append(entity)
+                pages += self.exhaust(entity, name)
+            frontier = _follow(self.shown, frontier, name, backwards)
+            hops.append({"relation": relation, "searched": searched, "pages": pages, "reached": len(frontier)})
             if not frontier:
                 break
-        # A path may lead back to the topic (a spouse's spouse): it goes last, so that a question
-        # asking for someone else scores that one, and one whose answer is the topic still has it.
-        reached = [e for e in frontier if e != topic.id] + [e for e in frontier if e == topic.id]
-        kg = self.tool.kg.for_example(example.id)
-        full = execute_path(kg, topic.id, path)
-        recall = len(set(reached) & full) / len(full) if full else 0.0
-        answers = list(dict.fromkeys(kg.label(e) for e in reached))
-        trace = {"path": list(path), "hops": hops, "recall": recall, "answers_total": len(full)}
-        return MethodResult(answers, True, trace, kg_queries=session.num_calls)
+        return frontier, hops
+
+    def exhaust(self, entity: str, relation: str) -> int:
+        """Search `entity` (once per question), then page through its unseen lines by `relation`; the page count."""
+        if entity not in self.searched:
+            self.searched.add(entity)
+            self.record(entity, self.session.call(entity))
+        wanted = relation_filter_name(relation, self.relation_format)
+        pages = 0
+        while wanted in self.unseen.get(entity, {}) and pages < self.config.max_pages:
+            pages += 1
+            self.record(entity, self.session.call(f"{entity} {QUERY_SEPARATOR} {wanted}"))
+        return pages
+
+    def record(self, entity: str, result: ToolResult) -> None:
+        for edge in result.edges:
+            self.shown.setdefault(edge.key(), None)
+        self.unseen[entity] = dict(result.more) if result.error is None and result.entity == entity else {}
 
 
-def _leaves(shown: dict[tuple[str, str, str], None], entity: str, relation: str, backwards: bool) -> bool:
+def _leaves(shown: Shown, entity: str, relation: str, backwards: bool) -> bool:
     return any((o if backwards else s) == entity and r == relation for s, r, o in shown)
 
 
-def _follow(shown: dict[tuple[str, str, str], None], frontier: list[str], relation: str, backwards: bool) -> list[str]:
+def _follow(shown: Shown, frontier: list[str], relation: str, backwards: bool) -> list[str]:
     """Nodes one step along `relation` from `frontier`, over shown triples only, in order shown."""
     sources = set(frontier)
     out: dict[str, None] = {}

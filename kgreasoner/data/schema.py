@@ -4,6 +4,9 @@ One example per line:
 `{"id", "question", "topic_entities": [{"id", "name"}], "answers": [{"id", "name", "aliases"}],
 "gold_paths": [[relation, ...]], "hops", "source", "split"}`.
 A relation in a gold path starting with `^` is walked backwards (object to subject).
+Gold paths are alternatives, each walked from a topic entity, unless `"intersect": true` (written
+only then): a multi-topic question whose `gold_paths[i]` is walked from `topic_entities[i]` and whose
+answers are the entities every one of those walks reaches ("which player of club X is from country Y").
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class QAExample:
     hops: int = 0
     source: str = ""
     split: str = ""
+    intersect: bool = False
+    """Multi-topic: the answers are what every gold path reaches, path i walked from topic entity i."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +72,8 @@ class QAExample:
             raise SchemaError(f"example {self.id}: field 'split' must be one of train/dev/test, got {self.split!r}")
         if self.hops < 0:
             raise SchemaError(f"example {self.id}: field 'hops' must be >= 0")
+        if self.intersect and (len(self.gold_paths) < 2 or len(self.gold_paths) != len(self.topic_entities)):
+            raise SchemaError(f"example {self.id}: 'intersect' needs one gold path per topic entity, two or more")
 
     @property
     def answer_names(self) -> list[str]:
@@ -85,6 +92,8 @@ class QAExample:
             answer["aliases"] = list(answer["aliases"])
         if not data["extra"]:
             del data["extra"]
+        if not self.intersect:
+            del data["intersect"]
         return data
 
     @classmethod
@@ -112,7 +121,10 @@ class QAExample:
         split = data.get("split")
         if split is not None and not isinstance(split, str):  # `0` or `false` must not read as "no split"
             raise SchemaError(f"field 'split' must be a string (train, dev or test), got {json.dumps(split)}")
-        known = {"id", "question", "topic_entities", "answers", "gold_paths", "hops", "source", "split"}
+        intersect = data.get("intersect", False)
+        if not isinstance(intersect, bool):
+            raise SchemaError(f"field 'intersect' must be true or false, got {json.dumps(intersect)}")
+        known = {"id", "question", "topic_entities", "answers", "gold_paths", "hops", "source", "split", "intersect"}
         return cls(
             id=str(data["id"]),
             question=data["question"],
@@ -122,6 +134,7 @@ class QAExample:
             hops=hops,
             source=str(data.get("source", "")),
             split=split or "",
+            intersect=intersect,
             extra=_extra(data, known),
         )
 

@@ -80,6 +80,13 @@ def relation_key(relation: str, relation_format: str = "id") -> str:
     return (INVERSE_PREFIX if inverse else "") + relation_display(bare, relation_format).split(" ")[-1]
 
 
+def relation_filter_name(relation: str, relation_format: str = "id") -> str:
+    """A relation as the `more:` listing prints it and `NAME | REL` names it: as its triple lines print
+    it, escaped (`=backtrack`) where it reads as the backtrack mark."""
+    name = relation_display(relation, relation_format)
+    return RELATION_ESCAPE + name if name.strip().lower() == BACKTRACK_MARK else name
+
+
 @dataclass
 class ToolConfig:
     """How the search tool ranks, caps and prints what it shows."""
@@ -362,9 +369,7 @@ class SearchSession:
         return list(counts.items())
 
     def _filter_name(self, candidate: Candidate) -> str:
-        """The candidate's first relation as the listing prints it and a filter may name it."""
-        name = relation_display(candidate.edges[0].relation, self._config.relation_format)
-        return RELATION_ESCAPE + name if name.strip().lower() == BACKTRACK_MARK else name
+        return relation_filter_name(candidate.edges[0].relation, self._config.relation_format)
 
     # --- names and handles ----------------------------------------------------------------------
     def _register(self, entity: str, label: str, parent: str | None) -> None:
