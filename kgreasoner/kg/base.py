@@ -145,6 +145,16 @@ class KnowledgeGraph(abc.ABC):
             seen.setdefault(edge.relation, None)
         return list(seen)
 
+    def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
+        """(relation, "out" or "in", edges) for each relation at `entity`: outgoing first, each side in
+        the order of the relation's first edge. Counted here from every edge; the memory store reads
+        them from its relation index instead."""
+        counts: dict[tuple[str, str], int] = {}
+        for edge in self.neighbors(entity, direction):
+            key = (edge.relation, edge.direction)
+            counts[key] = counts.get(key, 0) + 1
+        return [(relation, side, n) for (relation, side), n in counts.items()]
+
     def for_example(self, example_id: str | None) -> "KnowledgeGraph":
         """The graph that one question searches: this whole graph, except in per-question
         backends (`subgraph`), which return the question's own view."""

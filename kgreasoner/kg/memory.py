@@ -1,7 +1,10 @@
 """The embedded default backend: the whole graph in numpy CSR arrays, both directions.
 
 Nodes and relations are interned to integers once at load; `neighbors` is then two array
-slices. A name index maps labels (exact, and normalised on first use) to node ids.
+slices. Beside each direction's CSR arrays a relation index groups every node's edges by relation
+(a permutation of the edge positions plus group boundaries), so the edges of one relation at a hub
+and the per-relation counts of a node (`relation_counts`) cost the size of the answer, not the
+node's degree. A name index maps labels (exact, and normalised on first use) to node ids.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class MemoryKG(KnowledgeGraph):
 
         self._out = _csr(src, dst, rel_codes, num_nodes)
         self._in = _csr(dst, src, rel_codes, num_nodes)
+        self._out_groups = _relation_index(self._out[0], self._out[2], len(self._rels))
+        self._in_groups = _relation_index(self._in[0], self._in[2], len(self._rels))
 
         self._is_literal = np.fromiter((is_literal_id(x) for x in self._nodes), dtype=bool, count=num_nodes)
         if names is None:
@@ -151,18 +156,47 @@ class MemoryKG(KnowledgeGraph):
         edges: list[Edge] = []
         for side in (("out", "in") if direction == "both" else (direction,)):
             indptr, other, rel = self._out if side == "out" else self._in
-            lo, hi = indptr[node], indptr[node + 1]
-            others, rel_ids = other[lo:hi], rel[lo:hi]
-            if rel_filter is not None:
-                keep = np.isin(rel_ids, rel_filter)
-                others, rel_ids = others[keep], rel_ids[keep]
-            if limit is not None:
-                room = limit - len(edges)
-                others, rel_ids = others[:room], rel_ids[:room]
+            room = None if limit is None else limit - len(edges)
+            if rel_filter is None:
+                lo, hi = indptr[node], indptr[node + 1]
+                stop = hi if room is None else min(hi, lo + room)
+                others, rel_ids = other[lo:stop], rel[lo:stop]
+            else:
+                positions = self._relation_positions(side, node, rel_filter)[:room]
+                others, rel_ids = other[positions], rel[positions]
             edges.extend(self._edges(node, rel_ids, others, side))
             if limit is not None and len(edges) >= limit:
                 break
         return edges
+
+    def _relation_positions(self, side: str, node: int, rel_filter: np.ndarray) -> np.ndarray:
+        """Positions in the `side` CSR arrays of the node's edges by the relations in `rel_filter`, in
+        file order: the index's groups of those relations, merged."""
+        group_ptr, group_rel, group_start, perm = self._out_groups if side == "out" else self._in_groups
+        g0, g1 = group_ptr[node], group_ptr[node + 1]
+        chosen = np.flatnonzero(np.isin(group_rel[g0:g1], rel_filter)) + g0
+        if chosen.size == 1:  # a group is already in file order (the index sort is stable)
+            return perm[group_start[chosen[0]]:group_start[chosen[0] + 1]]
+        if chosen.size == 0:
+            return perm[:0]
+        return np.sort(np.concatenate([perm[group_start[g]:group_start[g + 1]] for g in chosen]))
+
+    def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
+        """(relation, "out" or "in", edges) for each relation at `entity`, read from the relation index
+        without touching the edges: outgoing first, each side in the order of the relation's first
+        edge (the order `neighbors` lists them)."""
+        check_direction(direction)
+        node = self._node_index.get(entity)
+        if node is None:
+            return []
+        counts = []
+        for side in (("out", "in") if direction == "both" else (direction,)):
+            group_ptr, group_rel, group_start, perm = self._out_groups if side == "out" else self._in_groups
+            g0, g1 = group_ptr[node], group_ptr[node + 1]
+            starts = group_start[g0:g1 + 1]
+            for g in np.argsort(perm[starts[:-1]], kind="stable").tolist():
+                counts.append((self._rels[group_rel[g0 + g]], side, int(starts[g + 1] - starts[g])))
+        return counts
 
     def _edges(self, node: int, rel_ids: np.ndarray, others: np.ndarray, side: str) -> list[Edge]:
         """The Edges from `node` to `others` by `rel_ids`, every field gathered as one array slice."""
@@ -231,9 +265,12 @@ class MemoryKG(KnowledgeGraph):
     def triples(self) -> Iterable[tuple[str, str, str]]:
         """Every edge as (subject, relation, object) ids, grouped by subject."""
         indptr, other, rel = self._out
-        for node in range(len(self._nodes)):
-            for i in range(indptr[node], indptr[node + 1]):
-                yield self._nodes[node], self._rels[rel[i]], self._nodes[other[i]]
+        subjects = np.repeat(np.arange(len(self._nodes)), np.diff(indptr))
+        chunk = 1 << 16  # ids gathered by array indexing, a chunk at a time, so memory stays flat
+        for lo in range(0, len(other), chunk):
+            yield from zip(self._node_array[subjects[lo:lo + chunk]].tolist(),
+                           self._rel_array[rel[lo:lo + chunk]].tolist(),
+                           self._node_array[other[lo:lo + chunk]].tolist())
 
     def names(self) -> dict[str, str]:
         """id -> label of every named, non-literal node."""
@@ -251,6 +288,27 @@ def _csr(src: np.ndarray, dst: np.ndarray, rel: np.ndarray, num_nodes: int):
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     return indptr, dst[order], rel[order]
+
+
+def _relation_index(indptr: np.ndarray, rel: np.ndarray, num_rels: int):
+    """Each node's edges grouped by relation: (group_ptr, group_rel, group_start, perm).
+
+    `perm` lists the CSR positions sorted by (node, relation), stably, so each group keeps file
+    order; the groups of node n are group_ptr[n]:group_ptr[n + 1], group g has relation
+    group_rel[g] and its positions are perm[group_start[g]:group_start[g + 1]].
+    """
+    num_nodes, num_edges = len(indptr) - 1, len(rel)
+    position = np.int32 if num_edges < 2**31 else np.int64  # half the bytes up to two billion edges
+    key = np.repeat(np.arange(num_nodes, dtype=np.int64), np.diff(indptr)) * max(num_rels, 1) + rel
+    perm = np.argsort(key, kind="stable")
+    key = key[perm]
+    starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1]))) if num_edges else np.zeros(0, np.int64)
+    group_node = key[starts] // max(num_rels, 1)
+    group_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(group_node, minlength=num_nodes), out=group_ptr[1:])
+    group_rel = (key[starts] % max(num_rels, 1)).astype(np.int32)
+    group_start = np.append(starts, num_edges).astype(position)
+    return group_ptr, group_rel, group_start, perm.astype(position)
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
