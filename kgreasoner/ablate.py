@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import os
 import re
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from kgreasoner.config import ConfigError, add_config_arguments, describe, from_dict, load_config
-from kgreasoner.demo import (STAGE_FOLDERS, Demo, DemoConfig, Stage, StageRecipe, _recipe_args, _write_json,
-                             command, default_threads, overrides, resolve_recipe)
+from kgreasoner.demo import STAGE_FOLDERS, Demo, DemoConfig, StageRecipe, overrides, resolve_recipe
+from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
+                               stage_key, write_json)
 
 SEED_FREE_STAGES = ("data", "kg", "ranker")
 """Stages made with `data_seed` in every run, so that every run sees the same questions, KG and ranker."""
@@ -144,7 +143,7 @@ class PipelineRun(Demo):
     def stages(self) -> list[Stage]:
         demo = {s.name: s for s in super().stages()}
         pipeline = Stage("pipeline", f"{self.method} steps by the gold-path teacher", [
-            command("kgreasoner", "pipeline-sft", *_recipe_args(self.pipeline), sets=self.pipeline[2])], self.run_pipeline)
+            command("kgreasoner", "pipeline-sft", *recipe_args(self.pipeline), sets=self.pipeline[2])], self.run_pipeline)
         evaluation = Stage("eval", f"evaluation of {self.method}", [
             self.eval_command(self.method, self.sft_final, self.method)], self.run_pipeline_eval)
         return [demo["data"], demo["kg"], pipeline, demo["model"], demo["sft"], evaluation]
@@ -205,19 +204,6 @@ def make_demo(config: AblationConfig, base: str | None, name: str, seed: int, fo
         raise ConfigError(f"variant {name}: {err}") from err
 
 
-def stage_key(previous: str, stage: Stage, folder: Path) -> str:
-    """A stage's identity: its commands with the run folder left out, the recipe files they name, the
-    previous stage's key. Equal keys mean equal inputs, so the output is shared."""
-    digest = hashlib.sha256(f"{previous}\n{stage.name}\n".encode())
-    for line in stage.commands:
-        digest.update(line.replace(str(folder), "{run}").encode() + b"\n")
-        words = shlex.split(line)
-        for index, word in enumerate(words[:-1]):
-            if word == "--config":
-                digest.update(Path(words[index + 1]).read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def plan(config: AblationConfig, out: Path, only: Sequence[str] | None = None,
          seeds: Sequence[int] | None = None) -> list[Run]:
     """Every run to do (variants in config order, each over the seeds), all settings validated up front."""
@@ -257,12 +243,6 @@ def _link(path: Path, target: Path) -> None:
     path.symlink_to(relative, target_is_directory=True)
 
 
-def stage_store(out: Path, name: str, key: str) -> tuple[Path, Path]:
-    """Where a stage with this key writes, and its marker (written when it finished)."""
-    folder = out / "stages" / name / key
-    return folder, folder.with_name(f"{key}.json")
-
-
 def execute(run: Run, out: Path, threads: int) -> tuple[dict[str, Any], bool]:
     """Run (or find finished) every stage of one run; returns its result record and whether it was done earlier."""
     record_path = run.folder / RESULT_FILE
@@ -272,30 +252,23 @@ def execute(run: Run, out: Path, threads: int) -> tuple[dict[str, Any], bool]:
             return record, True
     (out / "cache").mkdir(parents=True, exist_ok=True)
     _link(run.folder / "cache", out / "cache")  # the embedding cache, shared by every run
+    store = StageStore(out / "stages")
+    runner = StageRunner(store, threads, show_commands=False)
     stages: dict[str, dict[str, Any]] = {}
     for stage in run.stages:
         key = run.keys[stage.name]
-        folder, marker = stage_store(out, stage.name, key)
+        folder = store.folder(stage.name, key)
         folder.mkdir(parents=True, exist_ok=True)
         _link(run.folder / STAGE_FOLDERS.get(stage.name, stage.name), folder)
-        if marker.exists():
-            done = json.loads(marker.read_text(encoding="utf-8"))
-            stages[stage.name] = {"key": key, "seconds": done["seconds"], "ran": False}
-            continue
-        print(f"    {stage.name}: {stage.title} ...", flush=True)
-        started = time.perf_counter()
-        result = stage.run()
-        seconds = time.perf_counter() - started
-        print(f"    {stage.name}: {result['line']} ({seconds:.1f}s)", flush=True)
-        _write_json(marker, {"stage": stage.name, "key": key, "seconds": round(seconds, 2), "commands": stage.commands,
-                             "threads": threads, "made_by": f"{run.variant}/seed-{run.seed}", "result": result})
-        stages[stage.name] = {"key": key, "seconds": round(seconds, 2), "ran": True}
+        record, ran = runner.run(stage, f"    {stage.name}: {stage.title}", key=key, finish=f"    {stage.name}",
+                                 made_by=f"{run.variant}/seed-{run.seed}")
+        stages[stage.name] = {"key": key, "seconds": record["seconds"], "ran": ran}
     summary_path, method = run.final_evaluation()
     summary = json.loads(summary_path.read_text(encoding="utf-8"))["methods"][method]
     record = {"variant": run.variant, "seed": run.seed, "method": method, "hits1": summary["hits1"],
               "format_valid": summary["format_valid"], "n": summary["n"], "oracle_hits1": oracle_hits1(run),
               "keys": run.keys, "stages": stages}
-    _write_json(record_path, record)
+    write_json(record_path, record)
     return record, False
 
 
@@ -410,7 +383,7 @@ def write_outputs(config: AblationConfig, config_path: str | None, demo: Demo, o
     table = render_table(rows, seeds, config.reference)
     markdown = out / "ablations.md"
     markdown.write_text(render_markdown(f"Ablations: {demo.source}", notes, table, config.variants, rows), encoding="utf-8")
-    _write_json(out / "ablations.json", {
+    write_json(out / "ablations.json", {
         "config": config_path, "demo": config.demo, "set": config.set, "data": demo.source, "split": "test",
         "seeds": list(seeds), "data_seed": config.data_seed, "reference": config.reference, "budget": budget_line(demo),
         "variants": {name: {"help": config.variants[name].help, **{k: _by_seed(v) for k, v in row.items()}}
@@ -428,14 +401,12 @@ def run_ablation(config: AblationConfig, out: str | Path, only: Sequence[str] | 
     """Plan every run (validating all settings), run or skip each, write the table after each; returns ablations.md."""
     import torch
 
-    from kgreasoner.demo import _log_progress
-
     out = Path(out)
     seeds = check_seeds(list(seeds), "--seeds") if seeds else config.seeds
     runs = plan(config, out, only, seeds)
     reference = make_demo(config, resolve_recipe(config.demo), config.reference, seeds[0],
                           out / "runs" / config.reference / f"seed-{seeds[0]}")
-    _log_progress()
+    log_progress()
     threads = threads or default_threads()
     torch.set_num_threads(threads)
     print(f"kgreasoner ablate: {len(runs)} runs ({len({r.variant for r in runs})} variants x seeds "

@@ -25,7 +25,7 @@ Stages, each into its own folder under `--out` (default outputs/demo):
              and wall time; no checkpoints, so the folder can be committed
 
 Every stage prints the command that does the same from the shell. A stage that finished leaves
-`stages/<name>.json` (its wall time and command); a run finds it and skips the stage, so an
+`stages/<name>.json` (its wall and CPU seconds and commands; `kgreasoner.stages`); a run finds it and skips the stage, so an
 interrupted demo resumes (SFT and GRPO from their last checkpoint). `demo.yaml` in `--out`
 records the settings; another run with different settings into the same folder is refused.
 """
@@ -35,9 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import os
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +45,8 @@ import yaml
 
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
 from kgreasoner.data.path_search import PathSearch
+from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
+                               write_json)
 
 SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
@@ -55,12 +55,6 @@ STAGE_NAMES = ("data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo",
 STAGE_FOLDERS = {name: "base" if name == "model" else name for name in STAGE_NAMES}
 """The folder under `--out` each stage writes (and only that one, besides the embedding cache)."""
 RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
-BASELINES_LEFT_OUT = (
-    "The pipeline baselines (ToG, SoG, PaRoG) and IO/CoT prompt the LLM with instructions in natural "
-    "language; a tiny model trained here from scratch only on the search protocol cannot follow them, so "
-    "the demo leaves them out (`bench/same_backbone.sh` SFT-trains ToG/SoG steps into the tiny model instead). "
-    "The oracle walks each question's gold path with the same tool: the retrieval upper bound."
-)
 
 
 @dataclass
@@ -171,13 +165,6 @@ def overrides(values: dict[str, Any], prefix: str = "") -> list[str]:
     return [f"{key}={cli_value(value)}" for key, value in flatten(values, prefix).items()]
 
 
-def command(*parts: Any, sets: list[str] = ()) -> str:
-    words = [str(p) for p in parts if p is not None]
-    for item in sets:
-        words += ["--set", item]
-    return " ".join(shlex.quote(w) for w in words)
-
-
 def resolve_recipe(path: str | None) -> str | None:
     """A recipe path as given when it exists from here, else from the repository root (installed elsewhere)."""
     if path is None or Path(path).exists():
@@ -188,16 +175,6 @@ def resolve_recipe(path: str | None) -> str | None:
     if candidate.exists():
         return str(candidate)
     raise FileNotFoundError(f"recipe {path} not found here or in {repo_root()}")
-
-
-@dataclass
-class Stage:
-    """One stage: its name, a title for the progress lines, the shell commands doing the same, and what runs it."""
-
-    name: str
-    title: str
-    commands: list[str]
-    run: Callable[[], dict[str, Any]]
 
 
 class Demo:
@@ -215,6 +192,7 @@ class Demo:
 
         self.config = config
         self.out = out
+        self.store = StageStore(out / "stages")
         self.source = config.data if config.data == SYNTHETIC else source_name(config.data)
         o = {folder: str(out / folder) for folder in STAGE_FOLDERS.values()}
         self.paths = o
@@ -300,14 +278,14 @@ class Demo:
         stages = [
             Stage("data", "dataset folder", [self._data_command()], self.run_data),
             Stage("kg", "KG in the embedded store", [command("kgreasoner", "kg", "stats", f"memory:{o['data']}")], self.run_kg),
-            Stage("ranker", "GAT ranker", [command("python", "train/ranker.py", *_recipe_args(self.ranker), sets=self.ranker[2])], self.run_ranker),
-            Stage("warmup", "warm-up trajectories", [command("kgreasoner", "warmup", *_recipe_args(self.warmup), sets=self.warmup[2])], self.run_warmup),
-            Stage("model", "tiny model + tokenizer", [command("kgreasoner", "build-tiny", *_recipe_args(self.model), "--texts",
+            Stage("ranker", "GAT ranker", [command("python", "train/ranker.py", *recipe_args(self.ranker), sets=self.ranker[2])], self.run_ranker),
+            Stage("warmup", "warm-up trajectories", [command("kgreasoner", "warmup", *recipe_args(self.warmup), sets=self.warmup[2])], self.run_warmup),
+            Stage("model", "tiny model + tokenizer", [command("kgreasoner", "build-tiny", *recipe_args(self.model), "--texts",
                                                               *self.tokenizer_texts(), "--text-splits", "train", "--out", o["base"],
                                                               sets=self.model[2])], self.run_model),
-            Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *_recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
-            Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *_recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
-            Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *_recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
+            Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
+            Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
+            Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
             Stage("eval", "evaluation", [self.eval_command("kgreasoner,oracle", self.sft_final, self.first_eval)]
                   + ([self.eval_command("kgreasoner", self.grpo_final, "grpo")] if self.config.rl else []), self.run_eval),
             Stage("report", "report", [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")]
@@ -361,7 +339,7 @@ class Demo:
         seconds = time.perf_counter() - started
         stats = graph_stats(kg, 5)
         stats["load_seconds"] = round(seconds, 3)
-        _write_json(Path(self.paths["kg"]) / "stats.json", stats)
+        write_json(Path(self.paths["kg"]) / "stats.json", stats)
         return {**stats, "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, loaded in {seconds:.2f}s"}
 
     def run_ranker(self) -> dict[str, Any]:
@@ -391,6 +369,7 @@ class Demo:
                 "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), vocabulary {len(tokenizer):,}"}
 
     def run_sft(self) -> dict[str, Any]:
+        from kgreasoner.demo_report import sft_log_history
         from kgreasoner.training.sft import train_sft
 
         final = train_sft(self.sft[0], resume=True)
@@ -451,43 +430,7 @@ class Demo:
         return {"line": str(path)}
 
 
-def _recipe_args(stage: tuple[Any, str | None, list[str]]) -> list[str]:
-    return ["--config", stage[1]] if stage[1] else []
-
-
-def _write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
-
-
-def sft_log_history(output_dir: str | Path) -> list[dict[str, Any]]:
-    """The SFT run's logged rows (train loss, eval loss by step) from its newest checkpoint's trainer_state.json."""
-    from kgreasoner.training.common import last_complete_checkpoint
-
-    last = last_complete_checkpoint(output_dir)
-    if last is None:
-        return []
-    return json.loads((Path(last) / "trainer_state.json").read_text(encoding="utf-8")).get("log_history", [])
-
-
 # --- running -------------------------------------------------------------------------------------------
-def default_threads() -> int:
-    """All cores when the machine is idle; the cores other jobs leave free (1-minute load) when it is not."""
-    cores = os.cpu_count() or 1
-    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
-    return max(1, cores - busy)
-
-
-def _log_progress() -> None:
-    """The library's own INFO lines (ranker epochs, ...) on stderr: stages that print nothing else for minutes."""
-    logger = logging.getLogger("kgreasoner")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("    %(asctime)s %(message)s", "%H:%M:%S"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-
-
 def check_settings(out: Path, config: DemoConfig) -> None:
     """Record the settings in OUT/demo.yaml; refuse to resume a folder made with other settings."""
     path = out / "demo.yaml"
@@ -510,30 +453,20 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
 
     out = Path(out)
     demo = Demo(config, out)  # validates every stage's config before any work
-    _log_progress()
+    log_progress()
     check_settings(out, config)
     threads = threads or default_threads()
     torch.set_num_threads(threads)
     stages = demo.stages()
     print(f"kgreasoner demo: data {demo.source} -> {out} ({threads} torch thread{'s' * (threads > 1)}; "
           f"{os.cpu_count()} cores)", flush=True)
+    runner = StageRunner(demo.store, threads)
     started = time.perf_counter()
     for number, stage in enumerate(stages, 1):
-        marker = out / "stages" / f"{stage.name}.json"
         head = f"[{number}/{len(stages)}] {stage.name}: {stage.title}"
-        if marker.exists():
-            done = json.loads(marker.read_text(encoding="utf-8"))
-            print(f"{head}: done earlier in {done['seconds']:.1f}s, skipped", flush=True)
-            continue
-        print(f"{head} ...", flush=True)
-        for line in stage.commands:
-            print(f"    $ {line}", flush=True)
-        t0 = time.perf_counter()
-        result = stage.run()
-        seconds = time.perf_counter() - t0
-        print(f"{head}: {result['line']} ({seconds:.1f}s)", flush=True)
-        _write_json(marker, {"stage": stage.name, "seconds": round(seconds, 2), "commands": stage.commands,
-                             "threads": threads, "result": result})
+        record, ran = runner.run(stage, head)
+        if not ran:
+            print(f"{head}: done earlier in {record['seconds']:.1f}s, skipped", flush=True)
     report = Path(demo.paths["report"]) / "report.md"
     print(f"kgreasoner demo: finished in {time.perf_counter() - started:.1f}s; report: {report}", flush=True)
     return report

@@ -13,16 +13,29 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kgreasoner.demo import Demo
+from typing import Any
 
 SFT_METHOD = "kgreasoner (warm-up SFT)"
 GRPO_METHOD = "kgreasoner (warm-up + GRPO)"
 BASE_METHOD = "kgreasoner (base, no warm-up)"
 NO_WARMUP_GRPO_METHOD = "kgreasoner (base + GRPO)"
 SFT_ONLY_METHOD = "kgreasoner (SFT only)"
+BASELINES_LEFT_OUT = (
+    "The pipeline baselines (ToG, SoG, PaRoG) and IO/CoT prompt the LLM with instructions in natural "
+    "language; a tiny model trained here from scratch only on the search protocol cannot follow them, so "
+    "the demo leaves them out (`bench/same_backbone.sh` SFT-trains ToG/SoG steps into the tiny model instead). "
+    "The oracle walks each question's gold path with the same tool: the retrieval upper bound."
+)
+
+
+def sft_log_history(output_dir: str | Path) -> list[dict[str, Any]]:
+    """The SFT run's logged rows (train loss, eval loss by step) from its newest checkpoint's trainer_state.json."""
+    from kgreasoner.training.common import last_complete_checkpoint
+
+    last = last_complete_checkpoint(output_dir)
+    if last is None:
+        return []
+    return json.loads((Path(last) / "trainer_state.json").read_text(encoding="utf-8")).get("log_history", [])
 
 
 def plot_sft_loss(history: list[dict[str, Any]], output: Path) -> Path:
@@ -50,15 +63,7 @@ def plot_sft_loss(history: list[dict[str, Any]], output: Path) -> Path:
     return output
 
 
-def _stage_records(demo: "Demo") -> dict[str, dict[str, Any]]:
-    records = {}
-    for path in sorted((demo.out / "stages").glob("*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        records[record["stage"]] = record
-    return records
-
-
-def _methods(demo: "Demo") -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _methods(demo: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Summaries of the three methods by report label, and the first evaluation's summary (for its header)."""
     def load(label: str) -> dict[str, Any]:
         return json.loads((Path(demo.paths["eval"]) / label / "summary.json").read_text(encoding="utf-8"))
@@ -72,7 +77,7 @@ def _methods(demo: "Demo") -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
             "oracle": first["methods"]["oracle"]}, first
 
 
-def _data_line(demo: "Demo") -> str:
+def _data_line(demo: Any) -> str:
     prepared = Path(demo.paths["data"]) / "prepare.json"
     if prepared.exists():
         p = json.loads(prepared.read_text(encoding="utf-8"))
@@ -84,10 +89,13 @@ def _data_line(demo: "Demo") -> str:
     return f"synthetic KG and questions (seed {demo.config.seed}, grouped split made by the generator)"
 
 
-def write_report(demo: "Demo") -> Path:
+def write_report(demo: Any) -> Path:
+    """The report of a `kgreasoner.demo.Demo` run (its settings, paths, stages and their store); its path.
+
+    The demo is passed in rather than imported: this module sits below the demo, which runs it as
+    its last stage."""
     from kgreasoner.evaluation.report import RunInfo, render_markdown
     from kgreasoner.training.plots import plot_runs
-    from kgreasoner.demo import BASELINES_LEFT_OUT, sft_log_history
 
     out = Path(demo.paths["report"])
     out.mkdir(parents=True, exist_ok=True)
@@ -104,7 +112,7 @@ def write_report(demo: "Demo") -> Path:
         figures.append(("hard cases: per-example SFT loss and threshold", "hard_cases.png"))
 
     methods, sft_run = _methods(demo)
-    stages = _stage_records(demo)
+    stages = demo.store.records()
     info = RunInfo(sft_run["dataset"], sft_run["split"], sft_run["split_scheme"], sft_run["seed"])
     table = render_markdown(info, methods).splitlines()[2:]  # without the title and its blank line
     kg = stages.get("kg", {}).get("result", {})
@@ -143,12 +151,13 @@ def write_report(demo: "Demo") -> Path:
     for title, name in figures:
         lines += [f"![{title}]({name})", ""]
     lines += ["## Stages", "", "| # | stage | wall time | result |", "|---|---|---|---|"]
-    for number, name in enumerate(stages_in_order(stages), 1):
+    order = [stage.name for stage in demo.stages() if stage.name in stages]
+    for number, name in enumerate(order, 1):
         record = stages[name]
         lines.append(f"| {number} | {name} | {_duration(record['seconds'])} | {record['result']['line']} |")
     lines += ["", "Wall time is that of the run that finished the stage (a resumed SFT or GRPO counts from its "
               "checkpoint).", "", "Commands (each stage from the shell, in order):", "", "```"]
-    for name in stages_in_order(stages):
+    for name in order:
         lines += stages[name]["commands"]
     if demo.config.rl:
         lines.append(f"kgreasoner plot {demo.paths['grpo']} --out {demo.paths['report']}/grpo_curves.png")
@@ -169,12 +178,6 @@ def _gain_lines(methods: dict[str, dict[str, Any]]) -> list[str]:
     per_hop = "; ".join(f"{h}-hop {before['by_hops'][h]['hits1']:.3f} -> {after['by_hops'][h]['hits1']:.3f}" for h in hops)
     return [f"**What RL added:** test Hits@1 {before['hits1']:.3f} -> {after['hits1']:.3f} "
             f"({100 * (after['hits1'] - before['hits1']):+.1f} points){'; ' + per_hop if per_hop else ''}.", ""]
-
-
-def stages_in_order(stages: dict[str, Any]) -> list[str]:
-    from kgreasoner.demo import STAGE_NAMES
-
-    return [name for name in STAGE_NAMES if name in stages]
 
 
 def _duration(seconds: float) -> str:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.ablate import (AblationConfig, PipelineRun, plan, render_table, stage_key, summarize_results)
+from kgreasoner.ablate import AblationConfig, PipelineRun, plan, render_table, summarize_results
 from kgreasoner.cli import build_parser, main
 from kgreasoner.config import ConfigError, load_config
-from kgreasoner.demo import Stage
+from kgreasoner.stages import Stage, stage_key
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "configs/ablations/quick.yaml"

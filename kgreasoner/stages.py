@@ -1,0 +1,152 @@
+"""Stages of `kgreasoner demo` and `kgreasoner ablate`: the runner and the store of finished stages.
+
+A `Stage` is a name, a title, the shell commands that do the same, and the library call that runs
+it. `StageRunner.run` skips a stage the store holds as finished (so an interrupted demo or
+ablation resumes), else prints its title (and commands), runs it, and records its wall and CPU
+seconds with its result in the store.
+
+The store keeps one JSON marker per finished stage under its root (`OUT/stages`):
+`ROOT/NAME.json` for the demo (one run, each stage writes its own folder of OUT), or, for a stage
+shared by content (`stage_key`: the hash of its commands, the recipe files they name and the
+previous stage's key), `ROOT/NAME/KEY.json` beside the stage's output folder `ROOT/NAME/KEY/`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass
+class Stage:
+    """One stage: its name, a title for the progress lines, the shell commands doing the same, and what runs it."""
+
+    name: str
+    title: str
+    commands: list[str]
+    run: Callable[[], dict[str, Any]]
+
+
+def command(*parts: Any, sets: list[str] = ()) -> str:
+    """A shell command line: the parts (None left out), then `--set ITEM` for each override."""
+    words = [str(p) for p in parts if p is not None]
+    for item in sets:
+        words += ["--set", item]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def recipe_args(stage: tuple[Any, str | None, list[str]]) -> list[str]:
+    """`--config PATH` of a stage's (config, recipe path, overrides), or nothing without a recipe."""
+    return ["--config", stage[1]] if stage[1] else []
+
+
+def write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def default_threads() -> int:
+    """All cores when the machine is idle; the cores other jobs leave free (1-minute load) when it is not."""
+    cores = os.cpu_count() or 1
+    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return max(1, cores - busy)
+
+
+def log_progress() -> None:
+    """The library's own INFO lines (ranker epochs, ...) on stderr: stages that print nothing else for minutes."""
+    logger = logging.getLogger("kgreasoner")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("    %(asctime)s %(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
+def stage_key(previous: str, stage: Stage, folder: Path) -> str:
+    """A stage's identity: its commands with the run folder left out, the recipe files they name, the
+    previous stage's key. Equal keys mean equal inputs, so the output is shared."""
+    digest = hashlib.sha256(f"{previous}\n{stage.name}\n".encode())
+    for line in stage.commands:
+        digest.update(line.replace(str(folder), "{run}").encode() + b"\n")
+        words = shlex.split(line)
+        for index, word in enumerate(words[:-1]):
+            if word == "--config":
+                digest.update(Path(words[index + 1]).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class StageStore:
+    """Markers of finished stages under `root`, by name (one run) or by name and content key (shared)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def folder(self, name: str, key: str) -> Path:
+        """Where the stage with this key writes its output."""
+        return self.root / name / key
+
+    def marker(self, name: str, key: str | None = None) -> Path:
+        return self.root / f"{name}.json" if key is None else self.root / name / f"{key}.json"
+
+    def finished(self, name: str, key: str | None = None) -> dict[str, Any] | None:
+        """The record of the finished stage, None when it has not finished."""
+        marker = self.marker(name, key)
+        return json.loads(marker.read_text(encoding="utf-8")) if marker.exists() else None
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Every finished stage's record by stage name (the by-name markers)."""
+        records = {}
+        for path in sorted(self.root.glob("*.json")):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            records[record["stage"]] = record
+        return records
+
+    def save(self, record: dict[str, Any]) -> None:
+        write_json(self.marker(record["stage"], record.get("key")), record)
+
+
+def _cpu_seconds() -> float:
+    # User + system time of this process and of the children it waited for: a stage's threads and
+    # any subprocess it ran.
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@dataclass
+class StageRunner:
+    """Runs stages into a store; `show_commands` prints each stage's shell commands before it runs."""
+
+    store: StageStore
+    threads: int
+    show_commands: bool = True
+
+    def run(self, stage: Stage, head: str, *, key: str | None = None, finish: str | None = None,
+            **extra: Any) -> tuple[dict[str, Any], bool]:
+        """(the stage's record, whether it ran now): a finished stage is not run again.
+
+        Prints `HEAD ...` before and `FINISH: RESULT LINE (SECONDS s)` after (FINISH defaults to
+        HEAD); `extra` fields go into the record.
+        """
+        done = self.store.finished(stage.name, key)
+        if done is not None:
+            return done, False
+        print(f"{head} ...", flush=True)
+        if self.show_commands:
+            for line in stage.commands:
+                print(f"    $ {line}", flush=True)
+        wall, cpu = time.perf_counter(), _cpu_seconds()
+        result = stage.run()
+        seconds, cpu_seconds = time.perf_counter() - wall, _cpu_seconds() - cpu
+        print(f"{finish or head}: {result['line']} ({seconds:.1f}s)", flush=True)
+        record = {"stage": stage.name, **({"key": key} if key is not None else {}), "seconds": round(seconds, 2),
+                  "cpu_seconds": round(cpu_seconds, 2), "commands": stage.commands, "threads": self.threads,
+                  **extra, "result": result}
+        self.store.save(record)
+        return record, True
