@@ -14,7 +14,9 @@ on the same checkpoint and the same training questions, in one process, one afte
 - `compact, scored`: and the LM head only at model-written completion tokens (the trainer the
   demo now uses);
 - `..., 3 q/step` and `..., 8 q/step`: more questions per optimiser step (24 and 64 rollouts), so
-  each decode step and each matmul covers more rows (the demo trains 3 a step).
+  each decode step and each matmul covers more rows (the demo trains 3 a step);
+- `..., chunks of N`: the loss's forward over chunks of N rows of similar length, each cut to its
+  own tokens, instead of every row padded to the step's longest rollout (the demo's default: 8).
 
 The first step of each row is a warm-up and is left out of the figures. CPU-seconds are the
 process's CPU time (all threads), so rows compare fairly whatever else the machine does; the
@@ -164,12 +166,20 @@ def main(argv: list[str] | None = None) -> int:
         f"model={args.model}", f"dataset={args.data}", f"output_dir={work}/run", "report_to=[]", "save_steps=100000",
         "learning_rate=1e-4", f"max_questions={args.questions}", *args.overrides])
     system, compact = with_template(args.model, True, work), with_template(args.model, False, work)
+    whole = 1 << 20  # rows per length chunk larger than any batch: the step's rows scored as one
     rows = [
         ("today", replace(base, model=system, per_device_train_batch_size=16, num_generations=8), False),
         ("compact", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8), False),
-        ("compact, scored", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8), True),
-        ("compact, scored, 3 q/step", replace(base, model=compact, per_device_train_batch_size=24, num_generations=8), True),
-        ("compact, scored, 8 q/step", replace(base, model=compact, per_device_train_batch_size=64, num_generations=8), True),
+        ("compact, scored", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8,
+                                    length_chunk_rows=whole), True),
+        ("compact, scored, 3 q/step", replace(base, model=compact, per_device_train_batch_size=24, num_generations=8,
+                                              length_chunk_rows=whole), True),
+        ("compact, scored, 3 q/step, chunks of 8", replace(base, model=compact, per_device_train_batch_size=24,
+                                                           num_generations=8, length_chunk_rows=8), True),
+        ("compact, scored, 3 q/step, chunks of 4", replace(base, model=compact, per_device_train_batch_size=24,
+                                                           num_generations=8, length_chunk_rows=4), True),
+        ("compact, scored, 8 q/step, chunks of 8", replace(base, model=compact, per_device_train_batch_size=64,
+                                                           num_generations=8, length_chunk_rows=8), True),
     ]
     results = []
     header = ("row", "rollouts/step", "prompt tok", "seq tok", "step s", "gen s", "tool s", "train s",

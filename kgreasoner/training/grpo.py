@@ -114,6 +114,9 @@ class GRPORecipe:
                 "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"})
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
+    length_chunk_rows: int = field(default=8, metadata={
+        "help": "the loss's forward runs over chunks of this many rows of similar length, each cut to its own "
+                "tokens instead of the step's longest rollout (smaller: less padding, smaller matmuls)"})
     seed: int = field(default=0, metadata={"help": "seed of shuffling and of rollout sampling"})
     logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
     save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps"})
@@ -153,6 +156,8 @@ class GRPORecipe:
         if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
             raise ValueError(f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
                              f"{self.dev_eval_steps} and {self.dev_eval_questions}")
+        if self.length_chunk_rows < 1:
+            raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
         if not isinstance(self.trainer, dict):
             raise ValueError("trainer must be a mapping of GRPOConfig field names to values")
 
@@ -372,6 +377,34 @@ class DevEval(TrainerCallback):
             self.trainer._metrics["train"][name].append(value)
 
 
+def length_chunks(attention_mask, rows_per_chunk: int):
+    """Rows grouped by length, each group with the span of columns that holds its real tokens.
+
+    `attention_mask` is TRL's (rows, prompt + completion) mask: prompts padded on the left,
+    completions on the right. Rows are sorted by where their real tokens end and cut into groups of
+    `rows_per_chunk`; each group comes with `(rows, first, end)`: the row indices (a tensor) and the
+    columns `[first, end)` from its earliest real token to its latest. Every real token of every
+    row lies in its group's span, so scoring the span loses nothing. A row with no real token at
+    all adds nothing to its group's span.
+    """
+    import torch
+
+    if rows_per_chunk < 1:
+        raise ValueError(f"rows_per_chunk must be >= 1, got {rows_per_chunk}")
+    width = attention_mask.size(1)
+    real = attention_mask.bool()
+    columns = torch.arange(width, device=attention_mask.device).expand_as(attention_mask)
+    ends = torch.where(real, columns + 1, 0).amax(dim=1)
+    starts = torch.where(real, columns, width).amin(dim=1)
+    order = torch.argsort(ends, stable=True)
+    chunks = []
+    for offset in range(0, order.numel(), rows_per_chunk):
+        rows = order[offset:offset + rows_per_chunk]
+        end = int(ends[rows].max())
+        chunks.append((rows, min(int(starts[rows].min()), end), end))
+    return chunks
+
+
 def _scoring_trainer_class():
     """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
 
@@ -382,6 +415,12 @@ def _scoring_trainer_class():
     went to logits the loss multiplies by zero. Here those positions get label -100 and the fused
     head runs on the labelled rows only, on every device. Log-probabilities and gradients at the
     positions the loss reads are unchanged (tested); the others are 0.
+
+    The batch is also scored in chunks of rows of similar length (`length_chunks`), each cut to its
+    own span of real tokens: TRL pads every sequence to the longest rollout of the step, and one
+    six-turn rollout among two-turn ones made most of the forward and backward run over padding.
+    Cutting the shared left padding shifts every position of a row by the same amount, which
+    rotary position embeddings leave unchanged (attention reads only position differences).
     """
     from unittest import mock
 
@@ -391,6 +430,7 @@ def _scoring_trainer_class():
 
     class ScoringGRPOTrainer(GRPOTrainer):
         _scored = None
+        length_chunk_rows = 8
 
         def _compute_loss(self, model, inputs):
             mask = inputs["completion_mask"]
@@ -407,20 +447,26 @@ def _scoring_trainer_class():
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
                     compute_aux_loss, **multimodal)
-            batch_size = batch_size or input_ids.size(0)
-            logps, entropies = [], []
-            for start in range(0, input_ids.size(0), batch_size):
-                ids, attention = input_ids[start:start + batch_size], attention_mask[start:start + batch_size]
+            prompt_width = input_ids.size(1) - logits_to_keep
+            logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
+            entropies = torch.zeros_like(logps) if compute_entropy else None
+            for rows, first, end in length_chunks(attention_mask, batch_size or self.length_chunk_rows):
+                kept = end - prompt_width  # completion columns inside the chunk's span
+                if kept <= 0:
+                    continue
+                first = min(first, prompt_width)
+                ids, attention = input_ids[rows, first:end], attention_mask[rows, first:end]
+                columns = torch.arange(kept, device=logps.device)[None, :]
                 labels = ids.masked_fill(attention == 0, -100)
-                labels[:, :-logits_to_keep] = -100
-                labels[:, -logits_to_keep:] = labels[:, -logits_to_keep:].masked_fill(
-                    self._scored[start:start + batch_size] == 0, -100)
+                labels[:, :-kept] = -100
+                labels[:, -kept:] = labels[:, -kept:].masked_fill(self._scored[rows, :kept] == 0, -100)
                 with self.accelerator.autocast(), mock.patch.object(trl_utils, "_use_triton", lambda device: True):
                     outputs = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
-                logps.append(outputs.log_probs[:, -logits_to_keep:])
+                # index_put keeps the autograd graph of every chunk in the one tensor the loss reads
+                logps = logps.index_put((rows[:, None], columns), outputs.log_probs[:, -kept:].float())
                 if compute_entropy:
-                    entropies.append(outputs.entropy[:, -logits_to_keep:])
-            return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None), None
+                    entropies = entropies.index_put((rows[:, None], columns), outputs.entropy[:, -kept:].float())
+            return logps, entropies, None
 
     return ScoringGRPOTrainer
 
@@ -547,6 +593,7 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     )
     for callback in callbacks:
         callback.trainer = trainer
+    trainer.length_chunk_rows = recipe.length_chunk_rows
     return trainer
 
 

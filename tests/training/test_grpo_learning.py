@@ -90,6 +90,10 @@ def test_the_lm_head_scores_only_where_the_loss_reads_and_nothing_changes_there(
     width = inputs["completion_ids"].size(1)
     scored = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
     assert (~scored & inputs["completion_mask"].bool()).any(), "no tool tokens in the batch"
+    from kgreasoner.training.grpo import length_chunks
+
+    assert any(end - first < ids.size(1) for _, first, end in length_chunks(attention, trainer.length_chunk_rows)), \
+        "no chunk is shorter than the batch: the test would not see the cut spans"
 
     stock, stock_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(
         trainer, trainer.model, ids, attention, width, compute_entropy=True)
@@ -147,3 +151,20 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
     trainer.train()
     trainer.model.eval()
     assert sum(right(learnable, SamplingParams(temperature=0.0))) >= 2
+
+
+def test_length_chunks_group_rows_by_length_and_cut_each_group_to_its_real_tokens():
+    from kgreasoner.training.grpo import length_chunks
+
+    # prompt width 3 (left padded), completion width 4 (right padded)
+    mask = torch.tensor([
+        [0, 1, 1, 1, 1, 1, 1],  # ends at 7
+        [1, 1, 1, 1, 0, 0, 0],  # ends at 4
+        [0, 0, 1, 1, 1, 0, 0],  # ends at 5
+        [0, 1, 1, 1, 0, 0, 0],  # ends at 4
+    ])
+    chunks = [(rows.tolist(), first, end) for rows, first, end in length_chunks(mask, 2)]
+    assert chunks == [([1, 3], 0, 4), ([2, 0], 1, 7)]
+    assert [(rows.tolist(), first, end) for rows, first, end in length_chunks(mask, 4)] == [([1, 3, 2, 0], 0, 7)]
+    with pytest.raises(ValueError, match="rows_per_chunk must be >= 1, got 0"):
+        length_chunks(mask, 0)
