@@ -25,6 +25,11 @@ templates. Conventions:
 - Literal answers are named by their value (`1987-03-02`, `42`) with aliases for other common
   spellings (`March 2, 1987`, `2 March 1987`; `1,234,567`).
 - Splits are pre-assigned with the seeded `grouped` scheme (no (topic, path) group on two sides).
+- Multi-topic questions (`multi_topic_share` of them, 10% by default) come from `JOINT_PATTERNS`:
+  two topic entities, one path from each (one hop or more), `intersect: true` and as answers what
+  both paths reach ("Which people born in {a} are citizens of {b}?"). A pair is asked only when the
+  intersection is narrower than each path's own answers, so neither search alone answers it; its
+  `hops` is the longer path's length.
 
 Files written by `write_synthetic` (the dataset-folder layout of the README):
 `kb.tsv` (`subject \\t relation \\t object`, ids), `names.tsv` (`id \\t label`, named entities
@@ -55,6 +60,7 @@ from kgreasoner.kg.memory import MemoryKG
 
 SOURCE = "synthetic"
 DEFAULT_QUESTIONS = 3000
+DEFAULT_MULTI_TOPIC_SHARE = 0.1
 MAX_ANSWERS = 10
 MIN_NAMED_ENTITIES = 100
 
@@ -740,6 +746,15 @@ def _p(start: str, path: Sequence[str], *templates: str) -> PathPattern:
     return PathPattern(start, tuple(path), templates)
 
 
+@dataclass(frozen=True)
+class JointPattern:
+    """Two relation paths from topic entities of types `starts` that meet at the answers (`{a}`, `{b}` = topics)."""
+
+    starts: tuple[str, str]
+    paths: tuple[tuple[str, ...], tuple[str, ...]]
+    templates: tuple[str, ...]
+
+
 _I = inverse
 PATTERNS: tuple[PathPattern, ...] = (
     # 1 hop
@@ -873,6 +888,23 @@ PATTERNS: tuple[PathPattern, ...] = (
     _p("award", [PRESENTED_BY, PLACE_FOUNDED, CONTAINEDBY], "In which country is the organisation that presents the {e} from?", "The {e} is presented by an organisation founded in which country?"),
 )
 
+JOINT_PATTERNS: tuple[JointPattern, ...] = (
+    JointPattern(("city", "country"), ((inverse(PLACE_OF_BIRTH),), (inverse(NATIONALITY),)),
+                 ("Which people born in {a} are citizens of {b}?", "Who was born in {a} and has the nationality of {b}?")),
+    JointPattern(("person", "language"), ((inverse(DIRECTED_BY),), (inverse(FILM_LANGUAGE),)),
+                 ("Which films directed by {a} are in {b}?", "What {b}-language films did {a} direct?")),
+    JointPattern(("person", "city"), ((inverse(ROSTER_PLAYER), inverse(ROSTER)), (inverse(TEAM_LOCATION),)),
+                 ("Which team based in {b} did {a} play for?", "{a} played for which team from {b}?")),
+    JointPattern(("country", "genre"), ((inverse(FILM_COUNTRY),), (inverse(GENRE),)),
+                 ("Which films from {a} are of the genre {b}?", "Name a {b} film produced in {a}.")),
+    JointPattern(("city", "profession"), ((inverse(PLACE_OF_BIRTH),), (inverse(PROFESSION),)),
+                 ("Which people born in {a} work as {b}?", "Who from {a} has the profession {b}?")),
+    JointPattern(("university", "country"), ((inverse(EDU_INSTITUTION), EDU_STUDENT), (inverse(NATIONALITY),)),
+                 ("Which alumni of {a} are citizens of {b}?", "Who studied at {a} and has the nationality of {b}?")),
+    JointPattern(("organisation", "person"), ((inverse(PRODUCED_BY),), (inverse(PERF_ACTOR), inverse(STARRING))),
+                 ("Which films produced by {a} did {b} act in?", "{b} appeared in which films made by {a}?")),
+)
+
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
            "November", "December")
 
@@ -972,9 +1004,11 @@ def _make_answer(node: str, names: dict[str, str]) -> Answer:
 
 
 def _make_questions(
-    world: _WorldBuilder, ids: np.ndarray, names: dict[str, str], kg: MemoryKG, num_questions: int, seed: int
+    world: _WorldBuilder, ids: np.ndarray, names: dict[str, str], kg: MemoryKG, num_questions: int, seed: int,
+    multi_topic_share: float = 0.0,
 ) -> list[QAExample]:
-    """Questions balanced over 1, 2 and 3 hops, answers by executing each path on `kg`.
+    """Questions balanced over 1, 2 and 3 hops, answers by executing each path on `kg`; `multi_topic_share`
+    of them multi-topic (`_joint_drafts`).
 
     Patterns of a hop count take turns; each turn tries the pattern's next candidate topic (an
     unambiguously named entity of the right type with the path's first edge). Accepted (topic,
@@ -983,7 +1017,10 @@ def _make_questions(
     rng = world.rng
     starts = _step_starts(world)
     clear = _unambiguous(world.names)
-    targets = [num_questions // 3 + (1 if h < num_questions % 3 else 0) for h in range(3)]
+    # Multi-topic questions first: the joint patterns may find fewer pairs than asked, and single ones fill in.
+    joint = _joint_drafts(world, ids, names, kg, round(num_questions * multi_topic_share), clear)
+    single = num_questions - len(joint)
+    targets = [single // 3 + (1 if h < single % 3 else 0) for h in range(3)]
     drafts: list[tuple[str, PathPattern, str, tuple[Answer, ...]]] = []
     for hops, target in zip((1, 2, 3), targets):
         patterns = [p for p in PATTERNS if len(p.path) == hops]
@@ -1009,22 +1046,75 @@ def _make_questions(
                 for t in rng.permutation(len(pattern.templates))[:count].tolist():
                     drafts.append((topic, pattern, pattern.templates[t], answers))
                 made += count
-    order = rng.permutation(len(drafts)).tolist()
+    order = rng.permutation(len(drafts) + len(joint)).tolist()
     examples = []
     for n, i in enumerate(order):
+        common = dict(id=f"{SOURCE}-{seed}-{n:05d}", source=SOURCE)
+        if i >= len(drafts):
+            topics, pair, template, answers = joint[i - len(drafts)]
+            examples.append(QAExample(
+                question=template.format(a=names[topics[0]], b=names[topics[1]]),
+                topic_entities=tuple(TopicEntity(id=t, name=names[t]) for t in topics), answers=answers,
+                gold_paths=pair.paths, hops=max(map(len, pair.paths)), intersect=True, **common))
+            continue
         topic, pattern, template, answers = drafts[i]
         examples.append(
             QAExample(
-                id=f"{SOURCE}-{seed}-{n:05d}",
                 question=template.format(e=names[topic]),
                 topic_entities=(TopicEntity(id=topic, name=names[topic]),),
                 answers=answers,
                 gold_paths=(pattern.path,),
                 hops=len(pattern.path),
-                source=SOURCE,
+                **common,
             )
         )
     return assign_splits(examples, "grouped", seed=seed)
+
+
+def _backwards(path: Sequence[str]) -> tuple[str, ...]:
+    """The path walked from its end back to its start."""
+    return tuple(r[len(INVERSE_PREFIX):] if r.startswith(INVERSE_PREFIX) else inverse(r) for r in reversed(path))
+
+
+def _joint_drafts(world: _WorldBuilder, ids: np.ndarray, names: dict[str, str], kg: MemoryKG, count: int,
+                  clear: np.ndarray) -> list[tuple[tuple[str, str], JointPattern, str, tuple[Answer, ...]]]:
+    """`count` multi-topic drafts, the joint patterns taking turns.
+
+    Each turn draws a first topic with the first path's first edge, then tries, in a seeded order,
+    the second topics that reach one of its answers by the second path; the first pair whose
+    common answers are at most MAX_ANSWERS and fewer than either path's own answers is kept.
+    """
+    rng = world.rng
+    starts = _step_starts(world)
+    unambiguous = {ids[i] for i in np.flatnonzero(clear).tolist()}
+    typed = {kind: set(ids[world.ranges[kind]].tolist()) for pattern in JOINT_PATTERNS for kind in pattern.starts}
+    queues = []
+    for pattern in JOINT_PATTERNS:
+        firsts = np.intersect1d(world.ranges[pattern.starts[0]], starts.get(pattern.paths[0][0], np.empty(0, np.int64)))
+        queues.append(rng.permutation(firsts[clear[firsts]]).tolist())
+    cursors = [0] * len(JOINT_PATTERNS)
+    drafts: list[tuple[tuple[str, str], JointPattern, str, tuple[Answer, ...]]] = []
+    while len(drafts) < count and any(c < len(q) for c, q in zip(cursors, queues)):
+        for k, pattern in enumerate(JOINT_PATTERNS):
+            if len(drafts) >= count or cursors[k] >= len(queues[k]):
+                continue
+            first = ids[queues[k][cursors[k]]]
+            cursors[k] += 1
+            reached = sorted(execute_path(kg, first, pattern.paths[0]) - {first})
+            if not reached:
+                continue
+            seconds = sorted({t for meeting in reached for t in execute_path(kg, meeting, _backwards(pattern.paths[1]))
+                              if t in typed[pattern.starts[1]] and t in unambiguous and t != first})
+            for index in rng.permutation(len(seconds)).tolist():
+                second = seconds[index]
+                other = execute_path(kg, second, pattern.paths[1]) - {second}
+                both = set(reached) & other
+                if 0 < len(both) <= MAX_ANSWERS and both != set(reached) and both != other:
+                    answers = tuple(sorted((_make_answer(x, names) for x in both), key=lambda a: (a.name, a.id)))
+                    template = pattern.templates[int(rng.integers(len(pattern.templates)))]
+                    drafts.append(((first, second), pattern, template, answers))
+                    break
+    return drafts
 
 
 def _materialise(world: _WorldBuilder, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1046,6 +1136,7 @@ def generate(
     num_entities: int | None = None,
     target_triples: int | None = None,
     num_questions: int = DEFAULT_QUESTIONS,
+    multi_topic_share: float = DEFAULT_MULTI_TOPIC_SHARE,
 ) -> SyntheticData:
     """Generate the world and its questions, deterministically from `seed`.
 
@@ -1058,9 +1149,13 @@ def generate(
             the larger world wins.
         num_questions: how many questions, a third per hop count (fewer when the world has too
             few distinct (topic, path) groups, as tiny worlds may).
+        multi_topic_share: the share of them that are multi-topic (two topic entities, answers
+            the intersection of their paths); the rest are balanced over hop counts.
     """
     if num_questions < 0:
         raise ValueError(f"num_questions must be >= 0, got {num_questions}")
+    if not 0.0 <= multi_topic_share <= 1.0:
+        raise ValueError(f"multi_topic_share must be in [0, 1], got {multi_topic_share}")
     scale = scale_for(num_entities, target_triples)
     while True:
         rng = np.random.default_rng(seed)
@@ -1078,7 +1173,7 @@ def generate(
             used[o] = True
     names = {ids[i]: world.names[i] for i in np.flatnonzero(used[: len(world.names)]).tolist()}
     kg = MemoryKG(subjects, relations, objects, names)
-    examples = _make_questions(world, ids, names, kg, num_questions, seed)
+    examples = _make_questions(world, ids, names, kg, num_questions, seed, multi_topic_share)
     nodes_by_type = {kind: ids[idx[used[idx]]].tolist() for kind, idx in world.ranges.items()}
     for kind, parts in world.mediator_ranges.items():
         nodes_by_type[kind] = ids[np.concatenate(parts)].tolist()
@@ -1093,12 +1188,14 @@ def write_synthetic(
     target_triples: int | None = None,
     num_entities: int | None = None,
     num_questions: int = DEFAULT_QUESTIONS,
+    multi_topic_share: float = DEFAULT_MULTI_TOPIC_SHARE,
 ) -> Path:
     """Generate (see `generate`) and write `kb.tsv`, `names.tsv` and `questions.jsonl` into `out_dir`.
 
     The same arguments give byte-identical files. Returns `out_dir`.
     """
-    data = generate(seed, num_entities=num_entities, target_triples=target_triples, num_questions=num_questions)
+    data = generate(seed, num_entities=num_entities, target_triples=target_triples, num_questions=num_questions,
+                    multi_topic_share=multi_topic_share)
     return write_data(data, out_dir)
 
 
@@ -1121,11 +1218,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-triples", type=int, default=None, help="grow the KG to at least this many triples")
     parser.add_argument("--num-entities", type=int, default=None, help="about this many named entities")
     parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS, help="number of questions")
+    parser.add_argument("--multi-topic-share", type=float, default=DEFAULT_MULTI_TOPIC_SHARE,
+                        help="share of multi-topic questions (answers: the intersection of two topics' paths)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
         data = generate(
-            args.seed, num_entities=args.num_entities, target_triples=args.target_triples, num_questions=args.questions
+            args.seed, num_entities=args.num_entities, target_triples=args.target_triples, num_questions=args.questions,
+            multi_topic_share=args.multi_topic_share,
         )
     except ValueError as err:
         parser.error(str(err))

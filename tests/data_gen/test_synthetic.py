@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from data_gen.synthetic import (
+    JOINT_PATTERNS,
     MAX_ANSWERS,
     PATTERNS,
     XSD_DATE,
@@ -108,6 +109,8 @@ def test_namesakes_exist_but_no_topic_is_ambiguous(kg, folder, examples):
 def test_every_gold_path_reproduces_its_answers_on_the_written_kg(kg, examples):
     assert len(examples) == 3000
     for example in examples:
+        if example.intersect:
+            continue
         topic = example.topic_entities[0]
         assert len(example.topic_entities) == 1 and len(example.gold_paths) == 1
         reached = execute_path(kg, topic.id, example.gold_paths[0])
@@ -120,8 +123,24 @@ def test_every_gold_path_reproduces_its_answers_on_the_written_kg(kg, examples):
             assert not kg.is_unnamed(answer.id)
 
 
+def test_multi_topic_answers_are_the_intersection_and_narrower_than_either_path(kg, examples):
+    multi = [e for e in examples if e.intersect]
+    assert len(multi) == 300  # the default share, 10%
+    assert {tuple(e.gold_paths) for e in multi} == {p.paths for p in JOINT_PATTERNS}
+    for example in multi:
+        assert len(example.topic_entities) == len(example.gold_paths) == 2
+        assert example.hops == max(map(len, example.gold_paths))
+        reached = [execute_path(kg, t.id, p) - {t.id} for t, p in zip(example.topic_entities, example.gold_paths)]
+        assert {a.id for a in example.answers} == reached[0] & reached[1], example.id
+        assert all(len(example.answers) < len(r) for r in reached)
+        assert all(t.name in example.question and kg.resolve(t.name) == [t.id] for t in example.topic_entities)
+    assert not any(e.intersect for e in generate(seed=0, num_entities=300, num_questions=30, multi_topic_share=0.0).examples)
+
+
 def test_hops_balanced_with_backward_and_mediator_steps(examples):
-    assert Counter(e.hops for e in examples) == {1: 1000, 2: 1000, 3: 1000}
+    single = [e for e in examples if not e.intersect]
+    assert Counter(e.hops for e in single) == {1: 900, 2: 900, 3: 900}
+    examples = single
     assert all(e.hops == len(e.gold_paths[0]) for e in examples)
     steps = [r for e in examples for r in e.gold_paths[0]]
     backward = sum(r.startswith("^") for r in steps) / len(steps)
@@ -181,7 +200,7 @@ def test_same_seed_gives_identical_files_in_fresh_processes(folder, tmp_path):
             env=env, capture_output=True, text=True, timeout=120,
         )
         assert done.returncode == 0, done.stderr
-        assert "questions_by_hops: {1: 1000, 2: 1000, 3: 1000}" in done.stdout
+        assert "questions_by_hops: {1: 1063, 2: 1037, 3: 900}" in done.stdout
         for name in ("kb.tsv", "names.tsv", "questions.jsonl"):
             assert (out / name).read_bytes() == (folder / name).read_bytes(), name
 
@@ -199,7 +218,8 @@ def test_target_triples_scales_the_graph_and_its_hubs():
     stats = big.stats()
     assert stats["max_degree"] >= 2000
     assert stats["named_entities"] >= 25_000
-    assert Counter(e.hops for e in big.examples) == {1: 10, 2: 10, 3: 10}
+    assert Counter(e.hops for e in big.examples if not e.intersect) == {1: 9, 2: 9, 3: 9}
+    assert sum(e.intersect for e in big.examples) == 3
 
 
 def test_num_entities_and_bad_sizes():
