@@ -2,7 +2,7 @@
 
 import pytest
 
-from kgreasoner.baselines.oracle import OracleMethod
+from kgreasoner.baselines.oracle import OracleConfig, OracleMethod
 from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
@@ -57,3 +57,52 @@ def test_hits_at_1_is_1_wherever_the_gold_path_is_within_top_k(synthetic_data):
         assert hits_at_1(result.answers, example.answers) == 1.0 and result.trace["recall"] == 1.0
         pages += sum(hop["pages"] for hop in result.trace["hops"])
     assert pages > 0  # the default top-k cuts some gold relations on this KG: the filter brought them back
+
+
+def hub_world():
+    """Freedonia: 30 citizens and 15 clubs; Rovers: 15 players; every hub has more lines than top_k (10) over
+    several relations, and in KG order citizens come before clubs, so a first page of Freedonia shows no club."""
+    triples = [(f"p{i}", "citizen_of", "fr") for i in range(30)]
+    triples += [(f"c{i}", "based_in", "fr") for i in range(15)]
+    triples += [(f"q{i}", "plays_for", "rovers") for i in range(15)]  # q0..q14 play for Rovers
+    triples += [(f"q{i}", "citizen_of", "fr") for i in range(10, 15)]  # ... and five of them are from Freedonia
+    triples += [(f"q{i}", "citizen_of", "sylvania") for i in range(10)]
+    triples += [("rovers", "based_in", "c_city"), ("c_city", "located_in", "sylvania"), ("rovers", "coach", "boss")]
+    triples += [(f"p{i}", "plays_for", f"c{i % 15}") for i in range(30)]
+    names = {"fr": "Freedonia", "sylvania": "Sylvania", "rovers": "Rovers", "c_city": "Capital City", "boss": "Boss",
+             **{f"p{i}": f"Player {i}" for i in range(30)}, **{f"q{i}": f"Rover {i}" for i in range(15)},
+             **{f"c{i}": f"Club {i}" for i in range(15)}}
+    kg = MemoryKG.from_triples(triples, names)
+
+    def ask_(n, topics, paths, answers, intersect=False):
+        return QAExample.from_dict({"id": f"h{n}", "question": "q?", "answers": [{"id": a, "name": names[a]} for a in answers],
+                                    "topic_entities": [{"id": t, "name": names[t]} for t in topics],
+                                    "gold_paths": paths, "intersect": intersect})
+
+    questions = [
+        ask_(0, ["fr"], [["^based_in"]], [f"c{i}" for i in range(15)]),  # the clubs of Freedonia
+        ask_(1, ["fr"], [["^based_in", "^plays_for"]], [f"p{i}" for i in range(30)]),  # who plays for its clubs
+        ask_(2, ["rovers", "fr"], [["^plays_for"], ["^citizen_of"]], [f"q{i}" for i in range(10, 15)], intersect=True),
+        ask_(3, ["rovers", "sylvania"], [["^plays_for"], ["^citizen_of"]], [f"q{i}" for i in range(10)], intersect=True),
+        ask_(4, ["rovers"], [["based_in", "located_in"]], ["sylvania"]),  # no hub on the way
+    ]
+    return kg, questions
+
+
+def test_hubs_over_top_k_hide_no_way_from_the_oracle():
+    kg, questions = hub_world()
+    tool = KGSearchTool(kg, ToolConfig(top_k=10))
+    oracle = OracleMethod(tool)
+    results = [oracle.answer(q) for q in questions]
+    assert [hits_at_1(r.answers, q.answers) for r, q in zip(results, questions)] == [1.0] * len(questions)
+    assert [r.trace["recall"] for r in results] == [1.0] * len(questions)
+    # The intersection: the five Rovers who are citizens of Freedonia, no other player of either topic.
+    assert sorted(results[2].answers) == [f"Rover {i}" for i in range(10, 15)]
+    assert [b["topic"] for b in results[2].trace["branches"]] == ["rovers", "fr"]
+    # The plain top-k would have hidden the way: Freedonia's first page shows only citizens, and it is the
+    # listing that names the clubs.
+    first = tool.session("q?", list(questions[0].topic_entities)).call("Freedonia")
+    assert "based_in" not in first.text.split("\nmore:")[0] and first.more == (("citizen_of", 25), ("based_in", 15))
+    plain = [OracleMethod(tool, OracleConfig(max_pages=0)).answer(q) for q in questions]
+    assert [hits_at_1(r.answers, q.answers) for r, q in zip(plain, questions)] == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert [r.trace["recall"] for r in plain] == [0.0, 0.0, 0.0, 0.8, 1.0]  # Rovers' first page: 8 of its 15 players
