@@ -13,13 +13,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+
+import httpx
+import tenacity
 
 from kgreasoner.kg.base import KGError
 
@@ -131,20 +130,22 @@ def _die_with_parent() -> None:
 
 
 def _wait_until_ready(server: OxigraphServer, timeout: float) -> None:
-    probe = server.url + "?" + urllib.parse.urlencode({"query": "ASK {}"})
-    deadline = time.monotonic() + timeout
-    while True:
+    """Ask `ASK {}` every 50 ms until the server answers 2xx; its exit or `timeout` seconds is a KGError."""
+
+    def probe(client: httpx.Client) -> None:
         if server.process.poll() is not None:
-            raise KGError(f"oxigraph server for {server.url} exited with code {server.process.returncode}: {_output(server)}")
+            raise KGError(f"oxigraph server for {server.url} exited with code {server.process.returncode}: "
+                          f"{_output(server)}")
+        client.get(server.url, params={"query": "ASK {}"}).raise_for_status()
+
+    retrying = tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(0.05),
+                                 retry=tenacity.retry_if_exception_type(httpx.HTTPError), reraise=True)
+    with httpx.Client(timeout=2.0) as client:
         try:
-            with urllib.request.urlopen(probe, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        if time.monotonic() > deadline:
-            raise KGError(f"oxigraph server at {server.url} did not answer within {timeout:.0f} s: {_output(server)}")
-        time.sleep(0.05)
+            retrying(probe, client)
+        except httpx.HTTPError as err:
+            raise KGError(f"oxigraph server at {server.url} did not answer within {timeout:.0f} s: "
+                          f"{_output(server)}") from err
 
 
 def _output(server: OxigraphServer) -> str:

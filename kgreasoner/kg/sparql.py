@@ -34,13 +34,13 @@ import json
 import logging
 import re
 import socket
-import time
 import urllib.error
 import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import pyoxigraph as ox
+import tenacity
 from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
@@ -65,9 +65,10 @@ FREEBASE_EXCLUDED_RELATIONS = ("type.object.", "common.", "freebase.")
 WIKIDATA_ENTITY_NS = "http://www.wikidata.org/entity/"
 WIKIDATA_DIRECT_NS = "http://www.wikidata.org/prop/direct/"
 _ABSOLUTE_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
-# Errors worth another attempt: the endpoint was unreachable, slow, or failed on its side (HTTP
-# errors are sorted by status first: a 4xx is the endpoint refusing this query, not an outage).
+# Errors worth another attempt: the endpoint was unreachable, slow, overloaded (429) or failed on its
+# side (HTTP errors are sorted by status first: another 4xx is the endpoint refusing this query, not an outage).
 _TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException, EndPointInternalError)
+TOO_MANY_REQUESTS = 429
 MAX_ROWS_HEADER = "X-SPARQL-MaxRows"
 """Virtuoso's response header naming the row cap (ResultSetMaxRows) a result reached."""
 MAX_GET_QUERY_BYTES = 2000
@@ -245,8 +246,8 @@ class SparqlKG(KnowledgeGraph):
         endpoint: the query URL (e.g. `http://127.0.0.1:7878/query`, `http://localhost:8890/sparql`).
         dialect: "generic", "freebase" or "wikidata" (see the module docstring).
         timeout: seconds per HTTP request.
-        retries: further attempts after a transient failure (unreachable, timeout, HTTP 5xx); an
-            HTTP 4xx is the endpoint refusing that query and raises `KGQueryRejected` at once.
+        retries: further attempts after a transient failure (unreachable, timeout, HTTP 5xx or 429);
+            another HTTP 4xx is the endpoint refusing that query and raises `KGQueryRejected` at once.
         backoff: seconds before the first retry; doubled before each next one.
         max_rows: the LIMIT of queries that have no caller-given limit (a warning is logged when
             a result reaches it, as the answer may then be truncated).
@@ -499,41 +500,50 @@ class SparqlKG(KnowledgeGraph):
             log.warning("SPARQL result from %s reached max_rows=%d and may be truncated", self.endpoint, self.max_rows)
 
     def _run(self, query: str) -> tuple[dict, int | None]:
-        """The JSON result and the row cap the endpoint says it reached (Virtuoso's header), if any."""
-        attempts = self.retries + 1
-        last: BaseException | None = None
-        for attempt in range(1, attempts + 1):
-            wrapper = SPARQLWrapper(self.endpoint)
-            wrapper.setQuery(query)
-            wrapper.setReturnFormat(JSON)
-            if len(urllib.parse.quote(query)) > MAX_GET_QUERY_BYTES:
-                wrapper.setMethod(POST)  # a form-encoded body, which SPARQL 1.1 endpoints must accept
-            # setTimeout() truncates to int (0.5 s would mean "no timeout"); urlopen takes floats.
-            wrapper.timeout = self.timeout
-            self.queries_sent += 1
-            try:
-                response = wrapper.query()
-                # info() lowercases names and only [] looks them up case-insensitively (not .get)
-                cap = response.info().get(MAX_ROWS_HEADER.lower())
-                result = response.convert()
-            except urllib.error.HTTPError as err:  # statuses SPARQLWrapper does not map to its own errors
-                if err.code < 500:
-                    raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: HTTP {err.code} "
-                                          f"{_short(str(err.reason))}") from err
-                last = err
-            except _TRANSIENT as err:
-                last = err
-            except SPARQLWrapperException as err:  # 400, 401, 404, 414: the endpoint refused this query
-                raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: {_short(err)}") from err
-            except ValueError as err:  # the body was not JSON
-                raise KGError(f"SPARQL endpoint {self.endpoint} returned malformed JSON: {_short(err)}") from err
-            else:
-                if not isinstance(result, dict) or "results" not in result:
-                    raise KGError(f"SPARQL endpoint {self.endpoint} returned no JSON result rows: {_short(result)}")
-                return result, int(cap) if cap is not None and cap.strip().isdigit() and int(cap) > 0 else None
-            if attempt < attempts:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-        raise KGError(f"SPARQL endpoint {self.endpoint} failed after {attempts} attempts: {_short(last)}") from last
+        """The JSON result and the row cap the endpoint says it reached (Virtuoso's header), if any;
+        transient failures are tried `retries` more times, `backoff` seconds apart and doubling."""
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.retries + 1),
+            wait=tenacity.wait_exponential(multiplier=self.backoff),
+            retry=tenacity.retry_if_exception_type(_TRANSIENT),
+            reraise=True,
+        )
+        try:
+            return retrying(self._query_once, query)
+        except _TRANSIENT as err:
+            raise KGError(f"SPARQL endpoint {self.endpoint} failed after {self.retries + 1} attempts: "
+                          f"{_short(err)}") from err
+
+    def _query_once(self, query: str) -> tuple[dict, int | None]:
+        """One request; a transient failure is raised as it came (one of `_TRANSIENT`), a refusal or a
+        malformed reply as a KGError."""
+        wrapper = SPARQLWrapper(self.endpoint)
+        wrapper.setQuery(query)
+        wrapper.setReturnFormat(JSON)
+        if len(urllib.parse.quote(query)) > MAX_GET_QUERY_BYTES:
+            wrapper.setMethod(POST)  # a form-encoded body, which SPARQL 1.1 endpoints must accept
+        # setTimeout() truncates to int (0.5 s would mean "no timeout"); urlopen takes floats.
+        wrapper.timeout = self.timeout
+        self.queries_sent += 1
+        try:
+            response = wrapper.query()
+            # info() lowercases names and only [] looks them up case-insensitively (not .get)
+            cap = response.info().get(MAX_ROWS_HEADER.lower())
+            result = response.convert()
+        except urllib.error.HTTPError as err:  # statuses SPARQLWrapper does not map to its own errors
+            if err.code < 500 and err.code != TOO_MANY_REQUESTS:
+                raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: HTTP {err.code} "
+                                      f"{_short(str(err.reason))}") from err
+            raise
+        except _TRANSIENT:
+            raise
+        except SPARQLWrapperException as err:  # 400, 401, 404, 414: the endpoint refused this query
+            raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: {_short(err)}") from err
+        except ValueError as err:  # the body was not JSON
+            raise KGError(f"SPARQL endpoint {self.endpoint} returned malformed JSON: {_short(err)}") from err
+        if not isinstance(result, dict) or "results" not in result:
+            raise KGError(f"SPARQL endpoint {self.endpoint} returned no JSON result rows: {_short(result)}")
+        return result, int(cap) if cap is not None and cap.strip().isdigit() and int(cap) > 0 else None
 
 
 def _page(offset: int | None, order: str) -> str:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
 
 import pyoxigraph as ox
 import pytest
@@ -302,3 +306,72 @@ def test_search_session_never_raises_on_hostile_topic_ids(url, dialect):
             assert result.error is None or result.error in ERRORS
             errors.append(result.error)
     assert len(errors) == 3 * 189 and "kg_error" in errors
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """Answers the first `server.failures` requests with `server.status`, then passes requests on to the
+    real endpoint `server.upstream`; counts every request in `server.seen`."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.server.seen += 1
+        if self.server.seen <= self.server.failures:
+            status, headers, content = self.server.status, {"Content-Type": "text/plain"}, b"try later"
+        else:
+            reply = httpx.get(self.server.upstream + self.path[len("/query"):], headers={"Accept": self.headers["Accept"]})
+            status, headers, content = reply.status_code, {"Content-Type": reply.headers["content-type"]}, reply.content
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def flaky(url):
+    servers = []
+
+    def start(status: int, failures: int) -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+        server.status, server.failures, server.seen, server.upstream = status, failures, 0, url
+        server.endpoint = f"http://127.0.0.1:{server.server_address[1]}/query"
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("status", [500, 503, 429])
+def test_a_5xx_or_429_is_retried_and_the_answer_arrives(flaky, kg, status):
+    server = flaky(status, failures=2)
+    retried = SparqlKG(server.endpoint, retries=2, backoff=0.0)
+    direct = SparqlKG(kg.endpoint)
+    assert retried.neighbors("e.utah") == direct.neighbors("e.utah")
+    assert server.seen == retried.queries_sent == direct.queries_sent + 2  # the first query was sent 3 times
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_a_lasting_5xx_or_429_is_an_outage_naming_the_endpoint_after_the_configured_attempts(flaky, status):
+    server = flaky(status, failures=100)
+    kg = SparqlKG(server.endpoint, retries=3, backoff=0.0)
+    with pytest.raises(KGError) as caught:
+        kg.resolve("Utah")
+    assert not isinstance(caught.value, KGQueryRejected)
+    assert str(caught.value).startswith(f"SPARQL endpoint {server.endpoint} failed after 4 attempts: <HTTPError {status}")
+    assert server.seen == kg.queries_sent == 4
+
+
+@pytest.mark.parametrize("status", [400, 403, 404])
+def test_a_4xx_from_a_stand_in_is_rejected_after_one_request(flaky, status):
+    server = flaky(status, failures=100)
+    kg = SparqlKG(server.endpoint, retries=3, backoff=0.0)
+    with pytest.raises(KGQueryRejected, match=rf"^SPARQL endpoint {server.endpoint} rejected a query: "):
+        kg.resolve("Utah")
+    assert server.seen == kg.queries_sent == 1
