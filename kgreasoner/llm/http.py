@@ -86,10 +86,7 @@ class JSONEndpoint:
         """The parsed JSON reply of `method base_url+path` (a JSON `body` when given)."""
         url = self.base_url + path
         try:
-            for attempt in retry_policy(self.retries, self.backoff, self.max_backoff):
-                with attempt:
-                    response = self._http.request(method, url, json=body, timeout=self.timeout)
-                    response.raise_for_status()
+            response = retry_policy(self.retries, self.backoff, self.max_backoff)(self._send, method, url, body)
         except httpx.HTTPStatusError as err:
             status = err.response.status_code
             cause = f"HTTP {status}: {err.response.text[:300]}"
@@ -103,6 +100,11 @@ class JSONEndpoint:
         except ValueError as err:
             raise EndpointError(f"{url} replied with something other than JSON: {response.text[:200]!r}",
                                 url, response.status_code) from err
+
+    def _send(self, method: str, url: str, body: dict[str, Any] | None) -> httpx.Response:
+        response = self._http.request(method, url, json=body, timeout=self.timeout)
+        response.raise_for_status()
+        return response
 
     def _gave_up(self, url: str, cause: str) -> str:
         attempts = self.retries + 1
