@@ -12,8 +12,12 @@ execution reaches a gold answer) hop by hop with a real `SearchSession`:
   entity by triples shown in this session along the gold relations (through unnamed mediator
   nodes, which the tool expands into two-line candidates, so a mediator hop consumes two
   relations in one search) and must still reach a gold answer by the rest of the path. When
-  the ranker left it out, the same entity is searched again (the tool then shows its next-best
-  unseen candidates) up to `max_repeats` times, else the question is skipped and counted;
+  the page left it out, the entity is searched again with the relation filter the tool's `more:`
+  line offers (`NAME | REL`: its next page of unseen lines by the gold relation) up to
+  `max_repeats` times; a question is skipped (and counted) only when no listed page is left;
+- a multi-topic question (`intersect`) walks each topic entity's path in turn; the last search
+  of every path but the first must show an answer an earlier one showed, and that entity,
+  shown by both, is the answer;
 - the answer is the gold answer the walk arrived at (`answer_mode: first`) or every gold answer
   the last hop showed, the arrived-at one first (`all`, written `A | B`).
 
@@ -84,7 +88,16 @@ from kgreasoner.protocol import (
     topic_names,
 )
 from kgreasoner.retrieval.encoder import humanize_relation
-from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolConfig, ToolResult, relation_key, triple_line
+from kgreasoner.retrieval.tool import (
+    MORE_PREFIX,
+    KGSearchTool,
+    SearchSession,
+    ToolConfig,
+    ToolResult,
+    relation_filter_name,
+    relation_key,
+    triple_line,
+)
 from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
 
 ANSWER_MODES = ("first", "all")
@@ -102,7 +115,7 @@ HANDLE_NUMBERS = ("appearance", "random")
 # the handle to search continues a span copied from the block instead of being looked up two tokens away.
 SLOTS = ("entity", "need", "fact", "hop", "line", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_line",
          "wrong_relation",
-         "next_relation", "next_key", "question")
+         "next_relation", "next_key", "question", "relation")
 DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
     # before the first search of the topic entity
     "start": (
@@ -123,10 +136,21 @@ DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
         "Now I look for {need}.",
         "So the next step is {need}.",
     ),
-    # the gold continuation was not shown: the same entity again, for its next candidates
+    # the gold continuation was not shown: the next page of the entity's lines by the relation (slot
+    # `relation`: the relation as the `more:` line lists it and the filter names it)
     "again": (
-        "The triples do not show {need} yet, so I search {entity} again for more.",
-        "Nothing here gives {need}; I search {entity} again.",
+        "The triples do not show {need} yet, and {entity} has more {relation} lines, so I search those.",
+        "Nothing here gives {need}; I look through more {relation} lines of {entity}.",
+    ),
+    # a multi-topic question: the last route's end was reached, the next topic entity comes next
+    "joint": (
+        "The question also names {entity}, so I look for {need}.",
+        "Now the other topic, {entity}: I need {need}.",
+    ),
+    # ... and before its answer, which every route reached
+    "common": (
+        "{answer} is in both results.",
+        "Only {answer} fits both.",
     ),
     # before the answer
     "final": (
@@ -225,7 +249,7 @@ class WarmupConfig:
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})
-    max_repeats: int = field(default=3, metadata={"help": "extra searches of the same entity when the gold continuation was not shown yet"})
+    max_repeats: int = field(default=3, metadata={"help": "filtered pages (`NAME | REL`) of one entity when the gold continuation was not shown yet; beyond them the question is skipped (gold_not_shown:max_repeats)"})
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})
     templates: str | None = field(default=None, metadata={"help": "YAML mapping template group -> list of strings, replacing the built-in groups it names"})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "optional LLM that writes the thinking text"})
@@ -389,6 +413,7 @@ class _Writer:
         self.g = generator
         self.example = example
         self.route = route
+        self.allowed: set[str] | None = None  # the answers an earlier route of a multi-topic question showed
         self.rng = rng
         self.kg = generator.kg.for_example(example.id)  # the question's own subgraph in a per-question KG
         self.session: SearchSession = generator.tool.session(example.question, list(example.topic_entities),
@@ -403,7 +428,8 @@ class _Writer:
         self.dead_ends = 0  # first-shown entities searched and backtracked from (pick: first_shown)
         self.picks = 0  # points where the walk chose the next entity (or the answer)
         self.backtrack_outcome = ""  # parent / ancestor / error:KIND, after a detour
-        self.units: dict[int, list[list[str]]] = {}  # tool block index -> its lines by candidate (shuffle_triples)
+        # tool block index -> its lines by candidate and its listing line (shuffle_triples)
+        self.units: dict[int, tuple[list[list[str]], list[str]]] = {}
         # (trained segment index, offset of the thought in it, template text, action) per thought
         self.thoughts: list[tuple[int, int, str, str]] = []
 
@@ -452,7 +478,8 @@ class _Writer:
         return result
 
     def note_units(self, result: ToolResult) -> None:
-        """Remember the last block's lines grouped by candidate (a mediator's lines stay with its first edge).
+        """Remember the last block's lines grouped by candidate (a mediator's lines stay with its first edge),
+        and its `more:` line, which stays last.
 
         A candidate's first edge is queried from the shown entity, a second one from the mediator.
         The block is left out of shuffling (and counted) if the lines rebuilt here differ from the tool's.
@@ -468,8 +495,10 @@ class _Writer:
             if unit is not None and line not in seen:
                 seen.add(line)
                 unit.append(line)
-        if sorted(seen) == sorted(result.text.split("\n")) and sum(map(len, units.values())) == len(seen):
-            self.units[len(self.segments) - 1] = [u for u in units.values() if u]
+        lines = result.text.split("\n")
+        listing = [line for line in lines if line.startswith(MORE_PREFIX)]
+        if sorted(seen) == sorted(line for line in lines if line not in listing) and sum(map(len, units.values())) == len(seen):
+            self.units[len(self.segments) - 1] = ([u for u in units.values() if u], listing)
         else:
             self.g.stats["shuffle_block_kept"] += 1
 
@@ -477,8 +506,11 @@ class _Writer:
         handle = self.session.handle_of(entity)
         return f"{handle} {self.labels[entity]}" if handle else self.labels[entity]
 
-    def search_entity(self, entity: str, backtrack: bool = False) -> ToolResult:
+    def search_entity(self, entity: str, backtrack: bool = False, relation: str | None = None) -> ToolResult:
+        """Search `entity` (its next page by `relation` when given, as the listing names it), or backtrack from it."""
         query = self.query(entity)
+        if relation is not None:
+            query = f"{query} {QUERY_SEPARATOR} {relation}"
         if backtrack:
             query = f"{query} {QUERY_SEPARATOR} {BACKTRACK_MARK}"
             self.backtracks += 1
@@ -509,6 +541,8 @@ class _Writer:
                 through = self.kg.is_unnamed(target) and not is_literal_id(target) and end < len(path)
                 if through and self.forward_from(target, path[end]):
                     frontier.append((target, relations))
+                    continue
+                if end == len(path) and self.allowed is not None and target not in self.allowed:
                     continue
                 if self.g.reaches_gold(self.example, target, path[end:]):
                     found.append(Step(source, relations, target))
@@ -577,19 +611,19 @@ class _Writer:
 _HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")
 
 
-def shuffle_blocks(record: WarmupRecord, units: dict[int, list[list[str]]], rng: random.Random,
+def shuffle_blocks(record: WarmupRecord, units: dict[int, tuple[list[list[str]], list[str]]], rng: random.Random,
                    handles: set[str]) -> WarmupRecord:
-    """The record with each noted tool block's candidates in a random order and handles renumbered.
+    """The record with each noted tool block's candidates in a random order (its `more:` line last) and handles renumbered.
 
     Handles (only tokens in `handles`, the ones the session gave out) are renumbered in order of
     first appearance over the whole completion, topic entities keeping E1.., so the record reads
     as if a tool that showed the candidates in this order had made it.
     """
     segments = list(record.segments)
-    for index, groups in units.items():
+    for index, (groups, listing) in units.items():
         order = list(groups)
         rng.shuffle(order)
-        segments[index] = Segment(format_tool_block("\n".join(line for unit in order for line in unit)), False)
+        segments[index] = Segment(format_tool_block("\n".join([line for unit in order for line in unit] + listing)), False)
     mapping = {f"{HANDLE_PREFIX}{i}": f"{HANDLE_PREFIX}{i}" for i in range(1, len(record.topic_entities) + 1)}
     for segment in segments:
         for token in _HANDLE_TOKEN.findall(segment.text):
@@ -663,13 +697,20 @@ class WarmupGenerator:
             self._reach_cache[key] = any(self.is_gold(example, e) for e in reached)
         return self._reach_cache[key]
 
-    def route(self, example: QAExample) -> Route:
+    def route(self, example: QAExample) -> tuple[Route, ...]:
+        """The route(s) to walk: one gold path from a topic entity, or for a multi-topic question
+        (`intersect`) each topic entity's own path, in order."""
         if not example.gold_paths:
             raise Skip("no_gold_path")
+        if example.intersect:
+            routes = tuple(Route(t, tuple(p)) for t, p in zip(example.topic_entities, example.gold_paths))
+            if not all(r.path and self.reaches_gold(example, r.topic.id, r.path) for r in routes):
+                raise Skip("gold_path_misses_answers")
+            return routes
         for path in example.gold_paths:
             for topic in example.topic_entities:
                 if path and self.reaches_gold(example, topic.id, path):
-                    return Route(topic, tuple(path))
+                    return (Route(topic, tuple(path)),)
         raise Skip("gold_path_misses_answers")
 
     # --- records ---
@@ -717,7 +758,7 @@ class WarmupGenerator:
             self.stats["teacher_record_rejected"] += 1
             return record
 
-    def correction(self, example: QAExample, route: Route, places: int) -> tuple[WarmupRecord, _Writer] | None:
+    def correction(self, example: QAExample, route: tuple[Route, ...], places: int) -> tuple[WarmupRecord, _Writer] | None:
         """A verified correction record, or None (counted) when no hop allows one.
 
         Hops are tried in a seeded order; the first whose backtrack shows new triples of the
@@ -747,60 +788,94 @@ class WarmupGenerator:
             return None
         return fallback
 
-    def walk(self, example: QAExample, route: Route, rng: random.Random, detour_at: int | None) -> _Writer:
-        """Search along the route; with `detour_at`, take a wrong entity at that step and backtrack."""
-        w = _Writer(self, example, route, rng)
-        path = route.path
-        current, hop, step_index = route.topic.id, 0, 0
-        relations = w.step_relations(current, hop)
-        w.think(w.template("start", entity=w.ref(current), need=w.need(current, relations)), f"search {w.query(current)}")
+    def walk(self, example: QAExample, routes: tuple[Route, ...], rng: random.Random, detour_at: int | None) -> _Writer:
+        """Search along the route(s); with `detour_at`, take a wrong entity at that step and backtrack.
+
+        Where the gold continuation is not among the triples shown, the entity is searched again with
+        the relation filter (`NAME | REL`, the relation its `more:` line lists) for its next page.
+        A multi-topic question walks each topic's route in turn; every route but the first must end
+        at an answer an earlier route's last search showed, and that shared entity is the answer.
+        """
+        w = _Writer(self, example, routes[0], rng)
+        step_index = 0
+        shared: set[str] | None = None
+        current = routes[0].topic.id
+        w.think(w.template("start", entity=w.ref(current), need=w.need(current, w.step_relations(current, 0))),
+                f"search {w.query(current)}")
         result = w.search_entity(current)
-        while True:
-            options = w.steps(current, hop)
-            while not options:
-                if w.repeats >= self.config.max_repeats:
-                    raise Skip("gold_not_shown")
-                if result.error is not None:
-                    raise Skip(f"gold_not_shown:{result.error}")
-                w.repeats += 1
-                hint = w.template("again", entity=w.ref(current), need=w.need(current, w.step_relations(current, hop)))
-                w.think(hint, f"search {w.query(current)}")
-                result = w.search_entity(current)
+        for number, route in enumerate(routes):
+            w.route, w.allowed = route, shared
+            path = route.path
+            current, hop = route.topic.id, 0
+            while True:
                 options = w.steps(current, hop)
-            chosen = self.choose(w, options)
-            w.picks += 1
-            lead = ""
-            dead_end = self.first_shown_dead_end(w, current, hop, options)
-            if dead_end is not None:
-                w.dead_ends += 1
-                lead = self.detour(w, current, hop, options, chosen, pick=dead_end)
-                options = w.steps(current, hop)
+                while not options:
+                    result = self.page(w, current, hop, result)
+                    options = w.steps(current, hop)
                 chosen = self.choose(w, options)
-            elif detour_at == step_index:
-                lead = self.detour(w, current, hop, options, chosen)
-                options = w.steps(current, hop)  # the backtrack may have shown more; the chosen one stays valid
-            hop_after = hop + len(chosen.relations)
-            fact = w.fact(chosen)
-            hop_text = w.hop(chosen)
-            line = w.line(chosen)
-            first = (w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text, line=line) if lead
-                     else w.template("fact", fact=fact, hop=hop_text, line=line))
-            if hop_after == len(path):
-                answers = [chosen.target]
-                if self.config.answer_mode == "all":
-                    answers = list(dict.fromkeys(answers + [s.target for s in options if hop + len(s.relations) == len(path)]))
-                answer_text = f" {ANSWER_SEPARATOR} ".join(w.ref(a) for a in answers)
-                w.think(first + " " + w.template("final", answer=answer_text), f"answer {answer_text}")
-                w.finish(answers)
-                break
-            next_relations = w.step_relations(chosen.target, hop_after)
-            hint = first + " " + w.template("next", entity=w.ref(chosen.target), need=w.need(chosen.target, next_relations))
-            w.think(hint, f"search {w.query(chosen.target)}")
-            result = w.search_entity(chosen.target)
-            current, hop, step_index = chosen.target, hop_after, step_index + 1
+                w.picks += 1
+                lead = ""
+                dead_end = self.first_shown_dead_end(w, current, hop, options)
+                if dead_end is not None:
+                    w.dead_ends += 1
+                    lead = self.detour(w, current, hop, options, chosen, pick=dead_end)
+                    options = w.steps(current, hop)
+                    chosen = self.choose(w, options)
+                elif detour_at == step_index:
+                    lead = self.detour(w, current, hop, options, chosen)
+                    options = w.steps(current, hop)  # the backtrack may have shown more; the chosen one stays valid
+                hop_after = hop + len(chosen.relations)
+                fact = w.fact(chosen)
+                hop_text = w.hop(chosen)
+                line = w.line(chosen)
+                first = (w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text, line=line) if lead
+                         else w.template("fact", fact=fact, hop=hop_text, line=line))
+                step_index += 1
+                if hop_after == len(path) and number + 1 < len(routes):
+                    finals = {s.target for s in options if hop + len(s.relations) == len(path)}
+                    shared = finals if shared is None else shared & finals
+                    topic = routes[number + 1].topic.id
+                    w.route = routes[number + 1]
+                    hint = first + " " + w.template("joint", entity=w.ref(topic), need=w.need(topic, w.step_relations(topic, 0)))
+                    w.think(hint, f"search {w.query(topic)}")
+                    result = w.search_entity(topic)
+                    break
+                if hop_after == len(path):
+                    answers = [chosen.target]
+                    if self.config.answer_mode == "all":
+                        answers = list(dict.fromkeys(answers + [s.target for s in options if hop + len(s.relations) == len(path)]))
+                    answer_text = f" {ANSWER_SEPARATOR} ".join(w.ref(a) for a in answers)
+                    final = w.template("final", answer=answer_text)
+                    if len(routes) > 1:
+                        final = w.template("common", answer=answer_text) + " " + final
+                    w.think(first + " " + final, f"answer {answer_text}")
+                    w.finish(answers)
+                    break
+                next_relations = w.step_relations(chosen.target, hop_after)
+                hint = first + " " + w.template("next", entity=w.ref(chosen.target), need=w.need(chosen.target, next_relations))
+                w.think(hint, f"search {w.query(chosen.target)}")
+                result = w.search_entity(chosen.target)
+                current, hop = chosen.target, hop_after
         if detour_at is not None and w.backtracks == w.dead_ends:
             raise Skip("detour_not_taken")
         return w
+
+    def page(self, w: _Writer, current: str, hop: int, result: ToolResult) -> ToolResult:
+        """The next page of `current`'s lines by the hop's relation (`NAME | REL`), when its last result lists
+        unseen ones by it and `max_repeats` allows; else Skip."""
+        if result.error is not None:
+            raise Skip(f"gold_not_shown:{result.error}")
+        relation = w.route.path[hop]
+        wanted = relation_filter_name(relation.removeprefix(INVERSE_PREFIX), self.tool.config.relation_format)
+        if wanted not in dict(result.more):
+            raise Skip("gold_not_shown")
+        if w.repeats >= self.config.max_repeats:
+            raise Skip("gold_not_shown:max_repeats")
+        w.repeats += 1
+        need = w.need(current, w.step_relations(current, hop))
+        hint = w.template("again", entity=w.ref(current), need=need, relation=wanted)
+        w.think(hint, f"search {w.query(current)} {QUERY_SEPARATOR} {wanted}")
+        return w.search_entity(current, relation=wanted)
 
     def choose(self, w: _Writer, options: list[Step]) -> Step:
         """The question's own witness entity if shown, else the first shown; by name only an unambiguous one."""
