@@ -3,11 +3,14 @@
 A candidate is one edge from the searched entity to a neighbour, or, when that neighbour is an
 unnamed mediator (CVT-like) node, two edges: searched entity -> mediator -> a named node beyond.
 The tool ranks and shows candidates; the ranker labels and scores them; both use these texts.
+`RankedCandidates` holds a ranking whose tail (relation groups nobody scored, at a hub ranked
+relation first) is built group by group only as far as it is read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
 
 from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.retrieval.encoder import humanize_label, humanize_relation
@@ -48,8 +51,13 @@ class Candidate:
 
 def relation_phrase(edge: Edge) -> str:
     """The relation as words, read from the queried side (`nationality`, or `nationality of` backwards)."""
-    words = humanize_relation(edge.relation)
-    return words if edge.direction == "out" else f"{words} of"
+    return relation_words(edge.relation, edge.direction)
+
+
+def relation_words(relation: str, direction: str) -> str:
+    """`relation_phrase` of any edge by `relation` in `direction` ("out" or "in")."""
+    words = humanize_relation(relation)
+    return words if direction == "out" else f"{words} of"
 
 
 def edge_text(edge: Edge) -> str:
@@ -76,14 +84,111 @@ def gather_candidates(
             candidates.append(candidate)
 
     for edge in kg.neighbors(entity, "both", limit=limit):
-        if expand_mediators and edge.neighbor_unnamed and not edge.neighbor_is_literal:
-            beyond = [e for e in kg.neighbors(edge.neighbor, "both", limit=limit) if e.key() != edge.key()]
-            for second in beyond:
-                add(Candidate((edge, second)))
-            if beyond:
-                continue
-        add(Candidate((edge,)))
+        for candidate in expand(kg, edge, expand_mediators, limit):
+            add(candidate)
     return candidates
+
+
+def expand(kg: KnowledgeGraph, edge: Edge, expand_mediators: bool = True, limit: int | None = None) -> list[Candidate]:
+    """The candidates of one edge at the searched entity: one per edge beyond a mediator neighbour
+    (the edge back excluded), else the edge alone."""
+    if expand_mediators and edge.neighbor_unnamed and not edge.neighbor_is_literal:
+        beyond = [Candidate((edge, e)) for e in kg.neighbors(edge.neighbor, "both", limit=limit) if e.key() != edge.key()]
+        if beyond:
+            return beyond
+    return [Candidate((edge,))]
+
+
+def group_candidates(kg: KnowledgeGraph, entity: str, relation: str, direction: str, start: int, stop: int,
+                     expand_mediators: bool = True, limit: int | None = None) -> list[Candidate]:
+    """The candidates of edges start:stop of `entity`'s edges by `relation` in `direction`, in KG order."""
+    edges = kg.neighbors(entity, direction, relations=[relation], limit=stop)[start:]  # type: ignore[arg-type]
+    return [candidate for edge in edges for candidate in expand(kg, edge, expand_mediators, limit)]
+
+
+@dataclass(frozen=True)
+class PendingGroup:
+    """Edges start:count of one relation in one direction at the searched entity, not built yet."""
+
+    relation: str
+    direction: str
+    start: int
+    count: int
+
+
+class RankedCandidates(Sequence[Candidate]):
+    """Candidates best first: `ranked`, then each pending group's candidates in KG order, a group
+    built (by `build`) only when reading reaches it.
+
+    `has(i)`, indexing, `after(i)` and iteration build no further than they read; `len()` builds
+    every group (it is exact). A candidate met twice keeps its first place.
+    """
+
+    def __init__(self, ranked: Sequence[Candidate], pending: Sequence[PendingGroup] = (),
+                 build: Callable[[PendingGroup], list[Candidate]] | None = None) -> None:
+        if pending and build is None:
+            raise ValueError("pending groups need a build function")
+        self._items: list[Candidate] = []
+        self._keys: set = set()
+        self._pending = list(pending)
+        self._build = build
+        self._append(ranked)
+
+    def _append(self, candidates: Sequence[Candidate]) -> None:
+        for candidate in candidates:
+            key = candidate.key
+            if key not in self._keys:
+                self._keys.add(key)
+                self._items.append(candidate)
+
+    def _grow(self) -> bool:
+        """Build the next pending group; False when none is left."""
+        if not self._pending:
+            return False
+        assert self._build is not None
+        self._append(self._build(self._pending.pop(0)))
+        return True
+
+    def has(self, index: int) -> bool:
+        """True when there is a candidate at `index` (>= 0), building groups only up to it."""
+        while len(self._items) <= index and self._grow():
+            pass
+        return index < len(self._items)
+
+    def after(self, index: int) -> Iterator[Candidate]:
+        """The candidates from `index` on, built as the iteration reaches them."""
+        while self.has(index):
+            yield self._items[index]
+            index += 1
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return self.after(0)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice) or index < 0:
+            while self._grow():
+                pass
+            return self._items[index]
+        if not self.has(index):
+            raise IndexError(index)
+        return self._items[index]
+
+    def __len__(self) -> int:
+        while self._grow():
+            pass
+        return len(self._items)
+
+    def __bool__(self) -> bool:
+        return self.has(0)
+
+    def pending_counts(self) -> list[tuple[str, str, int]]:
+        """(relation, direction, edges) of the groups not built yet, in ranked order."""
+        return [(g.relation, g.direction, g.count - g.start) for g in self._pending]
+
+    @property
+    def built(self) -> list[Candidate]:
+        """The candidates built so far, in ranked order."""
+        return self._items
 
 
 def candidate_context(kg: KnowledgeGraph, candidate: Candidate, max_context: int) -> list[Edge]:

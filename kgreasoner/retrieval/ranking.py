@@ -15,7 +15,11 @@ import numpy as np
 import torch
 
 from kgreasoner.kg.base import Edge, KnowledgeGraph
-from kgreasoner.retrieval.candidates import Candidate, candidate_context, edge_text, relation_phrase
+from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.candidates import (
+    Candidate, PendingGroup, RankedCandidates, candidate_context, edge_text, gather_candidates, group_candidates,
+    relation_phrase, relation_words,
+)
 from kgreasoner.retrieval.encoder import TextEncoder, humanize_label
 from kgreasoner.retrieval.ranker import GATRanker, RankerInputs
 
@@ -112,6 +116,17 @@ class CandidateScorer:
     `rerank_pool` candidates whose relation text is closest to the question (a hub has thousands
     of neighbours but few distinct relations, so this costs a few encodings); the rest follow
     below them in that order. This bounds the text encoding and KG fetches of one call.
+
+    `rank` goes further at an entity with more than `relation_first` edges in a store with a
+    relation index (the memory store, and the per-question views of `subgraph`): it scores the
+    entity's few relations first (cosine of the question and each relation's words, one text per
+    relation and direction), builds the candidates of the first `rerank_pool` edges of the best
+    relations only, and lets `order` (the ranker) order those; the other edges follow, relation by
+    relation in that relation order and in KG order within one, built only when a later page reads
+    them. The cost of a hub is then that of an entity of `rerank_pool` edges. The approximation: a
+    relation whose words are far from the question cannot place an entity in the first page however
+    well the ranker would score it, and a mediator's second relation does not count in the relation
+    order. Smaller entities (and `relation_first=None`, or another backend) take the exact path.
     """
 
     method: str
@@ -120,6 +135,7 @@ class CandidateScorer:
     model: GATRanker | None = None
     max_context: int = 16
     rerank_pool: int | None = 64
+    relation_first: int | None = 256
     timings: Timings = field(default_factory=Timings)
 
     def __post_init__(self) -> None:
@@ -129,6 +145,47 @@ class CandidateScorer:
             raise ValueError(f"ranking method {self.method!r} needs a text encoder")
         if self.method == "gat" and self.model is None:
             raise ValueError("ranking method 'gat' needs a trained ranker (ToolConfig.ranker_path)")
+
+    def rank(self, question: str, entity: str, kg: KnowledgeGraph | None = None, expand_mediators: bool = True,
+             neighbor_limit: int | None = None) -> RankedCandidates:
+        """The candidates of `entity` best first (see the class docstring for when relation first).
+
+        `neighbor_limit` caps the edges fetched per node: the entity's own on the exact path, each
+        mediator's on both paths (relation first reaches all of a hub's edges, a relation at a time).
+        """
+        kg = kg or self.kg
+        start = time.perf_counter()
+        if (self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
+                and isinstance(kg, MemoryKG) and kg.degree(entity) > self.relation_first):
+            return self._rank_relation_first(question, entity, kg, expand_mediators, neighbor_limit, start)
+        candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
+        self.timings.fetch += time.perf_counter() - start
+        return RankedCandidates([candidates[i] for i in self.order(question, candidates, kg)])
+
+    def _rank_relation_first(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
+                             neighbor_limit: int | None, start: float) -> RankedCandidates:
+        assert self.rerank_pool is not None
+        groups = kg.relation_counts(entity, "both")
+        self.timings.fetch += time.perf_counter() - start
+        closeness = self._cosine(question, [relation_words(relation, side) for relation, side, _ in groups])
+        best_first = sorted(range(len(groups)), key=lambda g: (-closeness[g], g))
+        start = time.perf_counter()
+        pool: list[Candidate] = []
+        pending = []
+        for g in best_first:
+            relation, side, count = groups[g]
+            taken = min(count, max(self.rerank_pool - len(pool), 0))
+            if taken:
+                pool.extend(group_candidates(kg, entity, relation, side, 0, taken, expand_mediators, neighbor_limit))
+            if taken < count:
+                pending.append(PendingGroup(relation, side, taken, count))
+        self.timings.fetch += time.perf_counter() - start
+
+        def build(group: PendingGroup) -> list[Candidate]:
+            return group_candidates(kg, entity, group.relation, group.direction, group.start, group.count,
+                                    expand_mediators, neighbor_limit)
+
+        return RankedCandidates([pool[i] for i in self.order(question, pool, kg)], pending, build)
 
     def order(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> list[int]:
         """Candidate indices, best first; ties keep KG order, so the result is deterministic.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import difflib
 import re
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -32,7 +31,7 @@ from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph
 from kgreasoner.protocol import ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR, RELATION_ESCAPE
-from kgreasoner.retrieval.candidates import Candidate, gather_candidates
+from kgreasoner.retrieval.candidates import Candidate, RankedCandidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, CandidateScorer, Timings
@@ -100,6 +99,7 @@ class ToolConfig:
     expand_mediators: bool = field(default=True, metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"})
     neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"})
     max_context: int = field(default=16, metadata={"help": "context edges per candidate given to the gat ranker"})
+    relation_first: int | None = field(default=256, metadata={"help": "entities with more edges than this are ranked relation first: their relations are scored by closeness to the question, only the first rerank_pool edges of the best ones are ranked, the rest follow relation by relation (memory and subgraph stores); None: every entity exact"})
     rerank_pool: int | None = field(default=64, metadata={"help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"})
     fuzzy_cutoff: float = field(default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"})
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
@@ -155,7 +155,7 @@ class KGSearchTool:
         self.scorer = CandidateScorer(
             method=config.ranking, kg=kg, encoder=encoder if config.ranking != "none" else None,
             model=ranker if config.ranking == "gat" else None,
-            max_context=config.max_context, rerank_pool=config.rerank_pool,
+            max_context=config.max_context, rerank_pool=config.rerank_pool, relation_first=config.relation_first,
         )
 
     @property
@@ -175,7 +175,7 @@ class _Node:
 
     entity: str
     parent: str | None
-    ranked: list[Candidate] | None = None
+    ranked: RankedCandidates | None = None
     shown: int = 0
 
 
@@ -301,24 +301,21 @@ class SearchSession:
             self._nodes[entity] = _Node(entity, self._parent.get(entity))
         return self._nodes[entity]
 
-    def _ranked(self, node: _Node) -> list[Candidate]:
+    def _ranked(self, node: _Node) -> RankedCandidates:
         if node.ranked is None:
-            start = time.perf_counter()
-            candidates = gather_candidates(self._kg, node.entity, self._config.expand_mediators, self._config.neighbor_limit)
-            self._tool.timings.fetch += time.perf_counter() - start
-            order = self._tool.scorer.order(self.question, candidates, self._kg)
-            node.ranked = [candidates[i] for i in order]
+            node.ranked = self._tool.scorer.rank(self.question, node.entity, self._kg, self._config.expand_mediators,
+                                                 self._config.neighbor_limit)
         return node.ranked
 
     def _has_unseen(self, node: _Node, relations: set[str] | None = None) -> bool:
         """Moves the node's cursor past candidates whose triples were all shown already; True when an
         unseen candidate (by one of `relations`, when given) is left."""
         assert node.ranked is not None
-        while node.shown < len(node.ranked) and self._seen(node.ranked[node.shown]):
+        while node.ranked.has(node.shown) and self._seen(node.ranked[node.shown]):
             node.shown += 1
         if relations is None:
-            return node.shown < len(node.ranked)
-        return any(c.edges[0].relation in relations and not self._seen(c) for c in node.ranked[node.shown:])
+            return node.ranked.has(node.shown)
+        return any(c.edges[0].relation in relations and not self._seen(c) for c in node.ranked.after(node.shown))
 
     def _seen(self, candidate: Candidate) -> bool:
         return all(edge.key() in self._shown_edges for edge in candidate.edges)
@@ -334,7 +331,7 @@ class SearchSession:
         lines: list[str] = []
         edges: list[Edge] = []
         size = shown = 0
-        for candidate in node.ranked[node.shown:]:
+        for candidate in node.ranked.after(node.shown):
             if shown >= self._config.top_k:
                 break
             if self._seen(candidate) or (relations is not None and candidate.edges[0].relation not in relations):
@@ -363,9 +360,14 @@ class SearchSession:
         return ToolResult("\n".join(lines), edges, None, node.entity, backtracked, tuple(more), written)
 
     def _unseen_relations(self, node: _Node) -> list[tuple[str, int]]:
-        """(relation as a filter names it, unseen candidates by it) for the node, in ranked order."""
+        """(relation as a filter names it, unseen candidates by it) for the node, in ranked order.
+
+        Relation groups of a hub that no page has reached yet count their edges, unbuilt: exact
+        unless they lead to mediators or one of their lines was shown from its other end."""
         assert node.ranked is not None
-        counts = Counter(self._filter_name(c) for c in node.ranked[node.shown:] if not self._seen(c))
+        counts = Counter(self._filter_name(c) for c in node.ranked.built[node.shown:] if not self._seen(c))
+        for relation, _, edges in node.ranked.pending_counts():
+            counts[relation_filter_name(relation, self._config.relation_format)] += edges
         return list(counts.items())
 
     def _filter_name(self, candidate: Candidate) -> str:
