@@ -21,6 +21,9 @@ one `Trajectory` per prompt. The engine owns everything that is the same for eve
   budget of model tokens), `max_turns` (a `</search>` beyond `max_turns` calls; the tool is not
   called), `error` (a `</search>` with no `<search>` in its turn, a backend or tool failure).
   Malformed output ends a row with its reason; nothing the model writes raises.
+- A caller's stop rule (`run(..., halt=...)`, e.g. a serving deadline): `halt(row_index)` is asked
+  after every token a row is given (`step` and `turn` backends) and before each of its tool calls
+  (every backend); a message it returns ends the row with finish reason `error` and that message.
 
 Logprobs: the log-probability of each sampled token under `log_softmax(processed_logits / T)`,
 where processed logits are the model's logits after any test/user logits processors and the
@@ -94,6 +97,7 @@ class RolloutEngine:
         self.backend = backend
         self.config = config or RolloutConfig()
         self._session_factory = _session_factory(tool_or_session_factory)
+        self._halt: Callable[[int], str | None] | None = None  # the running `run`'s stop rule
         self.kind = getattr(backend, "kind", None)
         if self.kind not in ("step", "turn", "text"):
             raise ValueError(f"backend {type(backend).__name__} must have kind 'step', 'turn' or 'text'")
@@ -112,25 +116,30 @@ class RolloutEngine:
 
     # ----------------------------------------------------------------- public API
     def run(self, prompts: Sequence[Any], sessions: Sequence[Any] | None = None,
-            sampling: SamplingParams | None = None) -> list[Trajectory]:
+            sampling: SamplingParams | None = None, halt: Callable[[int], str | None] | None = None) -> list[Trajectory]:
         """Roll out every prompt; one trajectory per prompt, in order.
 
         A prompt is a prompt string, a list of prompt token ids, a chat message list, or a
         QA example (`QAExample`, or a dict with `question` and `topic_entities`) whose prompt is
         built with `protocol.build_prompt`. `sessions[i]` is the search session of prompt i;
         without `sessions`, sessions are opened from QA examples with the engine's tool.
+        `halt(i)`, when given, may stop row i early (see the module docstring).
         """
         if sessions is not None and len(sessions) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(sessions)} sessions")
         sampling = sampling or SamplingParams()
         rows = [self._new_row(i, p, None if sessions is None else sessions[i]) for i, p in enumerate(prompts)]
-        if rows:
-            if self.kind == "step":
-                self.backend.generate(self, rows, sampling)
-            elif self.kind == "turn":
-                self._turn_loop(rows, sampling)
-            else:
-                self._text_loop(rows, sampling)
+        self._halt = halt
+        try:
+            if rows:
+                if self.kind == "step":
+                    self.backend.generate(self, rows, sampling)
+                elif self.kind == "turn":
+                    self._turn_loop(rows, sampling)
+                else:
+                    self._text_loop(rows, sampling)
+        finally:
+            self._halt = None
         return [self._trajectory(row) for row in rows]
 
     def encode(self, text: str) -> list[int]:
@@ -142,8 +151,15 @@ class RolloutEngine:
     def accept(self, row: RowState, token: int, logprob: float) -> bool:
         """Append one sampled token; True when the row now waits for a tool call.
 
-        Marks the row finished on `</answer>`, EOS, a token limit or a call beyond `max_turns`.
+        Marks the row finished on `</answer>`, EOS, a token limit, a call beyond `max_turns` or the
+        run's `halt`.
         """
+        waiting = self._append_token(row, token, logprob)
+        if not row.finished and self._halted(row):
+            return False
+        return waiting
+
+    def _append_token(self, row: RowState, token: int, logprob: float) -> bool:
         row.completion_ids.append(token)
         row.env_mask.append(1)
         row.logprobs.append(logprob)
@@ -178,10 +194,13 @@ class RolloutEngine:
     def run_tools(self, rows: Sequence[RowState]) -> dict[int, list[int]]:
         """Run the pending calls of `rows`; append their blocks; return the inserted ids per row index.
 
-        A row whose turn has no `<search>` ends with finish reason `error` instead.
+        A row whose turn has no `<search>` ends with finish reason `error` instead; a row the run's
+        `halt` stops is left out.
         """
         calls: list[tuple[RowState, str]] = []
         for row in rows:
+            if self._halted(row):
+                continue
             query = last_open_search(self._turn_text(row))
             if query is None:
                 row.finish("error", f"{SEARCH_CLOSE} without a {SEARCH_OPEN} in the same turn")
@@ -212,19 +231,8 @@ class RolloutEngine:
                                            num_tokens=len(ids), seconds=seconds))
         return inserted
 
-    # ----------------------------------------------------------------- rows
-    def _new_row(self, index: int, prompt: Any, session: Any) -> RowState:
-        prompt_text, prompt_ids = self._prompt(prompt)
-        if session is None and self._session_factory is not None and _is_example(prompt):
-            question, topics = _example_fields(prompt)
-            session = self._session_factory(question, topics)
-        row = RowState(index, prompt_ids, prompt_text, session, None)
-        if self.config.constrained_decoding:
-            lines = _shown_lines(row) if self.config.constrained_quotes else None
-            row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines)
-        return row
-
-    def _prompt(self, prompt: Any) -> tuple[str, list[int]]:
+    def prompt_of(self, prompt: Any) -> tuple[str, list[int]]:
+        """(prompt text, prompt ids) as `run` builds them for one prompt; raises what the tokenizer raises."""
         if _is_example(prompt):
             question, topics = _example_fields(prompt)
             text = build_prompt(question, topics, self.tokenizer)
@@ -244,6 +252,27 @@ class RolloutEngine:
         if not ids:
             raise ValueError(f"prompt {text!r} tokenises to nothing")
         return text, ids
+
+    # ----------------------------------------------------------------- rows
+    def _new_row(self, index: int, prompt: Any, session: Any) -> RowState:
+        prompt_text, prompt_ids = self.prompt_of(prompt)
+        if session is None and self._session_factory is not None and _is_example(prompt):
+            question, topics = _example_fields(prompt)
+            session = self._session_factory(question, topics)
+        row = RowState(index, prompt_ids, prompt_text, session, None)
+        if self.config.constrained_decoding:
+            lines = _shown_lines(row) if self.config.constrained_quotes else None
+            row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines)
+        return row
+
+    def _halted(self, row: RowState) -> bool:
+        if self._halt is None:
+            return False
+        message = self._halt(row.index)
+        if message is None:
+            return False
+        row.finish("error", message)
+        return True
 
     def _trajectory(self, row: RowState) -> Trajectory:
         if not row.finished:

@@ -143,7 +143,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kgreasoner.serving.config import ServeConfig
-    from kgreasoner.serving.service import AnswerOptions, AnswerService, RequestError
+    from kgreasoner.serving.service import AnswerService
+    from kgreasoner.serving.validation import AnswerOptions, RequestError
 
     config = load_config(ServeConfig, args.config, args.overrides)
     if args.llm:

@@ -39,9 +39,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from kgreasoner.protocol import TOPIC_SEPARATOR
 from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
 from kgreasoner.kg.base import KGError
-from kgreasoner.serving.service import (
-    SEED_RANGE, AnswerOptions, AnswerService, RequestError, ServiceBusy, check_unicode, kg_failure,
-)
+from kgreasoner.serving.batching import ServiceBusy
+from kgreasoner.serving.config import SEED_RANGE
+from kgreasoner.serving.service import AnswerService
+from kgreasoner.serving.validation import AnswerOptions, RequestError, check_unicode, kg_failure
 
 logger = logging.getLogger(__name__)
 

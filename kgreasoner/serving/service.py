@@ -1,95 +1,46 @@
 """The answer service: one model backend, one KG search tool, requests validated and batched.
 
 `AnswerService` is what both `kgreasoner answer` (synchronously, `answer(requests)`) and the HTTP
-app (`submit(request)` -> future, from a batching worker thread) run:
+app (`submit(request)` -> future, from a batching worker thread) run. Its jobs live in modules of
+their own:
 
-- `prepare(question, topic_entities, options)` checks a request against the config's limits and
-  resolves its topic entities in the KG; every problem is a `RequestError` naming the field.
-- Each request gets its own `SearchSession` (handles, explored tree, shown triples), created for
-  it and dropped with it, so concurrent requests never see each other's searches.
-- The worker takes the first waiting request, waits `batch_wait` seconds for more, and runs up to
-  `max_batch_size` requests with the same limits and sampling settings as one rollout batch.
-  Greedy results do not depend on the batch; seeded sampling draws from one generator per batch,
-  so a sampled answer depends on which requests shared its batch.
-- Timeouts: each request has a deadline (arrival + `request_timeout`). The engine stops a row
-  whose deadline passed (per token for hf and vllm, per turn for openai) and the request is
-  reported as timed out; the rest of its batch goes on.
-- Backend failures (an unreachable generation server) are told apart from malformed model output:
-  the first is the server's fault (HTTP 502), the second a normal answer with finish reason `error`.
+- `validation`: `prepare(question, topic_entities, options)` checks a request against the config's
+  limits and resolves its topic entities in the KG; every problem is a `RequestError` naming the field.
+- `batching`: the queue and the worker that runs requests with the same limits and sampling
+  settings as one rollout batch.
+- `deadlines`: each request's deadline, the rollout engine's stop rule for its row; a request
+  past it is reported as timed out, the rest of its batch goes on.
+- here: each request gets its own `SearchSession` (handles, explored tree, shown triples), created
+  for it and dropped with it, so concurrent requests never see each other's searches; backend
+  failures (an unreachable generation server) are told apart from malformed model output: the
+  first is the server's fault (HTTP 502), the second a normal answer with finish reason `error`.
+  The backend comes from `kgreasoner.llm.open_backend`.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
-import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from kgreasoner.data.schema import TopicEntity
-from kgreasoner.kg.base import KGError, KGQueryRejected, KnowledgeGraph
+from kgreasoner.kg.base import KGError, KnowledgeGraph
 from kgreasoner.llm.spec import SPEC_FORMS, describe_forms, parse_llm_spec
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams, Trajectory
-from kgreasoner.serving.config import SEED_RANGE, ServeConfig
+from kgreasoner.rollout import RolloutConfig, RolloutEngine, Trajectory
+from kgreasoner.serving.batching import Batcher
+from kgreasoner.serving.config import ServeConfig
+from kgreasoner.serving.deadlines import TIMEOUT_ERROR, Deadlines
+from kgreasoner.serving.validation import AnswerOptions, AnswerRequest, RequestError, RequestValidator
 
 logger = logging.getLogger(__name__)
 
-TIMEOUT_ERROR = "generation stopped: the request timeout ({seconds:g} s) passed"
-MIN_TEMPERATURE = 0.01
-"""Smaller positive temperatures are raised to this (as vLLM does): dividing logits by 1e-300 in
-float32 overflows to inf and the softmax gives NaN probabilities."""
 ENGINE_CACHE = 8
 """Rollout engines kept for distinct (max_turns, max_new_tokens) requests; building one is cheap."""
-
-
-class RequestError(ValueError):
-    """A request the service refuses; `param` names the field, `status` is the HTTP code to send."""
-
-    def __init__(self, param: str | None, message: str, status: int = 422, kind: str = "invalid_request_error") -> None:
-        super().__init__(f"{param}: {message}" if param else message)
-        self.param = param
-        self.message = str(self)
-        self.status = status
-        self.kind = kind
-
-
-class ServiceBusy(RuntimeError):
-    """The queue is full or the service is closing (HTTP 503)."""
-
-
-@dataclass
-class AnswerOptions:
-    """Per-request settings; None takes the server's default. Limits may only be lowered."""
-
-    max_turns: int | None = None
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
-
-
-@dataclass
-class AnswerRequest:
-    """A validated request: the question, its resolved topic entities and its generation settings."""
-
-    id: str
-    question: str
-    topic_entities: tuple[TopicEntity, ...]
-    rollout: RolloutConfig
-    sampling: SamplingParams
-    deadline: float | None = None
-    """`time.monotonic()` past which generation stops (None: no timeout)."""
-    arrived: float = field(default_factory=time.monotonic)
-
-    @property
-    def batch_key(self) -> tuple:
-        return (self.rollout.max_turns, self.rollout.max_new_tokens, dataclasses.astuple(self.sampling))
 
 
 @dataclass
@@ -148,40 +99,6 @@ class _RecordingBackend:
         return outputs
 
 
-class _ServingEngine(RolloutEngine):
-    """The rollout engine plus per-row deadlines (row index -> `time.monotonic()` limit)."""
-
-    def __init__(self, backend: Any, tool: Any, config: RolloutConfig, timeout: float) -> None:
-        super().__init__(backend, tool, config)
-        self.deadlines: dict[int, float] = {}
-        self.timed_out: set[int] = set()
-        self._timeout_text = TIMEOUT_ERROR.format(seconds=timeout)
-
-    def _late(self, row: Any) -> bool:
-        deadline = self.deadlines.get(row.index)
-        if deadline is None or time.monotonic() <= deadline:
-            return False
-        row.finish("error", self._timeout_text)
-        self.timed_out.add(row.index)
-        return True
-
-    def accept(self, row: Any, token: int, logprob: float) -> bool:
-        waiting = super().accept(row, token, logprob)
-        if not row.finished and self._late(row):
-            return False
-        return waiting
-
-    def run_tools(self, rows: Sequence[Any]) -> dict[int, list[int]]:
-        return super().run_tools([row for row in rows if not self._late(row)])
-
-    def tokenize_prompt(self, question: str, topic_entities: Sequence[TopicEntity]) -> None:
-        """Build and tokenise one request's prompt as `run` will; raises what the tokenizer raises.
-
-        It costs one more tokenisation of the prompt per request, small beside its generation.
-        """
-        self._prompt({"question": question, "topic_entities": list(topic_entities)})
-
-
 class AnswerService:
     """Answers questions with one backend and one KG tool; see the module docstring."""
 
@@ -193,16 +110,13 @@ class AnswerService:
         self.tool = tool or KGSearchTool(kg, config.tool)
         self.model_name = config.model_name or model_name
         self.kind = backend.kind
+        self.validator = RequestValidator(config, kg)
         self._backend = _RecordingBackend(backend)
         self._close_backend = close
         self._on_batch = on_batch
-        self._engines: collections.OrderedDict[tuple[int, int], _ServingEngine] = collections.OrderedDict()
+        self._engines: collections.OrderedDict[tuple[int, int], RolloutEngine] = collections.OrderedDict()
         self._run_lock = threading.Lock()  # one rollout batch at a time on the model
-        self._cond = threading.Condition()
-        self._queue: collections.deque[tuple[AnswerRequest, concurrent.futures.Future]] = collections.deque()
-        self._worker: threading.Thread | None = None
-        self._closed = False
-        self._ids = itertools.count(1)
+        self._batcher = Batcher(config, self._run_batch)
 
     @classmethod
     def open(cls, config: ServeConfig, **kwargs: Any) -> "AnswerService":
@@ -222,89 +136,12 @@ class AnswerService:
     # ----------------------------------------------------------------- requests
     def prepare(self, question: Any, topic_entities: Any, options: AnswerOptions | None = None,
                 request_id: str | None = None) -> AnswerRequest:
-        """A validated request; raises `RequestError` naming the first bad field."""
-        config = self.config
-        if not isinstance(question, str):
-            raise RequestError("question", f"must be a string, got {type(question).__name__}")
-        check_unicode("question", question)
-        question = question.strip()
-        if not question:
-            raise RequestError("question", "is empty")
-        if len(question) > config.max_question_chars:
-            raise RequestError("question", f"has {len(question)} characters; the limit is {config.max_question_chars}")
-        options = options or AnswerOptions()
-        rollout = dataclasses.replace(
-            config.rollout,
-            max_turns=_capped("options.max_turns", options.max_turns, 0, config.rollout.max_turns),
-            max_new_tokens=_capped("options.max_new_tokens", options.max_new_tokens, 1, config.rollout.max_new_tokens),
-        )
-        temperature = config.temperature if options.temperature is None else options.temperature
-        if isinstance(temperature, (int, float)) and 0 < temperature < MIN_TEMPERATURE:
-            temperature = MIN_TEMPERATURE
-        seed = config.seed if options.seed is None else options.seed
-        if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-            raise RequestError("options.seed", f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}], got {seed}")
-        try:
-            sampling = SamplingParams(
-                temperature=temperature,
-                top_p=1.0 if options.top_p is None else options.top_p,
-                top_k=0 if options.top_k is None else options.top_k,
-                seed=seed,
-            )
-        except ValueError as err:
-            raise RequestError("options", str(err)) from err
-        topics = self.resolve_topics(topic_entities)  # last: it may query a remote KG
-        now = time.monotonic()
-        return AnswerRequest(id=request_id or f"q{next(self._ids)}", question=question, topic_entities=topics,
-                             rollout=rollout, sampling=sampling, deadline=now + config.request_timeout, arrived=now)
+        """A validated request; raises `RequestError` naming the first bad field (`RequestValidator.prepare`)."""
+        return self.validator.prepare(question, topic_entities, options, request_id)
 
     def resolve_topics(self, items: Any) -> tuple[TopicEntity, ...]:
-        """Topic entities given as names/ids (strings) or `{"id", "name"}` objects, checked in the KG.
-
-        A string or a name-only object is looked up by label (then id); an object with an id must
-        name an entity of the KG and keeps its own name when it gives one. Among namesakes the
-        KG's first match is taken.
-        """
-        if not isinstance(items, (list, tuple)):
-            raise RequestError("topic_entities", f"must be a list, got {type(items).__name__}")
-        if not items:
-            raise RequestError("topic_entities", "is empty: name at least one topic entity")
-        if len(items) > self.config.max_topic_entities:
-            raise RequestError("topic_entities", f"names {len(items)} entities; the limit is {self.config.max_topic_entities}")
-        topics = []
-        for i, item in enumerate(items):
-            where = f"topic_entities[{i}]"
-            if isinstance(item, TopicEntity):
-                item = {"id": item.id, "name": item.name}
-            if isinstance(item, str):
-                item = {"name": item}
-            if not isinstance(item, dict):
-                raise RequestError(where, f"must be a string or an object with 'id' and/or 'name', got {type(item).__name__}")
-            entity_id, name = item.get("id"), item.get("name")
-            for key, value in (("id", entity_id), ("name", name)):
-                if value is not None and (not isinstance(value, str) or not value.strip()):
-                    raise RequestError(f"{where}.{key}", "must be a non-empty string")
-                if value is not None and len(value) > self.config.max_question_chars:
-                    raise RequestError(f"{where}.{key}", f"is longer than {self.config.max_question_chars} characters")
-                if value is not None:
-                    check_unicode(f"{where}.{key}", value)
-            if entity_id is None and name is None:
-                raise RequestError(where, "needs an 'id' or a 'name'")
-            try:
-                if entity_id is not None:
-                    entity_id = entity_id.strip()
-                    if entity_id not in self.kg.resolve(entity_id):
-                        raise RequestError(f"{where}.id", f"{entity_id!r} is not an entity of the knowledge graph",
-                                           kind="unknown_entity")
-                    topics.append(TopicEntity(entity_id, (name or "").strip() or self.kg.label(entity_id)))
-                    continue
-                hits = self.kg.resolve(name.strip())
-            except KGError as err:
-                raise kg_failure(where, err) from err
-            if not hits:
-                raise RequestError(where, f"no entity named {name.strip()!r} in the knowledge graph", kind="unknown_entity")
-            topics.append(TopicEntity(hits[0], name.strip()))
-        return tuple(topics)
+        """Topic entities checked in the KG (`RequestValidator.resolve_topics`)."""
+        return self.validator.resolve_topics(items)
 
     # ----------------------------------------------------------------- running
     def answer(self, requests: Sequence[AnswerRequest]) -> list[Answered]:
@@ -322,86 +159,24 @@ class AnswerService:
 
     def submit(self, request: AnswerRequest) -> concurrent.futures.Future:
         """Queue a request for the batching worker; the future gives its `Answered`."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._cond:
-            if self._closed:
-                raise ServiceBusy("the service is shutting down")
-            if len(self._queue) >= self.config.max_queue:
-                raise ServiceBusy(f"{len(self._queue)} requests are waiting (max_queue); retry later")
-            if self._worker is None:
-                self._worker = threading.Thread(target=self._serve, name="kgreasoner-batcher", daemon=True)
-                self._worker.start()
-            self._queue.append((request, future))
-            self._cond.notify()
-        return future
+        return self._batcher.submit(request)
 
     @property
     def queue_depth(self) -> int:
-        with self._cond:
-            return len(self._queue)
+        return self._batcher.queue_depth
 
     def close(self) -> None:
         """Stop the worker (after the batch it is running), fail queued requests, release KG and model."""
-        with self._cond:
-            self._closed = True
-            pending = list(self._queue)
-            self._queue.clear()
-            self._cond.notify_all()
-        for _, future in pending:
-            if future.set_running_or_notify_cancel():
-                future.set_exception(ServiceBusy("the service shut down before this request ran"))
-        if self._worker is not None:
-            self._worker.join()
-            self._worker = None
+        self._batcher.close()
         if self._close_backend is not None:
             self._close_backend()
         self.kg.close()
 
-    def _serve(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                end = time.monotonic() + self.config.batch_wait
-                while len(self._queue) < self.config.max_batch_size and not self._closed:
-                    left = end - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch = self._take_batch()
-            live = [(request, future) for request, future in batch if future.set_running_or_notify_cancel()]
-            if not live:
-                continue
-            try:
-                results = self._run_batch([request for request, _ in live])
-            except Exception as err:  # a model/backend crash fails this batch, not the service
-                logger.exception("rollout batch of %d requests failed", len(live))
-                for _, future in live:
-                    future.set_exception(err)
-                continue
-            for (_, future), answered in zip(live, results):
-                future.set_result(answered)
-
-    def _take_batch(self) -> list[tuple[AnswerRequest, concurrent.futures.Future]]:
-        """The oldest request and the next ones with the same batch key, up to max_batch_size."""
-        first = self._queue.popleft()
-        batch, rest = [first], collections.deque()
-        while self._queue:
-            item = self._queue.popleft()
-            if len(batch) < self.config.max_batch_size and item[0].batch_key == first[0].batch_key:
-                batch.append(item)
-            else:
-                rest.append(item)
-        self._queue.extend(rest)
-        return batch
-
-    def _engine(self, rollout: RolloutConfig) -> _ServingEngine:
+    def _engine(self, rollout: RolloutConfig) -> RolloutEngine:
         key = (rollout.max_turns, rollout.max_new_tokens)
         engine = self._engines.get(key)
         if engine is None:
-            engine = _ServingEngine(self._backend, self.tool, rollout, self.config.request_timeout)
+            engine = RolloutEngine(self._backend, self.tool, rollout)
             self._engines[key] = engine
             while len(self._engines) > ENGINE_CACHE:
                 self._engines.popitem(last=False)
@@ -426,28 +201,30 @@ class AnswerService:
                             for i in todo]
                 # A fresh session per request: its handles, explored tree and shown triples are its own.
                 sessions = [self.tool.session(e["question"], e["topic_entities"]) for e in examples]
-                engine.deadlines = {row: requests[i].deadline for row, i in enumerate(todo)
-                                    if requests[i].deadline is not None}
-                engine.timed_out = set()
+                deadlines = Deadlines({row: requests[i].deadline for row, i in enumerate(todo)
+                                       if requests[i].deadline is not None}, self.config.request_timeout)
                 self._backend.failures = {}
-                trajectories = engine.run(examples, sessions, requests[todo[0]].sampling) if todo else []
-                timed_out, failures = set(engine.timed_out), dict(self._backend.failures)
+                trajectories = (engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines)
+                                if todo else [])
+                failures = dict(self._backend.failures)
             end = time.monotonic()
             for row, (i, trajectory) in enumerate(zip(todo, trajectories)):
-                results[i] = Answered(requests[i], trajectory, end - requests[i].arrived, timed_out=row in timed_out,
-                                      backend_error=failures.get(row), batch_size=len(todo))
+                results[i] = Answered(requests[i], trajectory, end - requests[i].arrived,
+                                      timed_out=row in deadlines.timed_out, backend_error=failures.get(row),
+                                      batch_size=len(todo))
             if self._on_batch is not None and todo:
                 self._on_batch(len(todo), end - start)
         return [r for r in results if r is not None]
 
-    def _refuse_untokenisable(self, engine: _ServingEngine, request: AnswerRequest, results: list, i: int) -> bool:
+    def _refuse_untokenisable(self, engine: RolloutEngine, request: AnswerRequest, results: list, i: int) -> bool:
         """Tokenise one request's prompt alone; a failure refuses that request instead of failing its batch.
 
         `prepare` already rejects text that is not valid Unicode; this catches whatever else a
         tokenizer refuses, so one request never takes down the rest of its batch.
         """
         try:
-            engine.tokenize_prompt(request.question, request.topic_entities)
+            # One more tokenisation of the prompt per request, small beside its generation.
+            engine.prompt_of({"question": request.question, "topic_entities": list(request.topic_entities)})
             return False
         except Exception as err:  # any tokenizer error: this request's text is at fault, not the batch
             field = "question"
@@ -527,32 +304,3 @@ class AnswerService:
             "text": call.text,
             "seconds": round(call.seconds, 6),
         }
-
-
-def kg_failure(param: str | None, err: KGError) -> RequestError:
-    """What a request gets when the KG fails on it: 503 while the KG cannot be reached (the client
-    should retry), 502 when the KG endpoint refused the query (an HTTP 4xx: retrying will not help)."""
-    if isinstance(err, KGQueryRejected):
-        return RequestError(param, f"the knowledge graph refused the query: {err}", status=502, kind="kg_rejected")
-    return RequestError(param, f"the knowledge graph could not be queried: {err}", status=503, kind="kg_unavailable")
-
-
-def check_unicode(param: str, text: str) -> None:
-    """Refuse text holding a lone surrogate: JSON can carry one, but no tokenizer, UTF-8 or RDF can."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise RequestError(param, f"is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} at "
-                           f"position {err.start}") from None
-
-
-def _capped(name: str, value: Any, low: int, cap: int) -> int:
-    if value is None:
-        return cap
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(name, f"must be an integer, got {value!r}")
-    if value < low:
-        raise RequestError(name, f"must be >= {low}, got {value}")
-    if value > cap:
-        raise RequestError(name, f"{value} is above this server's limit of {cap}")
-    return value

@@ -25,7 +25,7 @@ from kgreasoner.kg.open import open_kg
 from kgreasoner.kg.server import LOOPBACK, free_port
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
-from kgreasoner.serving.service import kg_failure
+from kgreasoner.serving.validation import kg_failure
 
 NS = "http://rdf.freebase.com/ns/"
 XSD = "http://www.w3.org/2001/XMLSchema#"

@@ -20,8 +20,10 @@ from kgreasoner.data.schema import TopicEntity
 from kgreasoner.serving.answer import render_trace
 from kgreasoner.serving.app import create_app
 from kgreasoner.serving.config import ServeConfig
+from kgreasoner.serving.deadlines import Deadlines
 from kgreasoner.serving.metrics import Metrics
-from kgreasoner.serving.service import AnswerOptions, AnswerService, RequestError
+from kgreasoner.serving.service import AnswerService
+from kgreasoner.serving.validation import AnswerOptions, RequestError
 
 from .conftest import SERVE_CONFIG
 
@@ -75,11 +77,15 @@ def test_a_deadline_stops_generation_mid_row(service, dataset):
     assert late.timed_out and late.trajectory is None
     request = service.prepare(example.question, [{"id": example.topic_entities[0].id}])
     engine = service._engine(request.rollout)
-    engine.deadlines, engine.timed_out = {0: time.monotonic() - 1}, set()  # passes during the prefill
+    deadlines = Deadlines({0: time.monotonic() - 1}, 0.5)  # passes during the prefill
+    [trajectory] = engine.run([{"question": example.question, "topic_entities": list(example.topic_entities)}],
+                              [service.tool.session(example.question, list(example.topic_entities))], halt=deadlines)
+    assert (trajectory.finish_reason, trajectory.error) == ("error", "generation stopped: the request timeout (0.5 s) passed")
+    assert len(trajectory.completion_ids) == 1 and deadlines.timed_out == {0}  # stopped at its first token
+    # The stop rule belongs to that run only: the next one runs to its end.
     [trajectory] = engine.run([{"question": example.question, "topic_entities": list(example.topic_entities)}],
                               [service.tool.session(example.question, list(example.topic_entities))])
-    assert trajectory.finish_reason == "error" and trajectory.error.startswith("generation stopped: the request timeout")
-    assert len(trajectory.completion_ids) == 1 and engine.timed_out == {0}  # stopped at its first token
+    assert trajectory.finish_reason != "error" and len(trajectory.completion_ids) > 1
 
 
 def test_prepare_names_the_field(service, dataset):
@@ -153,21 +159,35 @@ def test_render_trace_shows_searches_backtracks_and_the_answer():
 
 
 def test_metrics_text_format():
+    from prometheus_client.parser import text_string_to_metric_families
+
     metrics = Metrics(gauges={"kgreasoner_queue_depth": ("Waiting requests.", lambda: 2)})
     metrics.observe_request("/v1/answer", 200, 0.03)
     metrics.observe_request("/v1/answer", 422, 0.002)
     metrics.observe_answer({"finish_reason": "answer", "searches": [{"error": None}, {"error": "unknown_entity"}],
                             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "tool_tokens": None}})
+    metrics.observe_batch(3, 0.1)
     text = metrics.render()
-    assert 'kgreasoner_requests_total{endpoint="/v1/answer",status="200"} 1\n' in text
-    assert 'kgreasoner_request_errors_total{endpoint="/v1/answer",kind="invalid_request"} 1\n' in text
-    assert 'kgreasoner_request_duration_seconds_bucket{endpoint="/v1/answer",le="0.005"} 1\n' in text
-    assert 'kgreasoner_request_duration_seconds_bucket{endpoint="/v1/answer",le="0.05"} 2\n' in text
-    assert 'kgreasoner_request_duration_seconds_count{endpoint="/v1/answer"} 2\n' in text
+    assert 'kgreasoner_requests_total{endpoint="/v1/answer",status="200"} 1.0\n' in text
+    assert 'kgreasoner_request_errors_total{endpoint="/v1/answer",kind="invalid_request"} 1.0\n' in text
+    assert 'kgreasoner_request_duration_seconds_bucket{endpoint="/v1/answer",le="0.005"} 1.0\n' in text
+    assert 'kgreasoner_request_duration_seconds_bucket{endpoint="/v1/answer",le="0.05"} 2.0\n' in text
+    assert 'kgreasoner_request_duration_seconds_count{endpoint="/v1/answer"} 2.0\n' in text
     assert 'kgreasoner_request_duration_seconds_sum{endpoint="/v1/answer"} 0.032\n' in text
-    assert 'kgreasoner_tool_calls_total{error="unknown_entity"} 1\n' in text
-    assert 'kgreasoner_tokens_total{kind="prompt"} 10\n' in text and 'kind="tool"' not in text
-    assert text.endswith("# TYPE kgreasoner_queue_depth gauge\nkgreasoner_queue_depth 2\n")
+    assert 'kgreasoner_tool_calls_total{error="unknown_entity"} 1.0\n' in text
+    assert 'kgreasoner_tokens_total{kind="prompt"} 10.0\n' in text and 'kind="tool"' not in text
+    assert 'kgreasoner_batch_size_bucket{le="2.0"} 0.0\n' in text and 'kgreasoner_batch_size_bucket{le="4.0"} 1.0\n' in text
+    assert text.endswith("# TYPE kgreasoner_queue_depth gauge\nkgreasoner_queue_depth 2.0\n")
+    # Every family the service had before prometheus_client, under the same names and types.
+    families = {f.name: f.type for f in text_string_to_metric_families(text)}
+    assert {name: families[name] for name in (
+        "kgreasoner_requests", "kgreasoner_request_errors", "kgreasoner_request_duration_seconds",
+        "kgreasoner_tool_calls", "kgreasoner_answers", "kgreasoner_tokens", "kgreasoner_batch_size",
+        "kgreasoner_queue_depth")} == {
+        "kgreasoner_requests": "counter", "kgreasoner_request_errors": "counter",
+        "kgreasoner_request_duration_seconds": "histogram", "kgreasoner_tool_calls": "counter",
+        "kgreasoner_answers": "counter", "kgreasoner_tokens": "counter", "kgreasoner_batch_size": "histogram",
+        "kgreasoner_queue_depth": "gauge"}
 
 
 class _Completions(BaseHTTPRequestHandler):
