@@ -27,6 +27,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from tqdm import tqdm
+
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
@@ -109,7 +111,7 @@ def add_gold_paths(examples: Sequence[QAExample], kg: KnowledgeGraph,
     length when it was 0); examples with paths are kept as they are, as are those with none found."""
     report = PathReport()
     out = []
-    for example in examples:
+    for example in tqdm(examples, desc="searching gold paths", unit="question", disable=None):
         if example.gold_paths:
             report.given += 1
             out.append(example)

@@ -51,7 +51,7 @@ def _print_help(parser: argparse.ArgumentParser) -> int:
 def run_load(args: argparse.Namespace) -> int:
     print(f"kg load: {args.input} -> {args.store}", flush=True)
     start = time.perf_counter()
-    kg = OxigraphKG.build(args.input, args.store, names=args.names)
+    kg = OxigraphKG.build(args.input, args.store, names=args.names, progress=True)
     seconds = time.perf_counter() - start
     lines = kg.num_triples_loaded
     triples = store_triples(kg)  # the store keeps a repeated line once: report what it holds, as MemoryKG counts

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import pyoxigraph as ox
+from tqdm import tqdm
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
@@ -100,13 +101,15 @@ class OxigraphKG(KnowledgeGraph):
         triples: str | Path | Iterable[tuple[str, str, str]],
         store_dir: str | Path,
         names: str | Path | dict[str, str] | None = None,
+        progress: bool = False,
     ) -> "OxigraphKG":
         """Bulk-load triples into a new store at `store_dir` and return it opened.
 
         `triples` is a TSV file, an N-Triples file (`.nt`; `rdfs:label` triples become names),
         a dataset folder holding `kb.tsv` (and maybe `names.tsv`), or an iterable of id triples.
         `names` is a `names.tsv` path or an id -> label dict; for a TSV without it, a
-        `names.tsv` beside the file is used, as `MemoryKG.from_file` does.
+        `names.tsv` beside the file is used, as `MemoryKG.from_file` does. `progress`: a tqdm bar
+        of the triples handed to the store.
         """
         store_dir = Path(store_dir)
         if store_dir.exists() and (not store_dir.is_dir() or any(store_dir.iterdir())):
@@ -114,11 +117,12 @@ class OxigraphKG(KnowledgeGraph):
         source, subjects, relations, objects, names = _read_input(triples, names)
         store_dir.mkdir(parents=True, exist_ok=True)
         store = ox.Store(str(store_dir))
-        store.bulk_load(
-            input=_ChunkReader(_nquads(source, subjects, relations, objects, names)),
-            format=ox.RdfFormat.N_QUADS,
-            lenient=True,  # every term was built and validated by pyoxigraph already
-        )
+        with tqdm(total=len(subjects), desc="kg load", unit="triple", unit_scale=True, disable=not progress) as bar:
+            store.bulk_load(
+                input=_ChunkReader(_nquads(source, subjects, relations, objects, names, bar.update)),
+                format=ox.RdfFormat.N_QUADS,
+                lenient=True,  # every term was built and validated by pyoxigraph already
+            )
         store.flush()
         store.optimize()
         kg = cls._from_store(store, store_dir)
@@ -312,8 +316,10 @@ def _read_input(triples, names):
     return source, subjects, relations, objects, names
 
 
-def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | None) -> Iterator[bytes]:
-    """The store's content as N-Quads, in chunks of lines (edges, labels, then the index graph)."""
+def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | None,
+            on_edges: Callable[[int], object]) -> Iterator[bytes]:
+    """The store's content as N-Quads, in chunks of lines (edges, labels, then the index graph);
+    `on_edges(n)` is told of each chunk of n edges as it is handed on."""
     n = len(subjects)
     codes, nodes = pd.factorize(np.concatenate([np.asarray(subjects, dtype=object), np.asarray(objects, dtype=object)]), sort=False)
     rel_codes, rels = pd.factorize(np.asarray(relations, dtype=object), sort=False)
@@ -326,6 +332,7 @@ def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | N
         yield "".join(
             f"{node_terms[src[i]]} {rel_terms[rel_list[i]]} {node_terms[dst[i]]} .\n" for i in range(start, stop)
         ).encode("utf-8")
+        on_edges(stop - start)
 
     label_pred, index_pred, index_graph = f"<{RDFS_LABEL}>", f"<{INDEX_NODE}>", f"<{INDEX_GRAPH}>"
     lines: list[str] = []

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from kgreasoner.retrieval.labels import LabelledGroup, label_groups
 from kgreasoner.data import load_dataset, open_dataset_kg
@@ -221,7 +222,8 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
     generator = torch.Generator().manual_seed(config.seed)
     best_mrr, best_state, best_epoch, stale, epochs_run = -1.0, copy.deepcopy(model.state_dict()), 0, 0, 0
     start = time.perf_counter()
-    for epoch in range(1, config.epochs + 1):
+    epochs = tqdm(range(1, config.epochs + 1), desc="ranker training", unit="epoch", disable=None)
+    for epoch in epochs:
         model.train()
         order = torch.randperm(len(train), generator=generator).tolist()
         total = 0.0
@@ -237,6 +239,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
         epochs_run = epoch
         dev_mrr = ranking_metrics(method_scores("gat", dev, embeddings, model), dev.labels, config.eval_ks)["mrr"]
         log.info("epoch %d loss %.4f dev MRR %.4f", epoch, total / max(len(train), 1), dev_mrr)
+        epochs.set_postfix(loss=f"{total / max(len(train), 1):.4f}", dev_mrr=f"{dev_mrr:.4f}")
         if dev_mrr > best_mrr:
             best_mrr, best_state, best_epoch, stale = dev_mrr, copy.deepcopy(model.state_dict()), epoch, 0
         else:
@@ -244,6 +247,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
         out_of_time = config.max_train_seconds is not None and time.perf_counter() - start > config.max_train_seconds
         if stale >= config.patience or out_of_time:
             break
+    epochs.close()
     train_seconds = time.perf_counter() - start
     model.load_state_dict(best_state)
     model.eval()

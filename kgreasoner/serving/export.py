@@ -21,6 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from kgreasoner.protocol import ANSWER_CLOSE, TAGS, build_prompt
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -44,6 +46,7 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
         raise ValueError(f"{out} exists and is not empty; choose a new --out")
     torch_dtype = getattr(torch, dtype)
     adapter = (source / ADAPTER_CONFIG).is_file()
+    stages = tqdm(total=4, desc="export", unit="stage", disable=None, postfix="load")
     if adapter:
         from peft import PeftModel
 
@@ -65,6 +68,8 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
         tokenizer_dir = source
     model.eval()
+    stages.update()
+    stages.set_postfix_str("merge" if adapter else "copy")
     tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(tokenizer_dir))
     probe = tokenizer(build_prompt(PROBE_QUESTION[0], PROBE_QUESTION[1], tokenizer) + PROBE_TRAJECTORY,
                       add_special_tokens=False, return_tensors="pt")["input_ids"]
@@ -74,9 +79,13 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
     merged.generation_config = _generation_config(merged, tokenizer)
     if merged.config.pad_token_id is None:
         merged.config.pad_token_id = tokenizer.pad_token_id
+    stages.update()
+    stages.set_postfix_str("save")
     out.mkdir(parents=True, exist_ok=True)
     merged.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    stages.update()
+    stages.set_postfix_str("check")
 
     reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch_dtype).eval()
     with torch.no_grad():
@@ -88,6 +97,8 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
         "single_token_tags": single, "probe_max_logit_difference": difference,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    stages.update()
+    stages.close()
     return manifest
 
 
