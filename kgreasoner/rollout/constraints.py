@@ -3,8 +3,10 @@
 When a row's own tokens end with the
 token ids of `<search>` or `<answer>`, the row enters a constrained span: the next tokens must
 spell one of the allowed entity strings, followed by the closing tag (`<search>` also allows
-`NAME | backtrack`). Allowed strings are the topic entity names plus every handle and label the
-session has shown (`SearchSession.shown_entities()`), read at the moment the span starts.
+`NAME | backtrack`, and `NAME | REL` for every relation REL a `more:` line of the row's tool
+output has listed, `listed_relations`). Allowed strings are the topic entity names plus every
+handle and label the session has shown (`SearchSession.shown_entities()`), read at the moment the
+span starts.
 
 Each allowed string is tokenised alone, with and without a leading space, and the closing tag
 alone (its ids decode to the tag, so the engine's stop fires on them); the continuations form a
@@ -28,11 +30,13 @@ only a tool call shows new entities or lines, so what is allowed cannot change w
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 from kgreasoner.protocol import (
     ANSWER_CLOSE, ANSWER_OPEN, BACKTRACK_MARK, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN,
 )
+from kgreasoner.retrieval.tool import MORE_PREFIX
 
 _END = -1
 """Trie key marking that a complete continuation ends at this node."""
@@ -47,6 +51,19 @@ def quoted_lines(tool_texts: Sequence[str]) -> list[str]:
     """The triple lines of tool outputs, without their parentheses: what a quote may spell."""
     return [line[len(QUOTE_OPEN):-len(QUOTE_CLOSE)] for text in tool_texts for line in text.split("\n")
             if line.startswith(QUOTE_OPEN) and line.endswith(QUOTE_CLOSE) and len(line) > 2]
+
+
+_LISTED = re.compile(r"(.+?) \(\d+\)(?:, |$)")
+
+
+def listed_relations(tool_texts: Sequence[str]) -> list[str]:
+    """The relations the `more:` lines of tool outputs list (`more: plays_for (23), citizen_of (12)`), in order, once."""
+    found: dict[str, None] = {}
+    for text in tool_texts:
+        for line in text.split("\n"):
+            if line.startswith(MORE_PREFIX):
+                found.update(dict.fromkeys(_LISTED.findall(line[len(MORE_PREFIX):].strip())))
+    return list(found)
 
 
 class ConstraintVocabulary:
@@ -102,11 +119,14 @@ class RowConstraint:
     """The constrained-span state of one row."""
 
     def __init__(self, vocabulary: ConstraintVocabulary, allowed_names: Callable[[], list[str]],
-                 allowed_lines: Callable[[], list[str]] | None = None) -> None:
+                 allowed_lines: Callable[[], list[str]] | None = None,
+                 allowed_relations: Callable[[], list[str]] | None = None) -> None:
         self.vocabulary = vocabulary
         self.allowed_names = allowed_names
         self.allowed_lines = allowed_lines
         """Shown triple lines (`quoted_lines`) when quotes are constrained, else None."""
+        self.allowed_relations = allowed_relations or (lambda: [])
+        """Relations the row's `more:` lines listed (`listed_relations`): what a search's filter may name."""
         self.node: dict | None = None
 
     @property
@@ -126,7 +146,10 @@ class RowConstraint:
             if self.node is not None and len(self.node) == 1 and _END in self.node:
                 self.node = None
             return
-        spans = [(self.vocabulary.openers[SEARCH_OPEN], self.allowed_names, self.vocabulary.search_tails),
+        search_tails = self.vocabulary.search_tails + [
+            self.vocabulary.ids(f" {QUERY_SEPARATOR} {relation}") + self.vocabulary.ids(SEARCH_CLOSE)
+            for relation in self.allowed_relations()]
+        spans = [(self.vocabulary.openers[SEARCH_OPEN], self.allowed_names, search_tails),
                  (self.vocabulary.openers[ANSWER_OPEN], self.allowed_names, self.vocabulary.answer_tails)]
         if self.allowed_lines is not None:
             spans.append((self.vocabulary.quote_openers, self.allowed_lines, self.vocabulary.quote_tails))
@@ -149,10 +172,11 @@ def _literal(text: str) -> str:
     return "".join(f"\\{c}" if c in _REGEX_SPECIAL else c for c in text)
 
 
-def turn_regex(names: Sequence[str], lines: Sequence[str] | None = None) -> str:
+def turn_regex(names: Sequence[str], lines: Sequence[str] | None = None, relations: Sequence[str] = ()) -> str:
     """One turn under constrained decoding, as a regex: free thinking (no `<` but the think tags), then
     optionally `<search>` or `<answer>` holding exactly one of `names` (a leading space allowed, as the
-    token-level trie allows it; a search may add `| backtrack`) and its closing tag. With `lines`
+    token-level trie allows it; a search may add `| backtrack`, or `| REL` for one of `relations`) and
+    its closing tag. With `lines`
     (constrained quotes, once a line has been shown), a `(` in the thinking must open one of them.
 
     The optional ending keeps EOS and the length cap where the token-level constraint leaves them: it
@@ -167,7 +191,7 @@ def turn_regex(names: Sequence[str], lines: Sequence[str] | None = None) -> str:
         free = f"([^<]|{_literal(THINK_OPEN)}|{_literal(THINK_CLOSE)})*"
     if not entity:  # nothing may be searched or answered yet: thinking only
         return free
-    backtrack = _literal(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}")
-    search = f"{_literal(SEARCH_OPEN)} ?({entity})({backtrack})?{_literal(SEARCH_CLOSE)}"
+    suffixes = "|".join(_literal(f" {QUERY_SEPARATOR} {tail}") for tail in dict.fromkeys([BACKTRACK_MARK, *relations]))
+    search = f"{_literal(SEARCH_OPEN)} ?({entity})({suffixes})?{_literal(SEARCH_CLOSE)}"
     answer = f"{_literal(ANSWER_OPEN)} ?({entity}){_literal(ANSWER_CLOSE)}"
     return f"{free}({search}|{answer})?"

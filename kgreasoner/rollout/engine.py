@@ -49,7 +49,7 @@ from kgreasoner.protocol import (
     ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS, THINK_OPEN, TRIPLES_CLOSE, build_prompt,
     format_tool_block, last_open_search, opened_think, parse_trajectory, topic_names,
 )
-from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, quoted_lines, turn_regex
+from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, listed_relations, quoted_lines, turn_regex
 from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
 
 TRUNCATION_NOTE = "[{count} more lines cut: tool output limit]"
@@ -262,7 +262,7 @@ class RolloutEngine:
         row = RowState(index, prompt_ids, prompt_text, session, None)
         if self.config.constrained_decoding:
             lines = _shown_lines(row) if self.config.constrained_quotes else None
-            row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines)
+            row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines, _listed(row))
         return row
 
     def _halted(self, row: RowState) -> bool:
@@ -422,7 +422,8 @@ class RolloutEngine:
             extra = {}
             if self.config.constrained_decoding:
                 extra["regexes"] = [turn_regex(row.constraint.allowed_names(),
-                                               row.constraint.allowed_lines and row.constraint.allowed_lines())
+                                               row.constraint.allowed_lines and row.constraint.allowed_lines(),
+                                               row.constraint.allowed_relations())
                                     for row in active]
             outputs = self.backend.complete([row.prompt_ids + row.completion_ids for row in active],
                                             budgets, sampling, turn, [row.index for row in active], **extra)
@@ -510,6 +511,11 @@ def _session_factory(tool_or_factory: Any) -> Callable[[str, list], Any] | None:
 def _shown_lines(row: RowState) -> Callable[[], list[str]]:
     """The triple lines the row's tool calls have printed so far, read when a quote opens."""
     return lambda: quoted_lines([call.text for call in row.tool_calls])
+
+
+def _listed(row: RowState) -> Callable[[], list[str]]:
+    """The relations the row's tool calls have listed in `more:` lines so far: what a search filter may name."""
+    return lambda: listed_relations([call.text for call in row.tool_calls])
 
 
 def _allowed_names(prompt: Any, session: Any) -> Callable[[], list[str]]:

@@ -40,3 +40,38 @@ def test_a_quote_may_close_with_the_parenthesis_fused_to_the_next_mark():
     assert sorted(row.allowed()) == sorted([encode(")")[0], encode(").")[0], encode("),")[0]])
     row.observe(written + encode(")."))
     assert not row.active
+
+
+def test_listed_relations_are_what_more_lines_name():
+    from kgreasoner.rollout.constraints import listed_relations
+
+    blocks = ["(E2 Pat, citizen_of, E1 Freedonia)\nmore: citizen_of (29), based_in (15), =backtrack (1)",
+              "(E3 Club 0, based_in, E1 Freedonia)\nmore: film film genre (3), based_in (14)", "All 3 neighbours of X have been shown."]
+    assert listed_relations(blocks) == ["citizen_of", "based_in", "=backtrack", "film film genre"]
+
+
+def test_a_constrained_search_may_filter_by_a_listed_relation_only():
+    import re
+
+    from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, turn_regex
+    from kgreasoner.tokenizer import TokenizerConfig, train_tokenizer
+
+    pattern = turn_regex(["E1"], None, ["citizen_of", "film film genre"])
+    assert re.fullmatch(pattern, "<think> more <search>E1 | film film genre</search>")
+    assert re.fullmatch(pattern, "<think> back <search>E1 | backtrack</search>")
+    assert not re.fullmatch(pattern, "<think> x <search>E1 | plays_for</search>")
+    tokenizer = train_tokenizer(["<search>E1 | citizen_of</search> E1 | backtrack plays_for"], TokenizerConfig(num_handles=4))
+    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+    tails = {name: encode(f" | {name}") for name in ("citizen_of", "backtrack", "plays_for")}
+    shared = 0  # the tokens of ` | ` both tails start with
+    while tails["citizen_of"][shared] == tails["backtrack"][shared]:
+        shared += 1
+    for listed, allowed in (([], False), (["citizen_of"], True)):
+        row = RowConstraint(ConstraintVocabulary(encode), lambda: ["E1"], None, lambda: listed)
+        written = encode("<search>")
+        row.observe(written)
+        for token in encode("E1") + tails["backtrack"][:shared]:
+            written.append(token)
+            row.observe(written)
+        assert (tails["citizen_of"][shared] in row.allowed()) == allowed
+        assert tails["plays_for"][shared] not in row.allowed() and tails["backtrack"][shared] in row.allowed()
