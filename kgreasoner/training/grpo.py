@@ -14,7 +14,9 @@ so every batch of a few questions holds multi-hop questions and short chains ali
 What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
 per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), and greedy Hits@1 on
-a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Each episode is one
+a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Rollout figures
+go through TRL's own metric path (the `log_metric` its reward functions get), which averages them
+over the ranks; under torchrun only the main process logs progress. Each episode is one
 TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
 `--resume` continues the first unfinished episode from its last checkpoint.
 """
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelerate.logging import get_logger
 from transformers import TrainerCallback
 
 from kgreasoner.retrieval.tool import ToolConfig
@@ -37,6 +40,7 @@ from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
 
 EPISODE_DATA = ("all", "hard")
+logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
 @dataclass
@@ -162,29 +166,13 @@ class GRPORecipe:
             raise ValueError("trainer must be a mapping of GRPOConfig field names to values")
 
 
-class RolloutStats:
-    """Per-step rollout figures TRL does not log itself, fed into the trainer's metrics."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, list[float]] = defaultdict(list)
-
-    def add(self, name: str, value: float) -> None:
-        self.values[name].append(float(value))
-
-    def drain(self) -> dict[str, float]:
-        means = {k: sum(v) / len(v) for k, v in self.values.items() if v}
-        self.values.clear()
-        return means
-
-
 class KGRollout:
     """TRL `rollout_func`: our engine and search tool on the trainer's current weights."""
 
-    def __init__(self, recipe: GRPORecipe, tool, examples_by_prompt: dict[str, Any], stats: RolloutStats) -> None:
+    def __init__(self, recipe: GRPORecipe, tool, examples_by_prompt: dict[str, Any]) -> None:
         self.recipe = recipe
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
-        self.stats = stats
         self.rollout_seconds = 0.0
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
@@ -220,7 +208,9 @@ class KGRollout:
         elapsed = time.perf_counter() - started
         self.rollout_seconds += elapsed
         tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
-        self._record(trajectories, examples, elapsed, tool_seconds)
+        # TRL's metric path: it averages these over the ranks when it flushes the step's reward metrics
+        for name, value in self.figures(trajectories, examples, elapsed, tool_seconds).items():
+            trainer._log_metric(name, value)
         return {
             "prompt_ids": [t.prompt_ids for t in trajectories],
             "completion_ids": [t.completion_ids for t in trajectories],
@@ -232,7 +222,9 @@ class KGRollout:
             "tool_spans": [[list(span) for span in t.tool_spans] for t in trajectories],
         }
 
-    def _record(self, trajectories, examples, elapsed: float, tool_seconds: float) -> None:
+    @staticmethod
+    def figures(trajectories, examples, elapsed: float, tool_seconds: float) -> dict[str, float]:
+        """This rank's rollout figures of one generation batch: `rollout/*` per rollout, `time/*` in seconds."""
         from kgreasoner.data.sampling import hop_count
         from kgreasoner.protocol import check_format
         from kgreasoner.rewards import answer_reward
@@ -244,25 +236,24 @@ class KGRollout:
         by_hops: dict[int, list[tuple[int, float]]] = defaultdict(list)
         for trajectory, example, right in zip(trajectories, examples, correct):
             by_hops[hop_count(example)].append((trajectory.num_searches, right))
+        figures = {}
         for hops, pairs in sorted(by_hops.items()):
-            self.stats.add(f"rollout/searches_hop{hops}", sum(p[0] for p in pairs) / len(pairs))
-            self.stats.add(f"rollout/correct_hop{hops}", sum(p[1] for p in pairs) / len(pairs))
+            figures[f"rollout/searches_hop{hops}"] = sum(p[0] for p in pairs) / len(pairs)
+            figures[f"rollout/correct_hop{hops}"] = sum(p[1] for p in pairs) / len(pairs)
         model_tokens = sum(t.num_model_tokens for t in trajectories)
         all_tokens = sum(len(t.completion_ids) for t in trajectories)
-        self.stats.add("rollout/searches", sum(t.num_searches for t in trajectories) / n)
-        self.stats.add("rollout/tool_calls", sum(t.num_tool_calls for t in trajectories) / n)
-        self.stats.add("rollout/backtracks", sum(t.num_backtracks for t in trajectories) / n)
-        self.stats.add("rollout/model_tokens", model_tokens / n)
-        self.stats.add("rollout/tool_token_share", (all_tokens - model_tokens) / max(all_tokens, 1))
-        self.stats.add("rollout/format_valid", sum(check_format(t.text, t.tool_spans).valid for t in trajectories) / n)
-        self.stats.add("rollout/answered", sum(t.finish_reason == "answer" for t in trajectories) / n)
-        self.stats.add("time/generation_s", elapsed - tool_seconds)
-        self.stats.add("time/tool_s", tool_seconds)
-
-    def push(self, trainer) -> None:
-        """Hand this step's figures to TRL's metric buffer, which `report_to` loggers receive."""
-        for name, value in self.stats.drain().items():
-            trainer._metrics["train"][name].append(value)
+        figures.update({
+            "rollout/searches": sum(t.num_searches for t in trajectories) / n,
+            "rollout/tool_calls": sum(t.num_tool_calls for t in trajectories) / n,
+            "rollout/backtracks": sum(t.num_backtracks for t in trajectories) / n,
+            "rollout/model_tokens": model_tokens / n,
+            "rollout/tool_token_share": (all_tokens - model_tokens) / max(all_tokens, 1),
+            "rollout/format_valid": sum(check_format(t.text, t.tool_spans).valid for t in trajectories) / n,
+            "rollout/answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
+            "time/generation_s": elapsed - tool_seconds,
+            "time/tool_s": tool_seconds,
+        })
+        return figures
 
 
 class StepLog:
@@ -296,7 +287,8 @@ def _is_number(value: Any) -> bool:
 
 
 class RolloutMetrics(TrainerCallback):
-    """Adds the rollout figures to each step's logs and writes the per-step JSONL (main process)."""
+    """Times each step (`time/step_s`, `time/training_s`: the step less its rollouts) and writes the
+    per-step JSONL (main process)."""
 
     def __init__(self, step_log: StepLog, rollout: KGRollout) -> None:
         self.step_log = step_log
@@ -313,10 +305,17 @@ class RolloutMetrics(TrainerCallback):
         self.rollout.rollout_seconds = 0.0
 
     def on_step_end(self, args, state, control, **kwargs):
+        import torch
+
+        # TRL flushes metrics logged through its path at the next generation, a step late; the step's
+        # own timings are averaged over the ranks here (every rank ends every step) and join the buffer
+        # TRL logs from at this step, as its own `step_time` does.
         step_seconds = time.perf_counter() - self.step_started
-        self.rollout.stats.add("time/step_s", step_seconds)
-        self.rollout.stats.add("time/training_s", step_seconds - self.rollout.rollout_seconds)
-        self.rollout.push(self.trainer)
+        accelerator = self.trainer.accelerator
+        local = torch.tensor([step_seconds, step_seconds - self.rollout.rollout_seconds], device=accelerator.device)
+        step_s, training_s = accelerator.reduce(local, reduction="mean").tolist()
+        self.trainer._metrics["train"]["time/step_s"].append(step_s)
+        self.trainer._metrics["train"]["time/training_s"].append(training_s)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs and "loss" in logs:
@@ -575,7 +574,7 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     root = Path(recipe.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     data, by_prompt = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed)
-    rollout = KGRollout(recipe, tool, by_prompt, RolloutStats())
+    rollout = KGRollout(recipe, tool, by_prompt)
     step_log = StepLog(root / STEP_LOG, number)
     metrics = RolloutMetrics(step_log, rollout)
     callbacks = [metrics]
@@ -621,6 +620,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         final = episode_dir / "final"
         if is_saved_model(final):
             model_path = str(final)
+            logger.info("episode %d/%d already done: %s", number, len(recipe.episodes), final)
             continue
         examples = train_examples
         if episode.data == "hard":
@@ -630,6 +630,8 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
         trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples)
         checkpoint = last_complete_checkpoint(episode_dir) if resume else None
+        logger.info("episode %d/%d: %d %s questions from %s%s", number, len(recipe.episodes), len(examples),
+                    episode.data, model_path, f", resuming {checkpoint}" if checkpoint else "")
         trainer.train(resume_from_checkpoint=checkpoint)
         trainer.save_model(str(final))
         if trainer.is_world_process_zero():

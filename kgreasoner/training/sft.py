@@ -8,16 +8,17 @@ elsewhere `labelled_head` makes it do the same (on CPU the full-sequence project
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from accelerate.logging import get_logger
 
 from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.training.warmup_data import encode_record, read_warmup
 
-logger = logging.getLogger(__name__)
+logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
 @dataclass
@@ -175,9 +176,9 @@ def train_sft(recipe: SFTRecipe, resume: bool = False) -> Path:
     model_path = ensure_model(recipe.model, recipe.tiny_model, recipe.tokenizer_texts)
     tokenizer = load_tokenizer(model_path)
     train_set, dev_set, dropped = build_datasets(recipe, tokenizer)
-    if dropped:
-        logger.warning("dropped %d trajectories longer than max_length=%d", dropped, recipe.max_length)
     args = sft_config(recipe, has_eval=dev_set is not None)  # before the model: see sft_config
+    if dropped:  # after the config, which sets up the process state the rank-aware logger reads
+        logger.warning("dropped %d trajectories longer than max_length=%d", dropped, recipe.max_length)
     model = load_model(model_path, tokenizer)
     callbacks = []
     if dev_set is not None and recipe.early_stopping_patience > 0 and recipe.eval_steps > 0:
