@@ -506,6 +506,7 @@ class SparqlKG(KnowledgeGraph):
             stop=tenacity.stop_after_attempt(self.retries + 1),
             wait=tenacity.wait_exponential(multiplier=self.backoff),
             retry=tenacity.retry_if_exception_type(_TRANSIENT),
+            before_sleep=tenacity.before_sleep_log(log, logging.WARNING),
             reraise=True,
         )
         try:

@@ -4,10 +4,11 @@
 use from many threads), the API key from the environment variable `api_key_env` as a bearer
 token when it is set, and a timeout in seconds per request.
 
-A transient failure (the endpoint unreachable, a timeout, HTTP 429 or 5xx) is tried again after
-`backoff`, `2 * backoff`, ... seconds (capped at `max_backoff`), up to `retries` more times; then
-`EndpointUnavailable` names the URL, the attempts and the last cause. Any other status (a 4xx) is
-the endpoint refusing this request: `EndpointRejected` at once, neither retried nor an outage.
+A transient failure (the endpoint unreachable, a timeout, HTTP 429 or 5xx) is logged as a warning
+and tried again after `backoff`, `2 * backoff`, ... seconds (capped at `max_backoff`), up to
+`retries` more times; then `EndpointUnavailable` names the URL, the attempts and the last cause.
+Any other status (a 4xx) is the endpoint refusing this request: `EndpointRejected` at once,
+neither retried nor an outage.
 A reply that is not JSON is an `EndpointError`. All three are RuntimeErrors.
 
 This module imports nothing of kgreasoner, so every layer may use it.
@@ -15,12 +16,14 @@ This module imports nothing of kgreasoner, so every layer may use it.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import httpx
 import tenacity
 
+log = logging.getLogger(__name__)
 TOO_MANY_REQUESTS = 429
 
 
@@ -57,6 +60,7 @@ def retry_policy(retries: int, backoff: float, max_backoff: float = 30.0) -> ten
         stop=tenacity.stop_after_attempt(retries + 1),
         wait=tenacity.wait_exponential(multiplier=backoff, max=max_backoff),
         retry=tenacity.retry_if_exception(is_transient),
+        before_sleep=tenacity.before_sleep_log(log, logging.WARNING),
         reraise=True,
     )
 
