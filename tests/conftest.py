@@ -1,15 +1,33 @@
-"""Fixtures shared by every test directory."""
+"""Fixtures shared by every test directory.
+
+- `oxigraph_server`: a real `oxigraph serve-read-only` over given triples (a factory).
+- `synthetic_dir`: a small synthetic dataset folder (150 entities, 60 questions), made once.
+- `tiny_checkpoint`: one untrained tiny Qwen3 checkpoint (`kgreasoner.models.build_tiny`), made once.
+- `openai_server`: stand-in OpenAI-compatible HTTP servers on 127.0.0.1 answering from a function.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 import pyoxigraph as ox
 import pytest
 
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.server import OxigraphServer, start_oxigraph_server
+
+TINY_MODEL_TEXTS = [
+    # The hand-written questions, thoughts and triples of the llm and training tests.
+    "what time zone is utah in", "Mountain Time Zone", "I need the time zone of Utah.", "Utah is in E2.",
+    "(E1 Utah, time_zone, E2 Mountain_Time_Zone) (E1 Utah, capital, E3 Salt_Lake_City)",
+    "what is the capital of france", "I need the capital of France.", "The capital is E2.",
+    "(E1 France, capital, E2 Paris) (E1 France, currency, E3 Euro)",
+]
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +63,89 @@ def oxigraph_server(tmp_path_factory):
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def synthetic_dir(tmp_path_factory):
+    """A small synthetic dataset folder (kb.tsv, names.tsv, questions.jsonl; seed 0, grouped split)."""
+    from data_gen.synthetic import write_synthetic
+
+    return write_synthetic(tmp_path_factory.mktemp("synthetic"), seed=0, num_entities=150, num_questions=60)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, synthetic_dir):
+    """An untrained tiny Qwen3 (hidden 64, 2 layers) in a folder named `final`; its word-level
+    tokenizer knows the synthetic set's questions and names and TINY_MODEL_TEXTS. It answers wrongly."""
+    from kgreasoner.models import TinyModelConfig, build_tiny
+    from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
+
+    config = dataclasses.replace(
+        TinyModelConfig(), hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
+        intermediate_size=128, max_position_embeddings=2048, tokenizer=TokenizerConfig(num_handles=32))
+    out = tmp_path_factory.mktemp("tiny_model") / "final"
+    texts = read_training_texts([synthetic_dir / "questions.jsonl", synthetic_dir / "names.tsv"])
+    build_tiny(config, [*texts, *TINY_MODEL_TEXTS], out)
+    return out
+
+
+class Received(NamedTuple):
+    """One request a stand-in server got: method, path, Authorization header and JSON body (None without one)."""
+
+    method: str
+    path: str
+    authorization: str | None
+    body: Any
+
+
+@dataclasses.dataclass
+class StandIn:
+    """A running stand-in server: `base_url` ends in /v1; `requests` is what it received, in order."""
+
+    base_url: str
+    port: int
+    requests: list[Received]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_body = self.rfile.read(length) if length else b""
+        request = Received(self.command, self.path, self.headers.get("Authorization"),
+                           json.loads(raw_body) if raw_body else None)
+        self.server.received.append(request)
+        status, reply = self.server.reply(request)
+        raw = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain" if isinstance(reply, str) else "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def openai_server():
+    """`start(reply)`: a real HTTP server on a free 127.0.0.1 port standing in for an OpenAI-compatible
+    endpoint (`/v1/chat/completions`, `/v1/completions`, `/v1/models`). `reply(request)` gives
+    (status, JSON-able value or text) for each `Received` request; the server answers requests
+    concurrently and is shut down when the test ends."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(reply: Callable[[Received], tuple[int, Any]]) -> StandIn:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        server.reply, server.received = reply, []
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        port = server.server_address[1]
+        return StandIn(f"http://127.0.0.1:{port}/v1", port, server.received)
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+

@@ -2,9 +2,6 @@
 OpenAI-compatible client against a local HTTP server speaking the chat-completions protocol."""
 
 import concurrent.futures
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -59,53 +56,30 @@ def test_hf_client_batches_threads_and_matches_single_calls(tiny_checkpoint):
     assert llm.usage.completion_tokens == 2 * sum(c.completion_tokens for c in alone)
 
 
-class _ChatHandler(BaseHTTPRequestHandler):
-    requests: list = []
-
-    def do_GET(self):
-        self._reply({"data": [{"id": "served-model"}]})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append((self.path, body))
-        text = "echo: " + body["messages"][0]["content"] + " STOP tail"
-        self._reply({"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 11, "completion_tokens": 7}})
-
-    def _reply(self, data):
-        raw = json.dumps(data).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def chat_server():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+def chat_server(openai_server):
+    """Lists one model; answers a chat request with its first message echoed, then " STOP tail"."""
+    def reply(request):
+        if request.method == "GET":
+            return 200, {"data": [{"id": "served-model"}]}
+        text = "echo: " + request.body["messages"][0]["content"] + " STOP tail"
+        return 200, {"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 11, "completion_tokens": 7}}
+
+    return openai_server(reply)
 
 
 def test_openai_client_over_http(chat_server):
-    _ChatHandler.requests = []
-    llm = open_llm(f"openai:{chat_server}", max_tokens=9)
+    llm = open_llm(f"openai:{chat_server.base_url}", max_tokens=9)
     assert isinstance(llm, OpenAIClient) and llm.model == "served-model"
     completion = llm.complete("hello", stop=("STOP",))
     assert completion.text == "echo: hello " and completion.prompt_tokens == 11 and completion.completion_tokens == 7
-    path, body = _ChatHandler.requests[-1]
+    _, path, _, body = chat_server.requests[-1]
     assert path == "/v1/chat/completions"
     assert body == {"model": "served-model", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 9,
                     "temperature": 0.0, "stop": ["STOP"]}
     assert llm.usage.as_dict() == {"llm_calls": 1, "prompt_tokens": 11, "completion_tokens": 7}
-    assert open_llm(f"openai:{chat_server}#named").model == "named"
+    assert open_llm(f"openai:{chat_server.base_url}#named").model == "named"
 
 
 def test_openai_client_reports_an_unreachable_server():

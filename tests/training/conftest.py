@@ -1,4 +1,5 @@
-"""A tiny real model and a few hand-written warm-up trajectories for the training tests."""
+"""A few hand-written warm-up trajectories and a warm policy for the training tests (the tiny untrained
+model is the shared `tiny_checkpoint` of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -47,21 +48,6 @@ def records() -> list[WarmupRecord]:
 @pytest.fixture
 def utah_triples() -> str:
     return TRIPLES_UTAH
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory):
-    texts = []
-    for record in make_records():
-        texts.append(record.question)
-        texts.extend(s.text for s in record.segments)
-    config = TinyModelConfig(
-        hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=128,
-        max_position_embeddings=1024, tokenizer=TokenizerConfig(num_handles=8),
-    )
-    out = tmp_path_factory.mktemp("tiny")
-    build_tiny(config, texts, out)
-    return out
 
 
 @pytest.fixture(scope="session")
