@@ -106,6 +106,10 @@ class StandIn:
     port: int
     requests: list[Received]
 
+    @property
+    def bodies(self) -> list[Any]:
+        return [request.body for request in self.requests]
+
 
 class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:

@@ -6,14 +6,11 @@
 - `tiny_model(tokenizer)`: a randomly initialised, seeded Qwen3ForCausalLM (hidden 64, 2 layers,
   head_dim 32). Its free output is garbage, which is what malformed-output tests need; tests that
   need a given output force it with `ScriptedLogits`.
-- `stub`: a local HTTP server answering `/v1/completions` from a reply function (remote backends).
+- `stub`: a local HTTP server answering `/v1/completions` from a reply function (remote backends);
+  its `.bodies` are the request bodies it got, in order.
 """
 
 from __future__ import annotations
-
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
@@ -144,36 +141,7 @@ class RecordingLogits:
         return logits
 
 
-class _Stub(BaseHTTPRequestHandler):
-    """Replies per request from `server.reply(body)`; records request bodies in `server.bodies`."""
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.bodies.append(body)
-        status, reply = self.server.reply(body)
-        data = json.dumps(reply).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def stub():
-    servers = []
-
-    def start(reply):
-        server = HTTPServer(("127.0.0.1", 0), _Stub)
-        server.reply, server.bodies = reply, []
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+def stub(openai_server):
+    """`stub(reply)`: the shared stand-in server (tests/conftest.py) answering `reply(JSON body)`."""
+    return lambda reply: openai_server(lambda request: reply(request.body))

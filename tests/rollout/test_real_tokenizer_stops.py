@@ -144,7 +144,7 @@ def test_vllm_turns_keep_sampled_ids_and_logprobs_and_drop_tokens_past_the_stop(
         return 200, _vllm_reply(turn_ids[turn] + extra, sent[turn])
 
     server = stub(reply)
-    backend = VLLMBackend(real_tokenizer, base_url=f"http://127.0.0.1:{server.server_port}/v1", model="real")
+    backend = VLLMBackend(real_tokenizer, base_url=server.base_url, model="real")
     engine = RolloutEngine(backend, None, RolloutConfig(max_turns=4, max_turn_tokens=64, max_tool_tokens=128))
     session = ScriptedSession(TABLE)
     [trajectory] = engine.run([build_prompt("q", ["Utah"], real_tokenizer)], [session], SamplingParams(seed=2))

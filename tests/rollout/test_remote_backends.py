@@ -44,7 +44,7 @@ def test_vllm_server_mode_runs_the_engine_loop(stub, bpe_tokenizer):
         return 200, _vllm_reply(bpe_tokenizer, SECOND, "</answer>")
 
     server = stub(reply)
-    backend = VLLMBackend(bpe_tokenizer, base_url=f"http://127.0.0.1:{server.server_port}/v1", model="tiny")
+    backend = VLLMBackend(bpe_tokenizer, base_url=server.base_url, model="tiny")
     engine = RolloutEngine(backend, None, RolloutConfig(max_turn_tokens=50))
     prompt = build_prompt("what timezone is utah in", ["Utah"])
     trajectories = engine.run([prompt, prompt], [ScriptedSession(TABLE), ScriptedSession(TABLE)],
@@ -73,7 +73,7 @@ def test_vllm_reply_parsing_and_failures(stub, bpe_tokenizer):
     reply["choices"][0]["logprobs"]["tokens"] = ["<", "think"]
     assert "no token ids" in VLLMBackend.parse(reply).error
     server = stub(lambda body: (500, {"error": "boom"}))
-    url = f"http://127.0.0.1:{server.server_port}/v1"
+    url = server.base_url
     backend = VLLMBackend(bpe_tokenizer, base_url=url, model="tiny", retries=2, backoff=0.0)
     [trajectory] = RolloutEngine(backend, None).run(["question"], [ScriptedSession(TABLE)])
     assert trajectory.finish_reason == "error"
@@ -91,7 +91,7 @@ def test_openai_backend_by_text(stub):
         return 200, {"choices": [{"text": text, "finish_reason": "stop"}], "usage": {"completion_tokens": 7}}
 
     server = stub(reply)
-    backend = OpenAIBackend(f"http://127.0.0.1:{server.server_port}/v1", "hosted")
+    backend = OpenAIBackend(server.base_url, "hosted")
     engine = RolloutEngine(backend, None, RolloutConfig(max_turn_tokens=40))
     [trajectory] = engine.run(["Q: where? Assistant:"], [ScriptedSession(TABLE)], SamplingParams(temperature=0))
     assert trajectory.finish_reason == "answer"
@@ -118,7 +118,7 @@ def test_vllm_constrained_decoding_sends_each_turn_the_regex_of_the_shown_entiti
         return 200, _vllm_reply(bpe_tokenizer, text, stop)
 
     server = stub(reply)
-    backend = VLLMBackend(bpe_tokenizer, base_url=f"http://127.0.0.1:{server.server_port}/v1", model="tiny")
+    backend = VLLMBackend(bpe_tokenizer, base_url=server.base_url, model="tiny")
     engine = RolloutEngine(backend, config=RolloutConfig(max_turns=2, max_new_tokens=100, max_turn_tokens=50,
                                                          constrained_decoding=True))
     trajectory = engine.run([build_prompt("what timezone is utah in", ["Utah"])], [ScriptedSession(TABLE)])[0]
@@ -155,7 +155,7 @@ def test_turn_regex_with_lines_lets_a_parenthesis_open_only_a_shown_line():
 
 def test_openai_backend_does_not_retry_a_refused_request(stub):
     server = stub(lambda body: (400, {"error": "max_tokens too large"}))
-    url = f"http://127.0.0.1:{server.server_port}/v1"
+    url = server.base_url
     backend = OpenAIBackend(url, "hosted", retries=3, backoff=0.0)
     [trajectory] = RolloutEngine(backend, None).run(["Q:"], [ScriptedSession(TABLE)])
     assert trajectory.finish_reason == "error"
