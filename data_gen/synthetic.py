@@ -1084,6 +1084,8 @@ def _joint_drafts(world: _WorldBuilder, ids: np.ndarray, names: dict[str, str], 
     the second topics that reach one of its answers by the second path; the first pair whose
     common answers are at most MAX_ANSWERS and fewer than either path's own answers is kept.
     """
+    if count == 0:  # draws nothing from the world's generator: without them the questions are as they always were
+        return []
     rng = world.rng
     starts = _step_starts(world)
     unambiguous = {ids[i] for i in np.flatnonzero(clear).tolist()}
