@@ -128,11 +128,14 @@ class RankedCandidates(Sequence[Candidate]):
                  build: Callable[[PendingGroup], list[Candidate]] | None = None) -> None:
         if pending and build is None:
             raise ValueError("pending groups need a build function")
-        self._items: list[Candidate] = []
-        self._keys: set = set()
         self._pending = list(pending)
         self._build = build
-        self._append(ranked)
+        if pending:
+            self._items: list[Candidate] = []
+            self._keys: set = set()
+            self._append(ranked)
+        else:  # nothing will be appended: no keys to keep (the ranked candidates are distinct already)
+            self._items = list(ranked)
 
     def _append(self, candidates: Sequence[Candidate]) -> None:
         for candidate in candidates:
@@ -195,7 +198,11 @@ def candidate_context(kg: KnowledgeGraph, candidate: Candidate, max_context: int
     """The candidate target's own one-hop edges (at most `max_context`), minus the edge it came by."""
     if max_context <= 0:
         return []
-    came_by = candidate.edges[-1].key()
     # One extra edge so that dropping the edge back still leaves max_context of them.
-    edges = kg.neighbors(candidate.target, "both", limit=max_context + 1)
+    return context_from(kg.neighbors(candidate.target, "both", limit=max_context + 1), candidate, max_context)
+
+
+def context_from(edges: Sequence[Edge], candidate: Candidate, max_context: int) -> list[Edge]:
+    """`candidate_context` out of the target's first `max_context + 1` edges, fetched beforehand."""
+    came_by = candidate.edges[-1].key()
     return [e for e in edges if e.key() != came_by][:max_context]

@@ -7,7 +7,10 @@ distinct text once and inference encodes only what a call needs (the encoder's c
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -17,7 +20,7 @@ import torch
 from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.candidates import (
-    Candidate, PendingGroup, RankedCandidates, candidate_context, edge_text, gather_candidates, group_candidates,
+    Candidate, PendingGroup, RankedCandidates, context_from, edge_text, gather_candidates, group_candidates,
     relation_phrase, relation_words,
 )
 from kgreasoner.retrieval.encoder import TextEncoder, humanize_label
@@ -103,9 +106,12 @@ class Timings:
     fetch: float = 0.0
     encode: float = 0.0
     rank: float = 0.0
+    cached: int = 0
+    """Calls of `rank` answered from its cache."""
 
     def reset(self) -> None:
         self.fetch = self.encode = self.rank = 0.0
+        self.cached = 0
 
 
 @dataclass
@@ -127,6 +133,13 @@ class CandidateScorer:
     relation whose words are far from the question cannot place an entity in the first page however
     well the ranker would score it, and a mediator's second relation does not count in the relation
     order. Smaller entities (and `relation_first=None`, or another backend) take the exact path.
+
+    Two caches make repeated work free; neither changes a result (the graph, the encoder and the
+    ranker are read-only here). `rank_cache` rankings are kept per graph, entity, question and
+    fetch settings: the rollouts of one GRPO group search the same entities for the same question.
+    Each call still gets its own `RankedCandidates`, so sessions share no state. `context_cache`
+    nodes per graph keep the edges the ranker reads as a candidate's context, which later searches
+    of other entities and questions reuse (over SPARQL each is one request saved).
     """
 
     method: str
@@ -136,7 +149,12 @@ class CandidateScorer:
     max_context: int = 16
     rerank_pool: int | None = 64
     relation_first: int | None = 256
+    rank_cache: int = 4096
+    context_cache: int = 16384
     timings: Timings = field(default_factory=Timings)
+    _caches: "weakref.WeakKeyDictionary[KnowledgeGraph, _GraphCache]" = field(
+        default_factory=weakref.WeakKeyDictionary, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.method not in RANKING_METHODS:
@@ -154,16 +172,29 @@ class CandidateScorer:
         mediator's on both paths (relation first reaches all of a hub's edges, a relation at a time).
         """
         kg = kg or self.kg
+        key = (entity, question, expand_mediators, neighbor_limit)
+        cache = self._cache(kg)
+        hit = cache.get(cache.rankings, key)
+        if hit is not None:
+            self.timings.cached += 1
+            return RankedCandidates(*hit)
+        ranked = self._rank(question, entity, kg, expand_mediators, neighbor_limit)
+        cache.put(cache.rankings, key, ranked, self.rank_cache)
+        return RankedCandidates(*ranked)
+
+    def _rank(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
+              neighbor_limit: int | None) -> tuple:
+        """What `RankedCandidates` is built from: the ranked candidates, pending groups and their build."""
         start = time.perf_counter()
         if (self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
                 and isinstance(kg, MemoryKG) and kg.degree(entity) > self.relation_first):
             return self._rank_relation_first(question, entity, kg, expand_mediators, neighbor_limit, start)
         candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
         self.timings.fetch += time.perf_counter() - start
-        return RankedCandidates([candidates[i] for i in self.order(question, candidates, kg)])
+        return [candidates[i] for i in self.order(question, candidates, kg)], (), None
 
     def _rank_relation_first(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
-                             neighbor_limit: int | None, start: float) -> RankedCandidates:
+                             neighbor_limit: int | None, start: float) -> tuple:
         assert self.rerank_pool is not None
         groups = kg.relation_counts(entity, "both")
         self.timings.fetch += time.perf_counter() - start
@@ -181,11 +212,36 @@ class CandidateScorer:
                 pending.append(PendingGroup(relation, side, taken, count))
         self.timings.fetch += time.perf_counter() - start
 
+        graph = weakref.ref(kg)  # a cached ranking must not keep a question's own graph alive
+
         def build(group: PendingGroup) -> list[Candidate]:
-            return group_candidates(kg, entity, group.relation, group.direction, group.start, group.count,
+            return group_candidates(graph(), entity, group.relation, group.direction, group.start, group.count,
                                     expand_mediators, neighbor_limit)
 
-        return RankedCandidates([pool[i] for i in self.order(question, pool, kg)], pending, build)
+        return [pool[i] for i in self.order(question, pool, kg)], tuple(pending), build
+
+    def _cache(self, kg: KnowledgeGraph) -> "_GraphCache":
+        with self._lock:
+            cache = self._caches.get(kg)
+            if cache is None:
+                cache = self._caches[kg] = _GraphCache()
+            return cache
+
+    def _contexts(self, kg: KnowledgeGraph, candidates: Sequence[Candidate]) -> list[list[Edge]]:
+        """Each candidate's context edges (`candidate_context`), its target's edges read once per graph."""
+        if self.max_context <= 0:
+            return [[] for _ in candidates]
+        start = time.perf_counter()
+        cache = self._cache(kg)
+        contexts = []
+        for candidate in candidates:
+            edges = cache.get(cache.contexts, candidate.target)
+            if edges is None:
+                edges = kg.neighbors(candidate.target, "both", limit=self.max_context + 1)
+                cache.put(cache.contexts, candidate.target, edges, self.context_cache)
+            contexts.append(context_from(edges, candidate, self.max_context))
+        self.timings.fetch += time.perf_counter() - start
+        return contexts
 
     def order(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> list[int]:
         """Candidate indices, best first; ties keep KG order, so the result is deterministic.
@@ -237,9 +293,7 @@ class CandidateScorer:
         chosen = [candidates[i] for i in pool]
         if self.method == "embedding":
             return _Prepared(out, pool, question, [c.text() for c in chosen])
-        start = time.perf_counter()
-        contexts = [candidate_context(kg or self.kg, c, self.max_context) for c in chosen]
-        self.timings.fetch += time.perf_counter() - start
+        contexts = self._contexts(kg or self.kg, chosen)
         table = TextTable()
         return _Prepared(out, pool, question, table=table, rows=group_rows(table, question, chosen, contexts))
 
@@ -253,9 +307,7 @@ class CandidateScorer:
 
     def gat_scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         assert self.model is not None and self.encoder is not None
-        start = time.perf_counter()
-        contexts = [candidate_context(kg or self.kg, c, self.max_context) for c in candidates]
-        self.timings.fetch += time.perf_counter() - start
+        contexts = self._contexts(kg or self.kg, candidates)
         table = TextTable()
         return self._gat(table, group_rows(table, question, candidates, contexts))
 
@@ -286,6 +338,31 @@ class CandidateScorer:
         vectors = self.encoder.encode(list(table.rows))[rows]
         self.timings.encode += time.perf_counter() - start
         return (vectors[1:] @ vectors[0]).astype(np.float64)
+
+
+class _GraphCache:
+    """One graph's rankings and context edges, each an LRU map (least recently used dropped first)."""
+
+    def __init__(self) -> None:
+        self.rankings: OrderedDict = OrderedDict()
+        self.contexts: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, table: OrderedDict, key):
+        with self._lock:
+            value = table.get(key)
+            if value is not None:
+                table.move_to_end(key)
+            return value
+
+    def put(self, table: OrderedDict, key, value, capacity: int) -> None:
+        if capacity <= 0:
+            return
+        with self._lock:  # tool calls of one step may run in threads
+            table[key] = value
+            table.move_to_end(key)
+            while len(table) > capacity:
+                table.popitem(last=False)
 
 
 @dataclass

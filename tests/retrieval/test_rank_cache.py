@@ -1,0 +1,78 @@
+"""CandidateScorer's caches: a repeated search is answered without the graph or the ranker, with
+its own cursor state, and a cached ranking does not keep a question's graph alive."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import torch
+
+from kgreasoner.data.schema import TopicEntity
+from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.encoder import EncoderConfig
+from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
+
+
+class CountingKG(MemoryKG):
+    calls: list
+
+    def neighbors(self, entity, direction="out", relations=None, limit=None):
+        self.calls.append(entity)
+        return super().neighbors(entity, direction, relations, limit)
+
+
+def graph() -> CountingKG:
+    triples = [("fr", "country.capital", "paris"), ("fr", "country.river", "seine"), ("paris", "city.mayor", "anne"),
+               ("seine", "river.mouth", "havre")] + [(f"p{i}", "person.nationality", "fr") for i in range(40)]
+    kg = CountingKG.from_triples(triples)
+    kg.calls = []
+    return kg
+
+
+class CountingRanker(GATRanker):
+    scored = 0
+
+    def score(self, inputs):
+        CountingRanker.scored += 1
+        return super().score(inputs)
+
+
+def test_a_repeated_search_reads_neither_graph_nor_ranker_and_shows_the_same_lines():
+    torch.manual_seed(0)
+    kg = graph()
+    tool = KGSearchTool(kg, ToolConfig(ranking="gat", top_k=3, relation_first=20, rerank_pool=5,
+                                       encoder=EncoderConfig(kind="hashing", hashing_dim=32)),
+                        ranker=CountingRanker(RankerModelConfig(dim=32, hidden=8, head_hidden=4, dropout=0.0)).eval())
+    first = tool.session("what is the capital", [TopicEntity("fr", "fr")])
+    pages = [first.call("fr").text, first.call("fr").text]
+    calls, scored = len(kg.calls), CountingRanker.scored
+    assert calls > 0 and scored == 1
+    again = tool.session("what is the capital", [TopicEntity("fr", "fr")])
+    assert again.call("fr").text == pages[0]
+    assert (len(kg.calls), CountingRanker.scored, tool.timings.cached) == (calls, scored, 1)
+    # the second session has its own cursor: its next page is the first session's second page
+    assert again.call("fr").text == pages[1]
+    # another question ranks again, but reads the candidates' contexts from the cache
+    other = tool.session("who is a national", [TopicEntity("fr", "fr")])
+    other.call("fr")
+    assert CountingRanker.scored == scored + 1
+    # its pool shares citizens with the first one's: their contexts are not fetched again
+    assert {"p0", "p1"} <= set(kg.calls[:calls]) and {"p0", "p1"}.isdisjoint(kg.calls[calls:])
+    assert "p3" in kg.calls[calls:]
+
+
+def test_a_cached_ranking_does_not_keep_its_graph_alive():
+    tool = KGSearchTool(MemoryKG.from_triples([("x", "r", "y")]),
+                        ToolConfig(ranking="embedding", relation_first=20, rerank_pool=5,
+                                   encoder=EncoderConfig(kind="hashing", hashing_dim=32)))
+    view = graph()
+    session = tool.session("q", [TopicEntity("fr", "fr")])
+    session._kg = view  # a question's own graph, as `subgraph` gives
+    assert session.call("fr").error is None and tool.scorer.timings.cached == 0
+    assert len(tool.scorer._caches) == 1
+    alive = weakref.ref(view)
+    del view, session
+    gc.collect()
+    assert alive() is None and len(tool.scorer._caches) == 0
