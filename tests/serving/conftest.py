@@ -1,4 +1,4 @@
-"""A small synthetic KG, a tiny model SFT-ed briefly on its warm-up trajectories, and a live server.
+"""A tiny model SFT-ed briefly on warm-up trajectories of the shared synthetic KG (`synthetic_dir`), and a live server.
 
 The model is trained for a few dozen steps only: enough to open with `<think>` and search the
 topic entity's handle (every warm-up trajectory starts that way), so the server's tool is really
@@ -23,7 +23,6 @@ import pytest
 import torch
 import yaml
 
-from data_gen.synthetic import write_synthetic
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.models import TinyModelConfig, build_tiny
 from kgreasoner.protocol import format_tool_block
@@ -45,11 +44,6 @@ SERVE_CONFIG = {
     "batch_wait": 0.05,
     "request_timeout": 60.0,
 }
-
-
-@pytest.fixture(scope="session")
-def synthetic_dir(tmp_path_factory):
-    return write_synthetic(tmp_path_factory.mktemp("serve_synthetic"), seed=0, num_entities=150, num_questions=60)
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ import re
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import pytest
@@ -190,22 +189,10 @@ def test_metrics_text_format():
         "kgreasoner_queue_depth": "gauge"}
 
 
-class _Completions(BaseHTTPRequestHandler):
-    """A stand-in generation server: `/v1/completions` always answers the first topic's handle."""
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.prompts.append(body["prompt"])
-        data = json.dumps({"choices": [{"text": "<think> done </think>\n<answer>E1", "finish_reason": "stop",
-                                        "stop_reason": "</answer>"}], "usage": {"completion_tokens": 6}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+def _completions(request):
+    """A stand-in generation server's `/v1/completions`: it always answers the first topic's handle."""
+    return 200, {"choices": [{"text": "<think> done </think>\n<answer>E1", "finish_reason": "stop",
+                              "stop_reason": "</answer>"}], "usage": {"completion_tokens": 6}}
 
 
 def _openai_service(url: str, synthetic_dir, checkpoint) -> AnswerService:
@@ -215,26 +202,22 @@ def _openai_service(url: str, synthetic_dir, checkpoint) -> AnswerService:
 
 
 def test_openai_backend_renders_the_chat_template_and_fails_with_502_when_unreachable(checkpoint, synthetic_dir,
-                                                                                     dataset):
+                                                                                     dataset, openai_server):
     example = dataset.examples[0]
     body = {"question": example.question, "topic_entities": [{"id": t.id} for t in example.topic_entities]}
-    stub = HTTPServer(("127.0.0.1", 0), _Completions)
-    stub.prompts = []
-    threading.Thread(target=stub.serve_forever, daemon=True).start()
-    service = _openai_service(f"http://127.0.0.1:{stub.server_address[1]}/v1", synthetic_dir, checkpoint)
+    stub = openai_server(_completions)
+    service = _openai_service(stub.base_url, synthetic_dir, checkpoint)
     server, thread, url = _serve_in_thread(create_app(service))
     try:
         record = httpx.post(f"{url}/v1/answer", json=body, timeout=30).json()
         assert record["answers"] == [example.topic_entities[0].name] and record["raw_answers"] == ["E1"]
         assert record["usage"]["completion_tokens"] is None  # text backends return no token ids
-        [prompt] = stub.prompts
+        [prompt] = [b["prompt"] for b in stub.bodies]
         assert prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n")
         assert httpx.get(f"{url}/health", timeout=10).json()["backend"] == "text"
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        stub.shutdown()
-        stub.server_close()
         service.close()
 
     closed = socket.socket()
