@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import http.server
 import json
 import re
 import socket
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -329,48 +327,20 @@ def test_unreachable_teacher_falls_back_to_templates_and_is_counted(synthetic, t
     assert plain["records"] == taught["records"] == 10
 
 
-class _Teacher(http.server.BaseHTTPRequestHandler):
-    """A real HTTP endpoint in the OpenAI chat format that answers every request the same way."""
-
-    reply = "I think about it."
-    prompts: list[str] = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).prompts.append(body["messages"][0]["content"])
-        data = json.dumps({"choices": [{"message": {"content": type(self).reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def teacher_url():
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Teacher)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
-
-
-def test_teacher_writes_the_thinking_and_replies_with_tags_are_rejected(tiny_kg, templates_file, teacher_url):
-    _Teacher.prompts.clear()
-    _Teacher.reply = "  I think\nabout it.  "
-    generator = tiny_generator(tiny_kg, templates_file, "teacher.enabled=true", f"teacher.base_url={teacher_url}", "teacher.model=m")
+def test_teacher_writes_the_thinking_and_replies_with_tags_are_rejected(tiny_kg, templates_file, openai_server):
+    said = ["  I think\nabout it.  "]  # what the teacher endpoint says to every request
+    teacher = openai_server(lambda request: (200, {"choices": [{"message": {"content": said[0]}}]}))
+    generator = tiny_generator(tiny_kg, templates_file, "teacher.enabled=true", f"teacher.base_url={teacher.base_url}",
+                               "teacher.model=m")
     generator.teacher = Teacher(generator.config.teacher)
     record = generator.make(spouse_question(), correction=False)
     assert [s.text for s in record.segments if s.train] == [
         "<think> I think about it. <search>Ann</search>", "I think about it. <search>Bob</search>",
         "I think about it. </think>\n<answer>France</answer>"]
-    assert "The next thought must convey: Here Bob has person nationality France. The answer is France." in _Teacher.prompts[-1]
-    assert "The assistant's next action is: answer France" in _Teacher.prompts[-1]
-    _Teacher.reply = "<search>Bob</search>"
+    prompt = teacher.bodies[-1]["messages"][0]["content"]
+    assert "The next thought must convey: Here Bob has person nationality France. The answer is France." in prompt
+    assert "The assistant's next action is: answer France" in prompt
+    said[0] = "<search>Bob</search>"
     record = generator.make(spouse_question(), correction=False)
     assert record.segments[0].text == "<think> I need the person spouse s / marriage spouse of Ann. <search>Ann</search>"
     assert generator.teacher.stats() == {"calls": 6, "used": 3, "fallbacks": 3, "failures": {"has_tags": 3}}
