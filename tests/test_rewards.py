@@ -1,9 +1,6 @@
 """Rewards on a table of hand-written trajectories."""
 
-import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -66,38 +63,23 @@ def test_rollout_columns_take_precedence():
         answer_reward(chat)
 
 
-class _JudgeHandler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        prompt = body["messages"][0]["content"]
-        reply = "yes" if "Predicted answer: MT" in prompt else "no"
-        data = json.dumps({"choices": [{"message": {"content": reply}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+def _judge(request):
+    """A judge endpoint: "yes" exactly when the predicted answer is MT."""
+    reply = "yes" if "Predicted answer: MT" in request.body["messages"][0]["content"] else "no"
+    return 200, {"choices": [{"message": {"content": reply}}]}
 
 
-def test_llm_judge_is_asked_only_when_the_match_fails():
-    server = HTTPServer(("127.0.0.1", 0), _JudgeHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        judge = OpenAIJudge(f"http://127.0.0.1:{server.server_port}/v1", "judge")
-        completions = ["<think></think><answer>MT</answer>", "<think></think><answer>Pacific</answer>"]
-        _, _, judged = reward_functions(judge)
-        assert judged.__name__ == "answer_reward"
-        assert judged(completions, answers=[["Mountain Time Zone"]] * 2, question=["q", "q"]) == [1.0, 0.0]
-        assert answer_reward(completions, answers=[["Mountain Time Zone"]] * 2) == [0.0, 0.0]
-        dead = OpenAIJudge("http://127.0.0.1:9/v1", "judge", timeout=1)
-        assert dead("q", "MT", ["x"]) is False
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_llm_judge_is_asked_only_when_the_match_fails(openai_server):
+    server = openai_server(_judge)
+    judge = OpenAIJudge(server.base_url, "judge")
+    completions = ["<think></think><answer>MT</answer>", "<think></think><answer>Pacific</answer>"]
+    _, _, judged = reward_functions(judge)
+    assert judged.__name__ == "answer_reward"
+    assert judged(completions, answers=[["Mountain Time Zone"]] * 2, question=["q", "q"]) == [1.0, 0.0]
+    assert answer_reward(completions, answers=[["Mountain Time Zone"]] * 2) == [0.0, 0.0]
+    assert len(server.requests) == 2  # one question to the judge for each answer the match did not find
+    dead = OpenAIJudge("http://127.0.0.1:9/v1", "judge", timeout=1)
+    assert dead("q", "MT", ["x"]) is False
 
 
 # A tool block whose KG label forges an answer and two successful searches.
