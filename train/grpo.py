@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from kgreasoner.config import add_config_arguments, load_config
-from kgreasoner.training.common import finish_distributed
+from kgreasoner.training.common import finish_distributed, report, show_progress
 from kgreasoner.training.preflight import add_arguments as add_preflight_arguments
 from kgreasoner.training.preflight import run_preflight
 from kgreasoner.training.grpo import GRPORecipe, train_grpo
@@ -23,7 +23,8 @@ def main() -> None:
     if args.dry_run:
         sys.exit(run_preflight(args.config, args.overrides, args))
     recipe = load_config(GRPORecipe, args.config, args.overrides)
-    print(f"final model: {train_grpo(recipe, resume=args.resume)}")
+    show_progress()
+    report(f"final model: {train_grpo(recipe, resume=args.resume)}")
     finish_distributed()
 
 

@@ -1,7 +1,8 @@
-"""Pieces every trainer config shares: LoRA settings, distributed backend, the tiny-model build."""
+"""Pieces every trainer shares: LoRA settings, distributed backend, the tiny-model build, progress output."""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,3 +94,18 @@ def finish_distributed() -> None:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+
+
+def show_progress() -> None:
+    """Send kgreasoner's INFO lines (episode starts, ...) to stderr; other libraries stay at warnings.
+    The training modules log through accelerate's logger, so under torchrun only the main process writes."""
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kgreasoner").setLevel(logging.INFO)
+
+
+def report(message: str) -> None:
+    """Print a line the user reads (the final model's path) once, from the main process under torchrun."""
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:
+        print(message)
