@@ -78,7 +78,7 @@ class JSONEndpoint:
         self.backoff = backoff
         self.max_backoff = max_backoff
         key = os.environ.get(api_key_env) if api_key_env else None
-        self._http = httpx.Client(headers={"Authorization": f"Bearer {key}"} if key else None)
+        self._http = httpx.Client(headers={"Authorization": f"Bearer {key}"} if key else None, follow_redirects=True)
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)
