@@ -3,11 +3,15 @@
 Builds (or reuses) a synthetic dataset of about `--triples` triples (hubs of thousands of
 neighbours), trains a small ranker on it unless `--ranker` is given (latency does not depend on
 what the ranker learned, so any ranker of the same size and encoder will do), then times the first search
-of topic entities of test questions plus the biggest hubs, in fresh sessions, three times: with an
+of topic entities of test questions plus the biggest hubs, in fresh sessions, four times: with an
 empty embedding cache (cold), with a new encoder over the on-disk cache the first pass wrote (disk:
-what another process or rank sees), and again (warm). Backends: the embedded `memory` store, and `sparql` (an
-`oxigraph serve` on 127.0.0.1 over a store built from the same triples). Time is split into KG
-fetches (candidates and their context), text encoding and ranking (the network).
+what another process or rank sees; a new tool, so no ranking or context is cached), again (warm: the
+same question and entity, as the rollouts of one GRPO group, answered by the ranking cache), and
+again with the ranking cache emptied (rerank: the ranker runs, the contexts and texts are cached).
+Backends: the embedded `memory` store, and `sparql` (an `oxigraph serve` on 127.0.0.1 over a store
+built from the same triples). Time is split into KG fetches (candidates and their context), text
+encoding and ranking (the network); `cached` counts searches the ranking cache answered. The memory
+store's load time and resident bytes per triple are printed first.
 
     python bench/retrieval_bench.py --work /tmp/retrieval-bench [--triples 1000000] [--backends memory,sparql]
 """
@@ -43,6 +47,8 @@ def main() -> None:
     parser.add_argument("--hubs", type=int, default=10, help="searches of the highest-degree entities")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--rerank-pool", type=int, default=64)
+    parser.add_argument("--relation-first", type=lambda v: None if v == "none" else int(v), default=256,
+                        help="ToolConfig.relation_first: degree above which a search ranks relation first; none: exact")
     parser.add_argument("--backends", default="memory,sparql")
     args = parser.parse_args()
 
@@ -51,9 +57,11 @@ def main() -> None:
         start = time.perf_counter()
         write_synthetic(data_dir, seed=args.seed, target_triples=args.triples)
         print(f"generated {data_dir} in {time.perf_counter() - start:.1f}s")
+    before = resident_bytes()
     start = time.perf_counter()
     kg = MemoryKG.from_file(data_dir / "kb.tsv")
-    print(f"loaded {kg.num_triples} triples in {time.perf_counter() - start:.1f}s")
+    print(f"memory store: {kg.num_triples} triples loaded in {time.perf_counter() - start:.1f}s, "
+          f"{(resident_bytes() - before) / kg.num_triples:.0f} resident bytes per triple")
     encoder_config = EncoderConfig(kind=args.encoder, cache_dir=str(args.work / "embedding-cache"))
 
     ranker_dir = args.ranker or args.work / f"ranker-{args.encoder}"
@@ -71,10 +79,10 @@ def main() -> None:
     print(f"{len(queries)} searches; degree p50 {np.median(degrees):.0f}, max {max(degrees)}, "
           f"{sum(d >= 5000 for d in degrees)} with degree >= 5000")
 
-    config = ToolConfig(ranking="gat", top_k=args.top_k, rerank_pool=args.rerank_pool,
+    config = ToolConfig(ranking="gat", top_k=args.top_k, rerank_pool=args.rerank_pool, relation_first=args.relation_first,
                         max_context=int(meta.get("max_context", 16)), encoder=encoder_config)
-    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         with open_backend(backend, data_dir, args.work) as backend_kg, tempfile.TemporaryDirectory(dir=args.work) as cache_dir:
             # cold: an empty embedding cache; disk: a new encoder (as in another process or rank)
@@ -85,7 +93,9 @@ def main() -> None:
             encoder.flush()
             tool = KGSearchTool(backend_kg, config, ranker=model,
                                 encoder=build_encoder(EncoderConfig(kind=args.encoder, cache_dir=cache_dir)))
-            for cache in ("disk", "warm"):
+            for cache in ("disk", "warm", "rerank"):
+                if cache == "rerank":
+                    tool.scorer.forget_rankings()
                 print(row(backend, cache, time_calls(tool, queries)), flush=True)
 
 
@@ -111,13 +121,20 @@ def time_calls(tool: KGSearchTool, queries: list[tuple[str, TopicEntity]]) -> di
             raise RuntimeError(f"search of {topic} failed: {result.text}")
     n = len(queries)
     return {"calls": n, "p50": np.percentile(latencies, 50), "p99": np.percentile(latencies, 99),
-            "mean": float(np.mean(latencies)), "fetch": timings.fetch / n, "encode": timings.encode / n, "rank": timings.rank / n}
+            "mean": float(np.mean(latencies)), "fetch": timings.fetch / n, "encode": timings.encode / n, "rank": timings.rank / n,
+            "cached": timings.cached}
 
 
 def row(backend: str, cache: str, t: dict) -> str:
-    ms = {k: 1000 * v for k, v in t.items() if k != "calls"}
-    return (f"| {backend} | {cache} | {t['calls']} | {ms['p50']:.1f} | {ms['p99']:.1f} | {ms['mean']:.1f} | "
-            f"{ms['fetch']:.1f} | {ms['encode']:.1f} | {ms['rank']:.1f} |")
+    ms = {k: 1000 * v for k, v in t.items() if k not in ("calls", "cached")}
+    return (f"| {backend} | {cache} | {t['calls']} | {ms['p50']:.2f} | {ms['p99']:.1f} | {ms['mean']:.2f} | "
+            f"{ms['fetch']:.2f} | {ms['encode']:.2f} | {ms['rank']:.2f} | {t['cached']} |")
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux)."""
+    with open("/proc/self/status") as status:
+        return int(next(line for line in status if line.startswith("VmRSS")).split()[1]) * 1024
 
 
 class open_backend:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -313,7 +312,23 @@ def _relation_index(indptr: np.ndarray, rel: np.ndarray, num_rels: int):
 
 _UTF8_BOM = b"\xef\xbb\xbf"
 # A space (or vertical tab / form feed) at a field's edge: `Utah ` would be a second node beside `Utah`.
-_PADDED_FIELD = re.compile(rb"(?:^|\t)[ \x0b\x0c]|[ \x0b\x0c](?:\t|\r?$)", re.MULTILINE)
+def _padded_field(data: bytes) -> int | None:
+    """Offset of the first space (or vertical tab / form feed) at a field's edge, else None.
+
+    Vectorised over the bytes: each space's neighbours are read by array indexing (a regex
+    alternation anchored at every line start took seconds per million lines).
+    """
+    raw = np.frombuffer(data, dtype=np.uint8)
+    spaces = np.flatnonzero((raw == 0x20) | (raw == 0x0B) | (raw == 0x0C))
+    if spaces.size == 0:
+        return None
+    padded_raw = np.concatenate(([0x0A], raw, [0x0A]))  # a line break before the first and after the last byte
+    before, after = padded_raw[spaces], padded_raw[spaces + 2]
+    after_cr = padded_raw[np.minimum(spaces + 3, len(padded_raw) - 1)]
+    at_start = (before == 0x09) | (before == 0x0A)
+    at_end = (after == 0x09) | (after == 0x0A) | ((after == 0x0D) & (after_cr == 0x0A))
+    hits = spaces[at_start | at_end]
+    return int(hits[0]) if hits.size else None
 
 
 def read_utf8(path: Path) -> bytes:
@@ -339,9 +354,9 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     an error too: a KB with no triples is a mistake, not a graph.
     """
     data = read_utf8(path)
-    padded = _PADDED_FIELD.search(data)
+    padded = _padded_field(data)
     if padded is not None:
-        line = data.count(b"\n", 0, padded.start()) + 1
+        line = data.count(b"\n", 0, padded) + 1
         raise ValueError(f"{path}:{line}: a field starts or ends with a space, which would make it a different id; "
                          "remove the space")
     try:

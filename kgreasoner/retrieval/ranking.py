@@ -220,6 +220,12 @@ class CandidateScorer:
 
         return [pool[i] for i in self.order(question, pool, kg)], tuple(pending), build
 
+    def forget_rankings(self) -> None:
+        """Empty the ranking cache (the context edges stay): the next searches rank again."""
+        with self._lock:
+            for cache in self._caches.values():
+                cache.rankings.clear()
+
     def _cache(self, kg: KnowledgeGraph) -> "_GraphCache":
         with self._lock:
             cache = self._caches.get(kg)
