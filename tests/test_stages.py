@@ -8,7 +8,7 @@ from kgreasoner.stages import Stage, StageRunner, StageStore
 def _stage(calls: list[str], name: str = "sft") -> Stage:
     def run() -> dict:
         calls.append(name)
-        sum(i * i for i in range(200_000))  # some CPU time to record
+        sum(i * i for i in range(2_000_000))  # CPU time well above the clock tick (10 ms) to record
         return {"line": "trained", "steps": 3}
 
     return Stage(name, "SFT warm-up", ["python train/sft.py --config x.yaml"], run)
