@@ -51,8 +51,24 @@ class PathSearch:
 
 
 def find_paths(kg: KnowledgeGraph, example: QAExample, search: PathSearch = PathSearch()) -> list[tuple[str, ...]]:
-    """The shortest relation paths from the example's first topic entity to any of its answers."""
-    start = example.topic_entities[0].id
+    """The shortest relation paths from the example's first topic entity to any of its answers.
+
+    A multi-topic example (`intersect`) gets one path per topic entity, in their order: each
+    topic's most precise shortest path to the answers (the answers are what every path reaches);
+    none at all when some topic has none.
+    """
+    if example.intersect:
+        paths = []
+        for topic in example.topic_entities:
+            found = _paths_from(kg, topic.id, example, search)
+            if not found:
+                return []
+            paths.append(found[0])
+        return paths
+    return _paths_from(kg, example.topic_entities[0].id, example, search)
+
+
+def _paths_from(kg: KnowledgeGraph, start: str, example: QAExample, search: PathSearch) -> list[tuple[str, ...]]:
     answer_ids = {a.id for a in example.answers}
     forms = {normalize_answer(f) for a in example.answers for f in a.surface_forms()}
     labels: dict[str, bool] = {}
@@ -122,8 +138,9 @@ def add_gold_paths(examples: Sequence[QAExample], kg: KnowledgeGraph,
             out.append(example)
             continue
         report.derived += 1
-        report.derived_lengths[len(paths[0])] += 1
-        out.append(_with_paths(example, paths))
+        derived = _with_paths(example, paths)
+        report.derived_lengths[derived.hops] += 1
+        out.append(derived)
     return out, report
 
 
@@ -143,5 +160,7 @@ def with_derived_paths(example: QAExample, kg: KnowledgeGraph, search: PathSearc
 
 
 def _with_paths(example: QAExample, paths: list[tuple[str, ...]]) -> QAExample:
-    """The example with derived `paths`, and `hops` their length where it had none."""
-    return QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": example.hops or len(paths[0])})
+    """The example with derived `paths`, and `hops` their length where it had none (a multi-topic
+    example's: its longest path's)."""
+    hops = max(map(len, paths)) if example.intersect else len(paths[0])
+    return QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": example.hops or hops})

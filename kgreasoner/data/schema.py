@@ -72,7 +72,10 @@ class QAExample:
             raise SchemaError(f"example {self.id}: field 'split' must be one of train/dev/test, got {self.split!r}")
         if self.hops < 0:
             raise SchemaError(f"example {self.id}: field 'hops' must be >= 0")
-        if self.intersect and (len(self.gold_paths) < 2 or len(self.gold_paths) != len(self.topic_entities)):
+        if self.intersect and len(self.topic_entities) < 2:
+            raise SchemaError(f"example {self.id}: 'intersect' needs two or more topic entities")
+        # paths may be missing (a source without them gets them from path search), but never a few
+        if self.intersect and self.gold_paths and len(self.gold_paths) != len(self.topic_entities):
             raise SchemaError(f"example {self.id}: 'intersect' needs one gold path per topic entity, two or more")
 
     @property

@@ -135,13 +135,20 @@ def test_prepare_a_folder_without_paths_or_splits(tmp_path):
     dataset = load_dataset(out)
     assert dataset.split_scheme == "given" and {e.split for e in dataset} == {"train", "dev", "test"}
     kg = open_dataset_kg(dataset)
-    same_first = 0
+    same_first = multi_topic = 0
     for e in dataset:
         gold = {a.id for a in e.answers}
-        assert e.hops == len(e.gold_paths[0]) <= original[e.id].hops
-        for path in e.gold_paths:
-            assert execute_path(kg, e.topic_entities[0].id, path) & gold, (e.id, path)
+        if e.intersect:  # one path per topic entity, each reaching every answer
+            assert e.hops == max(map(len, e.gold_paths)) and len(e.gold_paths) == len(e.topic_entities)
+            for topic, path in zip(e.topic_entities, e.gold_paths):
+                assert gold <= execute_path(kg, topic.id, path), (e.id, path)
+            multi_topic += 1
+        else:
+            assert e.hops == len(e.gold_paths[0]) <= original[e.id].hops
+            for path in e.gold_paths:
+                assert execute_path(kg, e.topic_entities[0].id, path) & gold, (e.id, path)
         same_first += e.gold_paths[0] == original[e.id].gold_paths[0]
+    assert multi_topic == sum(e.intersect for e in original.values()) > 0
     # Shortest first finds the generator's own path first for most questions (a shorter
     # coincidental path wins for the rest, e.g. a 3-hop question with a 1-hop shortcut).
     assert same_first >= 0.6 * len(dataset)

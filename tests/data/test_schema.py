@@ -128,3 +128,20 @@ def test_unreadable_lines_are_named_not_raised_as_tracebacks(tmp_path):
     path.write_text("\n \n", encoding="utf-8")
     with pytest.raises(SchemaError, match=rf"^{path}: no examples \(the file is empty\)$"):
         read_jsonl(path)
+
+
+def test_a_multi_topic_example_needs_two_topics_and_one_path_per_topic_or_none(tmp_path):
+    def example(topics: int, paths: int) -> dict:
+        return {"id": "q", "question": "which player of club X is from Y?", "answers": [{"id": "p", "name": "P"}],
+                "topic_entities": [{"id": f"t{i}", "name": f"T{i}"} for i in range(topics)],
+                "gold_paths": [["plays_for"]] * paths, "intersect": True, "split": "train", "hops": 1}
+
+    for topics, paths, message in [(1, 1, "'intersect' needs two or more topic entities"),
+                                   (2, 1, "'intersect' needs one gold path per topic entity, two or more")]:
+        path = tmp_path / f"{topics}-{paths}.jsonl"
+        path.write_text(json.dumps(example(topics, paths)) + "\n")
+        with pytest.raises(SchemaError, match=f"{path}:1: example q: {message}"):
+            read_jsonl(path)
+    path = tmp_path / "no-paths.jsonl"  # a source without paths gets them from path search
+    path.write_text(json.dumps(example(2, 0)) + "\n")
+    assert [e.intersect for e in read_jsonl(path)] == [True]
