@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps per row (the first is left out)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--questions", type=int, default=512, help="training questions the rows draw from")
+    parser.add_argument("--rows", default="", help="comma-separated row numbers to run (1 = today, always run: "
+                                                   "the others are compared with it); all by default")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be >= 2: the first step of a row is not measured")
@@ -181,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         ("compact, scored, 8 q/step, chunks of 8", replace(base, model=compact, per_device_train_batch_size=64,
                                                            num_generations=8, length_chunk_rows=8), True),
     ]
+    if args.rows:
+        chosen = {1} | {int(n) for n in args.rows.split(",")}
+        if not chosen <= set(range(1, len(rows) + 1)):
+            parser.error(f"--rows: numbers from 1 to {len(rows)}, got {args.rows!r}")
+        rows = [row for number, row in enumerate(rows, 1) if number in chosen]
     results = []
     header = ("row", "rollouts/step", "prompt tok", "seq tok", "step s", "gen s", "tool s", "train s",
               "rollouts/CPU-s", "gen GFLOP/s", "train GFLOP/s")
