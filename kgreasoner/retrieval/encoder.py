@@ -10,6 +10,8 @@ Every encoder returns float32 rows of unit length, so a dot product is a cosine.
 (append-only shards of `.npy` rows plus a file of text hashes), so labels seen once are never
 encoded again, across sessions and processes: several processes (training ranks, rollout
 workers) may share one cache folder, each writing its own shards and reading the others'.
+Concurrent callers (the tool calls of one rollout step, run in threads) share forward passes:
+texts missed while another call is encoding wait for it and then go in one batch together.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import functools
 import hashlib
 import os
 import re
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +173,11 @@ class CachedEncoder:
     texts it lacks, an instance loads the shards other processes wrote since it last looked (a
     stat of the folder tells whether any came), so a text encoded by one rank is not encoded again
     by another once flushed. `flush_every` pending vectors trigger a flush.
+
+    Thread-safe. A call that misses texts while another thread encodes queues them and waits; when
+    that batch ends, one waiting thread encodes everything queued meanwhile in one call of the
+    wrapped encoder (`batches` counts those calls), so N sessions searching at once pay about one
+    forward pass's fixed cost, not N, and a text two of them miss is encoded once.
     """
 
     def __init__(self, encoder: TextEncoder, cache_dir: str | Path | None = None, flush_every: int = 4096) -> None:
@@ -184,6 +192,10 @@ class CachedEncoder:
         self._folder_mtime: int | None = None
         self.hits = 0
         self.misses = 0
+        self.batches = 0
+        self._queue: dict[str, str] = {}  # key -> text missed by callers waiting for the running batch
+        self._running: dict[str, str] = {}  # the batch being encoded, empty when none is
+        self._turn = threading.Condition()
         self._load_new_shards()
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -192,21 +204,49 @@ class CachedEncoder:
         for key, text in zip(keys, texts):
             if key not in self._memory and key not in missing:
                 missing[key] = text
-        if missing and self._load_new_shards():
-            missing = {key: text for key, text in missing.items() if key not in self._memory}
-        self.misses += len(missing)
-        self.hits += len(texts) - len(missing)
+        with self._turn:
+            if missing and self._load_new_shards():
+                missing = {key: text for key, text in missing.items() if key not in self._memory}
+            self.misses += len(missing)
+            self.hits += len(texts) - len(missing)
         if missing:
-            vectors = self.encoder.encode(list(missing.values()))
-            for key, vector in zip(missing, vectors):
-                self._memory[key] = vector
-                if self._folder is not None:
-                    self._pending[key] = vector
-            if len(self._pending) >= self.flush_every:
-                self.flush()
+            self._encode_missing(missing)
         if not keys:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([self._memory[k] for k in keys])
+
+    def _encode_missing(self, missing: dict[str, str]) -> None:
+        """Bring `missing` (key -> text) into memory, in the running batch's successor when one runs."""
+        while True:
+            with self._turn:
+                while True:
+                    left = {key: text for key, text in missing.items() if key not in self._memory}
+                    if not left:
+                        return
+                    # texts of the running batch come with it; after a failed one they are queued again
+                    self._queue.update((key, text) for key, text in left.items() if key not in self._running)
+                    if not self._running:
+                        break
+                    self._turn.wait()
+                batch = self._running = self._queue
+                self._queue = {}
+                self.batches += 1
+            try:
+                vectors = self.encoder.encode(list(batch.values()))
+            except BaseException:
+                with self._turn:
+                    self._running = {}
+                    self._turn.notify_all()
+                raise
+            with self._turn:  # stored before the waiters wake, so none of them encodes these again
+                for key, vector in zip(batch, vectors):
+                    self._memory[key] = vector
+                    if self._folder is not None:
+                        self._pending[key] = vector
+                self._running = {}
+                self._turn.notify_all()
+                if len(self._pending) >= self.flush_every:
+                    self.flush()
 
     def flush(self) -> None:
         """Write the vectors encoded since the last flush as one new shard."""

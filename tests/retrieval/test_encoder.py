@@ -101,3 +101,47 @@ def test_concurrent_writers_share_one_cache_folder(tmp_path):
     assert reader_base.seen == [] and (reader.hits, reader.misses) == (280, 0)
     fresh = CachedEncoder(CountingEncoder(), tmp_path)
     assert len(fresh) == 280 and np.array_equal(fresh.encode(texts), HashingEncoder(32).encode(texts))
+
+
+def test_texts_missed_during_a_running_batch_are_encoded_together_once():
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Gated(HashingEncoder):
+        def __init__(self):
+            super().__init__(32)
+            self.calls: list[list[str]] = []
+
+        def encode(self, texts):
+            self.calls.append(list(texts))
+            if len(self.calls) == 1:
+                release.wait(10)
+            return super().encode(texts)
+
+    base = Gated()
+    cached = CachedEncoder(base)
+    requests = [["a"], ["b", "x"], ["c", "x"], ["d", "a"]]
+    results: dict[int, np.ndarray] = {}
+
+    def call(i):
+        results[i] = cached.encode(requests[i])
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    while not base.calls:
+        time.sleep(0.001)
+    others = [threading.Thread(target=call, args=(i,)) for i in (1, 2, 3)]
+    for thread in others:
+        thread.start()
+    deadline = time.time() + 10
+    while len(cached._queue) < 4 and time.time() < deadline:  # b, x, c, d wait for the running batch
+        time.sleep(0.001)
+    release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert base.calls[0] == ["a"] and sorted(base.calls[1]) == ["b", "c", "d", "x"] and len(base.calls) == 2
+    assert cached.batches == 2
+    for i, texts in enumerate(requests):
+        assert np.array_equal(results[i], HashingEncoder(32).encode(texts))
