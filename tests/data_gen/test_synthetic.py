@@ -1,5 +1,6 @@
 """The synthetic KG + QA generator: sizes, answers reproduced from the written files, determinism."""
 
+import hashlib
 import os
 import re
 import subprocess
@@ -15,8 +16,10 @@ from data_gen.synthetic import (
     XSD_DATE,
     XSD_GYEAR,
     XSD_INTEGER,
+    JointPattern,
     generate,
     literal_aliases,
+    load_patterns,
     make_mids,
     write_synthetic,
 )
@@ -162,6 +165,45 @@ def test_paraphrases_share_a_group_and_differ_in_wording(examples):
     assert sum(len(t) for t in groups.values()) == len(examples)  # no repeated wording in a group
 
 
+def test_patterns_come_from_the_package_yaml_in_file_order():
+    assert load_patterns() == (PATTERNS, JOINT_PATTERNS)
+    assert (len(PATTERNS), len(JOINT_PATTERNS)) == (126, 7)
+    assert PATTERNS[0].path == ("people.person.nationality",) and PATTERNS[0].start == "person"
+    assert JOINT_PATTERNS[-1].paths == (("^film.film.production_companies",),
+                                         ("^film.performance.actor", "^film.film.starring"))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ("{start: person, path: [people.person.nickname], templates: ['Who is {e}?']}",
+     "patterns.yaml: single[0]: unknown relation 'people.person.nickname' (`^` before a relation walks it backwards)"),
+    ("{start: planet, path: [people.person.gender], templates: ['Who is {e}?']}",
+     "patterns.yaml: single[0]: unknown entity type 'planet'; types: gender, continent"),
+    ("{start: person, path: [people.person.gender], templates: ['Who is it?']}",
+     "patterns.yaml: single[0]: template 'Who is it?' must name {e}"),
+    ("{start: person, path: [people.person.gender], templates: ['Is {e} {x}?']}",
+     "patterns.yaml: single[0]: template 'Is {e} {x}?' has an unknown slot 'x'; slots: e"),
+    ("{start: person, path: [], templates: ['Who is {e}?']}",
+     "patterns.yaml: single[0]: a path is a non-empty list of relation ids"),
+    ("{start: person, path: [people.person.gender]}",
+     "patterns.yaml: single[0]: a pattern has exactly the keys start, path, templates"),
+])
+def test_a_bad_pattern_is_named_with_what_is_wrong(entry, message):
+    with pytest.raises(ValueError) as raised:
+        load_patterns(f"single:\n  - {entry}\njoint: []\n")
+    assert str(raised.value).startswith(message)
+
+
+def test_a_joint_pattern_needs_two_topics_and_both_slots():
+    good = "{starts: [city, country], paths: [[^people.person.place_of_birth], [^people.person.nationality]], "
+    assert load_patterns(f"single: []\njoint:\n  - {good}templates: ['{{a}} and {{b}}?']}}\n") == ((), (
+        JointPattern(("city", "country"), (("^people.person.place_of_birth",), ("^people.person.nationality",)),
+                     ("{a} and {b}?",)),))
+    with pytest.raises(ValueError, match=r"joint\[0\]: template 'Born in \{a\}\?' must name \{a\} and \{b\}"):
+        load_patterns(f"single: []\njoint:\n  - {good}templates: ['Born in {{a}}?']}}\n")
+    with pytest.raises(ValueError, match=r"joint\[0\]: `starts` and `paths` hold two entries each"):
+        load_patterns("single: []\njoint:\n  - {starts: [city], paths: [[people.person.gender]], templates: ['{a}{b}']}\n")
+
+
 def test_literal_answers_carry_aliases(examples):
     assert literal_aliases(make_literal("1987-03-02", XSD_DATE)) == ("March 2, 1987", "2 March 1987")
     assert literal_aliases(make_literal("1234567", XSD_INTEGER)) == ("1,234,567",)
@@ -203,6 +245,15 @@ def test_same_seed_gives_identical_files_in_fresh_processes(folder, tmp_path):
         assert "questions_by_hops: {1: 1063, 2: 1037, 3: 900}" in done.stdout
         for name in ("kb.tsv", "names.tsv", "questions.jsonl"):
             assert (out / name).read_bytes() == (folder / name).read_bytes(), name
+
+
+def test_the_default_dataset_is_pinned_byte_for_byte(folder):
+    """The seed-0 files of the default settings, as digests: any change to what the generator draws or writes
+    shows here (update the digests only for an intended change of the dataset)."""
+    digests = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()[:16]
+               for name in ("kb.tsv", "names.tsv", "questions.jsonl")}
+    assert digests == {"kb.tsv": "7bdefc84ab237d88", "names.tsv": "deae0ab702a20592",
+                       "questions.jsonl": "abdb1d5799bceaf4"}
 
 
 def test_other_seed_gives_another_graph(data):
