@@ -134,12 +134,14 @@ class CandidateScorer:
     well the ranker would score it, and a mediator's second relation does not count in the relation
     order. Smaller entities (and `relation_first=None`, or another backend) take the exact path.
 
-    Two caches make repeated work free; neither changes a result (the graph, the encoder and the
-    ranker are read-only here). `rank_cache` rankings are kept per graph, entity, question and
-    fetch settings: the rollouts of one GRPO group search the same entities for the same question.
-    Each call still gets its own `RankedCandidates`, so sessions share no state. `context_cache`
-    nodes per graph keep the edges the ranker reads as a candidate's context, which later searches
-    of other entities and questions reuse (over SPARQL each is one request saved).
+    Three caches per graph make repeated work free; none changes a result (the graph, the encoder
+    and the ranker are read-only here), each drops its least recently used entries first. Rankings,
+    per entity, question and fetch settings, up to `rank_cache` candidates in all: the rollouts of
+    one GRPO group search the same entities for the same question; each call still gets its own
+    `RankedCandidates`, so sessions share no state. An entity's candidates on the exact path, up to
+    `candidate_cache` in all: another question searching it skips the fetch (over SPARQL, a
+    request). The edges the ranker reads as a candidate's context, for `context_cache` nodes,
+    reused by later searches of other entities and questions.
     """
 
     method: str
@@ -149,7 +151,8 @@ class CandidateScorer:
     max_context: int = 16
     rerank_pool: int | None = 64
     relation_first: int | None = 256
-    rank_cache: int = 4096
+    rank_cache: int = 200_000
+    candidate_cache: int = 200_000
     context_cache: int = 16384
     timings: Timings = field(default_factory=Timings)
     _caches: "weakref.WeakKeyDictionary[KnowledgeGraph, _GraphCache]" = field(
@@ -179,7 +182,7 @@ class CandidateScorer:
             self.timings.cached += 1
             return RankedCandidates(*hit)
         ranked = self._rank(question, entity, kg, expand_mediators, neighbor_limit)
-        cache.put(cache.rankings, key, ranked, self.rank_cache)
+        cache.put(cache.rankings, key, ranked, self.rank_cache, weight=len(ranked[0]) + 1)
         return RankedCandidates(*ranked)
 
     def _rank(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
@@ -189,7 +192,12 @@ class CandidateScorer:
         if (self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
                 and isinstance(kg, MemoryKG) and kg.degree(entity) > self.relation_first):
             return self._rank_relation_first(question, entity, kg, expand_mediators, neighbor_limit, start)
-        candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
+        cache = self._cache(kg)
+        key = (entity, expand_mediators, neighbor_limit)
+        candidates = cache.get(cache.candidates, key)
+        if candidates is None:
+            candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
+            cache.put(cache.candidates, key, candidates, self.candidate_cache, weight=len(candidates) + 1)
         self.timings.fetch += time.perf_counter() - start
         return [candidates[i] for i in self.order(question, candidates, kg)], (), None
 
@@ -221,10 +229,10 @@ class CandidateScorer:
         return [pool[i] for i in self.order(question, pool, kg)], tuple(pending), build
 
     def forget_rankings(self) -> None:
-        """Empty the ranking cache (the context edges stay): the next searches rank again."""
+        """Empty the ranking cache (candidates and context edges stay): the next searches rank again."""
         with self._lock:
             for cache in self._caches.values():
-                cache.rankings.clear()
+                cache.clear(cache.rankings)
 
     def _cache(self, kg: KnowledgeGraph) -> "_GraphCache":
         with self._lock:
@@ -347,11 +355,15 @@ class CandidateScorer:
 
 
 class _GraphCache:
-    """One graph's rankings and context edges, each an LRU map (least recently used dropped first)."""
+    """One graph's rankings, candidates and context edges, each an LRU map whose entries weigh
+    (candidates held, or 1) up to a capacity, the least recently used dropped first."""
 
     def __init__(self) -> None:
         self.rankings: OrderedDict = OrderedDict()
+        self.candidates: OrderedDict = OrderedDict()
         self.contexts: OrderedDict = OrderedDict()
+        self._weights: dict[int, dict] = {id(t): {} for t in (self.rankings, self.candidates, self.contexts)}
+        self._totals: dict[int, int] = {id(t): 0 for t in (self.rankings, self.candidates, self.contexts)}
         self._lock = threading.Lock()
 
     def get(self, table: OrderedDict, key):
@@ -361,14 +373,24 @@ class _GraphCache:
                 table.move_to_end(key)
             return value
 
-    def put(self, table: OrderedDict, key, value, capacity: int) -> None:
-        if capacity <= 0:
+    def put(self, table: OrderedDict, key, value, capacity: int, weight: int = 1) -> None:
+        if weight > capacity:
             return
         with self._lock:  # tool calls of one step may run in threads
+            weights = self._weights[id(table)]
+            self._totals[id(table)] += weight - weights.get(key, 0)
+            weights[key] = weight
             table[key] = value
             table.move_to_end(key)
-            while len(table) > capacity:
-                table.popitem(last=False)
+            while self._totals[id(table)] > capacity:
+                old, _ = table.popitem(last=False)
+                self._totals[id(table)] -= weights.pop(old)
+
+    def clear(self, table: OrderedDict) -> None:
+        with self._lock:
+            table.clear()
+            self._weights[id(table)].clear()
+            self._totals[id(table)] = 0
 
 
 @dataclass

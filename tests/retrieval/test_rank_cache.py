@@ -76,3 +76,29 @@ def test_a_cached_ranking_does_not_keep_its_graph_alive():
     del view, session
     gc.collect()
     assert alive() is None and len(tool.scorer._caches) == 0
+
+
+def test_caches_hold_at_most_their_capacity_in_candidates():
+    from kgreasoner.retrieval.encoder import CachedEncoder, HashingEncoder
+    from kgreasoner.retrieval.ranking import CandidateScorer
+
+    kg = graph()
+    scorer = CandidateScorer("embedding", kg, encoder=CachedEncoder(HashingEncoder(32)), relation_first=None,
+                             rank_cache=10, candidate_cache=10)
+    scorer.rank("q1", "fr")
+    scorer.rank("q1", "fr")  # 42 candidates weigh more than either cache holds: fetched and ranked again
+    assert kg.calls == ["fr", "fr"] and scorer.timings.cached == 0
+    scorer.rank("q1", "paris")
+    scorer.rank("q1", "paris")  # 2 candidates: the ranking is cached
+    scorer.rank("q2", "paris")  # another question: ranked again, from the cached candidates
+    assert kg.calls == ["fr", "fr", "paris"] and scorer.timings.cached == 1
+    # an entry weighs its candidates + 1: paris 3, seine 3, havre 2, anne 2 fill the 10 exactly, paris stays
+    for entity in ("seine", "havre", "anne"):
+        scorer.rank("q1", entity)
+    scorer.rank("q3", "paris")
+    assert kg.calls[-1] == "anne"
+    scorer.rank("q1", "p0")
+    scorer.rank("q1", "p1")  # 2 + 2 more: the least recently used go first (seine, havre), paris was just read
+    scorer.rank("q4", "paris")
+    scorer.rank("q2", "seine")
+    assert kg.calls[-3:] == ["p0", "p1", "seine"]
