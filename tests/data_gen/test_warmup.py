@@ -6,6 +6,8 @@ import argparse
 import json
 import re
 import socket
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -369,6 +371,13 @@ def test_command_line_and_subcommand(synthetic, tmp_path, capsys):
     assert args.func is not None
     assert main(["--set", "dataset=/nowhere", "--set", f"output={out}"]) == 1
     assert "'/nowhere' is neither a known dataset" in capsys.readouterr().err
+
+
+def test_python_dash_m_runs_the_package_command_line(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "data_gen.warmup", "--set", "dataset=/nowhere", "--set",
+                           f"output={tmp_path / 'o.jsonl'}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("warmup: error: ") and "'/nowhere' is neither a known dataset" in done.stderr
 
 
 def test_pathquestion_trajectories_reach_gold_answers(tmp_path):
