@@ -1,6 +1,7 @@
 """Property tests: whatever a policy writes, parsing, the format check, the rewards and the search tool answer
 without raising, and their results keep the protocol's invariants (10,000+ generated outputs per run)."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,7 @@ def text_and_spans(draw):
     return text, [(cuts[i], cuts[i + 1]) for i in range(0, len(cuts) - 1, 2)]
 
 
+@pytest.mark.slow
 @MANY
 @given(text_and_spans())
 def test_parsing_format_and_rewards_never_raise_and_keep_their_ranges(case):
@@ -43,6 +45,7 @@ def test_parsing_format_and_rewards_never_raise_and_keep_their_ranges(case):
     assert 0.0 <= shaped_search_reward("correct_hops")([text], **kwargs)[0] <= 0.8
 
 
+@pytest.mark.slow
 @MANY
 @given(TEXT)
 def test_a_tool_block_hides_every_tag_a_label_prints(label):

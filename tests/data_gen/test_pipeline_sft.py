@@ -186,6 +186,7 @@ def test_cli_writes_records_and_names_bad_fields(synthetic, tmp_path, capsys):
     assert "method must be one of ('tog', 'sog'), got 'parog'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_tiny_model_trained_on_tog_steps_runs_tog_end_to_end(generated, tog_base, tmp_path):
     """Brief SFT (300 steps, ~15 s), then ToG through the HF client on synthetic test questions.
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kgreasoner.data.schema import Answer, QAExample, TopicEntity, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +57,7 @@ def run(*folders: Path) -> subprocess.CompletedProcess:
                           timeout=60, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_plans_and_written_lines_are_counted(tmp_path):
     folder = make_evaluation(tmp_path)
     done = run(folder)
@@ -65,6 +68,7 @@ def test_plans_and_written_lines_are_counted(tmp_path):
     assert lines[2:] == [f"| {folder} | 3 | 0.333 | 2 | 1 | 4 | 3 (0.750) | 2 |"]
 
 
+@pytest.mark.slow
 def test_a_malformed_record_is_named_by_file_and_line(tmp_path):
     folder = make_evaluation(tmp_path)
     with open(folder / "kgreasoner.jsonl", "a") as records:
@@ -74,6 +78,7 @@ def test_a_malformed_record_is_named_by_file_and_line(tmp_path):
     assert f"{folder / 'kgreasoner.jsonl'}:4: not an evaluation record ('hits1')" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_question_outside_the_split_is_named(tmp_path):
     folder = make_evaluation(tmp_path)
     with open(folder / "kgreasoner.jsonl", "a") as records:

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_bench_prints_a_row_per_backend_and_caches_its_inputs(tmp_path):
     command = [sys.executable, str(ROOT / "bench" / "kg_bench.py"), "--work", str(tmp_path), "--sizes", "10k",
                "--calls", "30", "--warmup", "5", "--hubs", "3"]

@@ -18,6 +18,10 @@ from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
 
 from .conftest import END_OF_TURN, QUESTIONS, QWEN3_THINK, TOOL, tokenizer_of, warmup_records
 
+# Random-weight models of the real architectures through whole stages: `make test` runs them,
+# `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 ROLLOUT = {"max_new_tokens": 64, "max_turn_tokens": 48, "max_turns": 2}
 
 

@@ -10,6 +10,10 @@ from kgreasoner.cli import main
 
 from .conftest import MODELS, warmup_records
 
+# Random-weight models of the real architectures through whole stages: `make test` runs them,
+# `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MODEL_CONFIGS = {"qwen3-8b": "qwen3/configs/Qwen3-8B", "llama3.1-8b": "llama3.1",
                  "qwen3-30b-a3b": "qwen3/configs/Qwen3-30B-A3B"}

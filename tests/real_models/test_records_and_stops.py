@@ -12,6 +12,10 @@ from kgreasoner.training.warmup_data import encode_record, end_of_turn_id
 from rollout.conftest import ScriptedLogits, ScriptedSession
 from .conftest import END_OF_TURN, QWEN3_THINK, QWEN3_THINK_END, tokenizer_of, warmup_records
 
+# Random-weight models of the real architectures through whole stages: `make test` runs them,
+# `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 TABLE = {"Utah": ["(Utah, time zone, Mountain Time Zone)"]}
 TURNS = ["<think> I search Utah. <search>Utah</search>", "So it is Mountain Time Zone. </think>\n<answer>Mountain Time Zone</answer>"]
 BLOCK = format_tool_block(TABLE["Utah"][0])

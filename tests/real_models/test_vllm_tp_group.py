@@ -12,9 +12,16 @@ import sys
 import types
 from datetime import timedelta
 
+import pytest
+
 from .conftest import MODELS
 
+# Random-weight models of the real architectures through whole stages: `make test` runs them,
+# `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 REPLIES = {  # first prompt word -> the turns that row writes
+
     "alpha": ["<think> I search Utah. <search>Utah</search>", "So it is X. </think>\n<answer>Mountain Time Zone</answer>"],
     "beta": ["<think> direct </think>\n<answer>Paris</answer>"],
     "gamma": ["<think> direct </think>\n<answer>Euro</answer>"],

@@ -40,6 +40,7 @@ def trained(synthetic, tmp_path_factory):
     return config, train_ranker(config)
 
 
+@pytest.mark.slow
 def test_ranker_trained_on_synthetic_beats_embedding_baseline(trained):
     config, result = trained
     gat, embedding = result.test["gat"], result.test["embedding"]

@@ -114,6 +114,7 @@ def test_a_trajectory_finished_before_the_kg_died_is_kept_whole(sparql_service, 
             assert search["label"] is None or search["entity"] == example.topic_entities[0].id
 
 
+@pytest.mark.slow
 def test_kill_and_restart_under_load(checkpoint, endpoint, dataset, tmp_path):
     """`kgreasoner serve` over the endpoint, 4 clients sending all along: up, killed for a while, restarted."""
     config = tmp_path / "serve.yaml"

@@ -89,6 +89,7 @@ def _rows(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_ranks_mine_the_same_hard_set_as_one_process(tiny_checkpoint, tmp_path, records):
     import os
     import subprocess
