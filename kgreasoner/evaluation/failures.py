@@ -51,7 +51,7 @@ because an ambiguous name, not the model's choice of triple, diverted the walk.
    tool output). Detail: `answer`.
 6. `other`, reason `no_gold_path`: the example has no gold path to compare with.
 7. `data_ambiguity`, kind `namesake`: a search on the answer's path was written as a name (not a
-   handle) that several shown entities carried, the tool took the latest shown, and with an
+   handle or an id; of a filtered search `NAME | REL`, its NAME part) that several shown entities carried, the tool took the latest shown, and with an
    earlier namesake in its place (the later relations kept) the path agrees with gold on more
    hops. Detail: `call`, `query`, `chosen`, `namesake` (ids), `path`, `path_with_namesake`.
 8. `wrong_relation`: the path equals no gold path. At hop k (1-based, counting relations; the
@@ -82,6 +82,7 @@ from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.protocol import (
     HANDLE_PREFIX, SEARCH_CLOSE, THINK_OPEN, TRIPLES_CLOSE, check_format, last_open_search, split_search_query,
 )
+from kgreasoner.retrieval.tool import split_relation_filter
 
 CATEGORIES = ("wrong_relation", "copy_failure", "data_ambiguity", "loop_or_turn_limit", "invalid_format",
               "answer_not_in_context", "other")
@@ -307,6 +308,15 @@ class _Walk:
         wanted = normalize_answer(text)
         return [e for e in self.latest_first if wanted and normalize_answer(self.labels[e]) == wanted]
 
+    def written_name(self, query: str, entity: str) -> str:
+        """The name part of a search, read as the tool reads it: the whole text when it names `entity`, else the
+        part before a relation filter (`NAME | REL`)."""
+        name, _ = split_search_query(query)
+        parts = split_relation_filter(name)
+        if parts is not None and entity not in self.resolve(name):
+            return parts[0]
+        return name
+
     def place(self, entity: str) -> list[_Node] | None:
         """The path after moving to `entity` now; None when it was never shown to the model."""
         for depth in range(len(self.path) - 1, -1, -1):
@@ -333,7 +343,7 @@ class _Walk:
                 else:
                     self.path = self.placed.get(entity) or self.place(entity) or [_Node(entity, ())]
         else:
-            name, _ = split_search_query(call["query"])
+            name = self.written_name(call["query"], entity)
             head = name.split(maxsplit=1)[0] if name else ""
             namesakes: list[tuple[str, tuple[_Node, ...]]] = []
             if not (_HANDLE.fullmatch(head) and head in self.by_handle) and name != entity:

@@ -99,7 +99,7 @@ class ToolConfig:
     expand_mediators: bool = field(default=True, metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"})
     neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"})
     max_context: int = field(default=16, metadata={"help": "context edges per candidate given to the gat ranker"})
-    relation_first: int | None = field(default=256, metadata={"help": "entities with more edges than this are ranked relation first: their relations are scored by closeness to the question, only the first rerank_pool edges of the best ones are ranked, the rest follow relation by relation (memory and subgraph stores); None: every entity exact"})
+    relation_first: int | None = field(default=256, metadata={"help": "entities with more edges than this are ranked relation first: their relations are scored by closeness to the question, only the first rerank_pool edges of the best ones are ranked by the ranker, the rest follow relation by relation (so a hub costs what a small entity does; see CandidateScorer); None: every entity exact"})
     rerank_pool: int | None = field(default=64, metadata={"help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"})
     fuzzy_cutoff: float = field(default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"})
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
@@ -212,10 +212,10 @@ class SearchSession:
         relation = None
         entity = self._resolve(name, fuzzy=False)
         if entity is None and not backtrack:
-            head, sep, tail = name.rpartition(QUERY_SEPARATOR)
-            if sep and head.strip() and tail.strip():
-                entity = self._resolve(head.strip(), fuzzy=True)
-                relation = tail.strip() if entity is not None else None
+            parts = split_relation_filter(name)
+            if parts is not None:
+                entity = self._resolve(parts[0], fuzzy=True)
+                relation = parts[1] if entity is not None else None
         if entity is None:
             entity = self._resolve(name, fuzzy=True)
         if entity is None:
@@ -454,6 +454,18 @@ def parse_query(query: str) -> tuple[str, bool]:
     if match:
         return text[: match.start()].strip(), True
     return text, False
+
+
+def split_relation_filter(name: str) -> tuple[str, str] | None:
+    """`NAME | REL` -> (NAME, REL), split at the last bar, both parts stripped; None without a bar or with an empty
+    part.
+
+    A session reads a search this way only when the whole text names no shown entity (a label may hold a bar).
+    """
+    head, sep, tail = name.rpartition(QUERY_SEPARATOR)
+    if sep and head.strip() and tail.strip():
+        return head.strip(), tail.strip()
+    return None
 
 
 def _names_relation(written: str, relation: str, relation_format: str) -> bool:

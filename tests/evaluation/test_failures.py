@@ -267,6 +267,30 @@ def test_namesake_resolved_by_name_and_separated_by_handles():
                    "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"], "gold_shown": True}}
 
 
+def test_a_filtered_search_is_judged_by_its_name_part():
+    """`NAME | REL` names its entity by NAME alone: a handle or an id there leaves no namesake to blame."""
+    wrong_relation = {
+        "category": "wrong_relation",
+        "detail": {"hop": 1, "taken": "capital", "gold": ["contains"], "path": ["capital", "sister_city", "mayor"],
+                   "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"], "gold_shown": True}}
+    by_handle = record(PROVO_MAYOR, "<think> " + S.format("E1"), S.format("E3"), S.format("E9|mayor"),
+                       A.format("Tom Fry"), handles=True)
+    call = by_handle["trace"]["tool_calls"][2]
+    assert (call["query"], call["entity"], call["shown"]) == ("E9|mayor", "m.provo_tx", [["m.provo_tx", "mayor", "m.fry"]])
+    assert by_handle["failure"] == wrong_relation
+    by_id = record(PROVO_MAYOR, "<think> " + S.format("Utah"), S.format("Salt Lake City"), S.format("m.provo_tx | mayor"),
+                   A.format("Tom Fry"))
+    assert by_id["trace"]["tool_calls"][2]["entity"] == "m.provo_tx"
+    assert by_id["failure"] == wrong_relation
+    # Written as a name, the filtered search is as ambiguous as the plain one.
+    by_name = record(PROVO_MAYOR, "<think> " + S.format("Utah"), S.format("Salt Lake City"), S.format("Provo | mayor"),
+                     A.format("Tom Fry"))
+    assert by_name["failure"] == {
+        "category": "data_ambiguity",
+        "detail": {"kind": "namesake", "call": 3, "query": "Provo | mayor", "chosen": "m.provo_tx", "namesake": "m.provo",
+                   "path": ["capital", "sister_city", "mayor"], "path_with_namesake": ["contains", "mayor"]}}
+
+
 def test_truncated_tool_block_keeps_only_what_the_model_read():
     tool = KGSearchTool(KG, ToolConfig())
     session = RecordingSession(tool, MAYOR.question, MAYOR.topic_entities)
