@@ -200,6 +200,15 @@ def test_no_import_cycles():
     assert not cycles, "\n".join(describe_cycle(c, graph) for c in cycles)
 
 
+def test_no_module_imports_another_modules_private_names():
+    private = [f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(a.name for a in node.names if a.name.startswith('_'))} "
+               f"from {node.module}"
+               for path in source_files() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in SOURCES
+               and any(a.name.startswith("_") and a.name != "__version__" for a in node.names)]
+    assert not private, "private names imported from another module:\n" + "\n".join(private)
+
+
 def test_the_layer_table_names_real_modules():
     modules = {module_name(p) for p in source_files()}
     stale = [entry for layer in LAYERS for entry in layer

@@ -78,12 +78,12 @@ def parse_tog_record(
         raise SchemaError(f"{where}: missing field 'question' (or {', '.join(QUESTION_FIELDS[1:])})")
     if not isinstance(question, str) or not question.strip():
         raise SchemaError(f"{where}: field 'question' must be a non-empty string")
-    topics = _topics(_field(record, "topic_entity", dict, where), where)
+    topics = _topics(record_field(record, "topic_entity", dict, where), where)
     gold_paths: tuple[tuple[str, ...], ...] = ()
     if fmt == "cwq":
-        answers = _cwq_answers(record, where)
+        answers = cwq_answers(record, where)
     elif fmt == "webqsp":
-        answers, gold_paths = _webqsp_answers(record, where)
+        answers, gold_paths = webqsp_answers(record, where)
     elif fmt == "grailqa":
         answers = _grailqa_answers(record, where)
     else:
@@ -130,7 +130,8 @@ def load_tog_json(path: str | Path, fmt: str | None = None, split: str = "test")
     return examples
 
 
-def _field(record: dict, name: str, kind: type, where: str) -> Any:
+def record_field(record: dict, name: str, kind: type, where: str) -> Any:
+    """`record[name]`; a missing field or one that is not a `kind` raises SchemaError naming `where` and the field."""
     if name not in record:
         raise SchemaError(f"{where}: missing field '{name}'")
     if not isinstance(record[name], kind):
@@ -167,10 +168,11 @@ def _dedup(answers: list[Answer]) -> list[Answer]:
     return list(first.values())
 
 
-def _cwq_answers(record: dict, where: str) -> list[Answer]:
+def cwq_answers(record: dict, where: str) -> list[Answer]:
+    """A CWQ record's answers: the release's `answers` list (ids, names, aliases), else ToG's one `answer` name."""
     if "answers" in record and "answer" not in record:
         answers = []
-        for i, item in enumerate(_field(record, "answers", list, where)):
+        for i, item in enumerate(record_field(record, "answers", list, where)):
             field = f"answers[{i}]"
             if not isinstance(item, dict) or not isinstance(item.get("answer"), str) or not item["answer"]:
                 raise SchemaError(f"{where}: field '{field}.answer' must be a non-empty string")
@@ -184,17 +186,18 @@ def _cwq_answers(record: dict, where: str) -> list[Answer]:
 
 def _single_answer(record: dict, where: str) -> list[Answer]:
     """ToG's CWQ and SimpleQA give one answer name and no id: the name is the id."""
-    name = _field(record, "answer", str, where)
+    name = record_field(record, "answer", str, where)
     return [Answer(id=name, name=name)] if name else []
 
 
-def _webqsp_answers(record: dict, where: str) -> tuple[list[Answer], tuple[tuple[str, ...], ...]]:
+def webqsp_answers(record: dict, where: str) -> tuple[list[Answer], tuple[tuple[str, ...], ...]]:
+    """A WebQSP record's answers over all its parses and the distinct inferential chains (gold relation paths)."""
     answers: list[Answer] = []
     paths: list[tuple[str, ...]] = []
-    for p, parse in enumerate(_field(record, "Parses", list, where)):
+    for p, parse in enumerate(record_field(record, "Parses", list, where)):
         if not isinstance(parse, dict):
             raise SchemaError(f"{where}: field 'Parses[{p}]' must be an object")
-        for a, item in enumerate(_field(parse, "Answers", list, f"{where}: Parses[{p}]")):
+        for a, item in enumerate(record_field(parse, "Answers", list, f"{where}: Parses[{p}]")):
             field = f"Parses[{p}].Answers[{a}]"
             if not isinstance(item, dict) or "AnswerArgument" not in item:
                 raise SchemaError(f"{where}: missing field '{field}.AnswerArgument'")
@@ -210,7 +213,7 @@ def _webqsp_answers(record: dict, where: str) -> tuple[list[Answer], tuple[tuple
 
 def _grailqa_answers(record: dict, where: str) -> list[Answer]:
     answers = []
-    for a, item in enumerate(_field(record, "answer", list, where)):
+    for a, item in enumerate(record_field(record, "answer", list, where)):
         field = f"answer[{a}]"
         if not isinstance(item, dict) or "answer_argument" not in item:
             raise SchemaError(f"{where}: missing field '{field}.answer_argument'")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kgreasoner.data.schema import QAExample, SchemaError, TopicEntity
-from kgreasoner.data.tog_json import _cwq_answers, _field, _webqsp_answers
+from kgreasoner.data.tog_json import cwq_answers, record_field, webqsp_answers
 
 logger = logging.getLogger(__name__)
 
@@ -102,11 +102,11 @@ def parse_webqsp_question(record: Any, index: int, path: str | Path, split: str)
     where = f"{path}: Questions[{index}]"
     if not isinstance(record, dict):
         raise SchemaError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    qid = _field(record, "QuestionId", str, where)
-    question = _field(record, "RawQuestion", str, where)
+    qid = record_field(record, "QuestionId", str, where)
+    question = record_field(record, "RawQuestion", str, where)
     if not question.strip():
         raise SchemaError(f"{where}: field 'RawQuestion' is empty")
-    answers, gold_paths = _webqsp_answers(record, where)
+    answers, gold_paths = webqsp_answers(record, where)
     topics: dict[str, TopicEntity] = {}
     for p, parse in enumerate(record["Parses"]):
         mid = parse.get("TopicEntityMid")
@@ -141,12 +141,12 @@ def parse_cwq_question(record: Any, index: int, path: str | Path, split: str) ->
     where = f"{path}: record {index}"
     if not isinstance(record, dict):
         raise SchemaError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    qid = _field(record, "ID", str, where)
-    question = _field(record, "question", str, where)
+    qid = record_field(record, "ID", str, where)
+    question = record_field(record, "question", str, where)
     if not question.strip():
         raise SchemaError(f"{where}: field 'question' is empty")
-    sparql = _field(record, "sparql", str, where)
-    answers = _cwq_answers(record, where)
+    sparql = record_field(record, "sparql", str, where)
+    answers = cwq_answers(record, where)
     mids = dict.fromkeys(_FREEBASE_CONSTANT.findall(sparql))
     if not mids or not answers:
         return None
