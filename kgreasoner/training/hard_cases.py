@@ -1,6 +1,6 @@
 """Hard-case mining (paper, Section 4.3): keep the questions the warm-up model finds hard.
 
-For each training question with a reference trajectory a (from `data_gen/warmup.py`), the
+For each training question with a reference trajectory a (from `data_gen.warmup`), the
 warm-up model's loss is L_sft = -(1/T) sum_t log P(a_t | a_<t, q) over the T model-written
 tokens. A question is hard when L_sft > epsilon and it needs multi-hop reasoning (hops >= 2).
 Later GRPO episodes train only on these.

@@ -1,6 +1,6 @@
 """Warm-up trajectories as the SFT trainer reads them, and their tokenisation with a loss mask.
 
-One record per JSONL line (written by `data_gen/warmup.py`):
+One record per JSONL line (written by `data_gen.warmup`):
 `{"id", "question", "topic_entities": [{"id", "name"}], "segments": [{"text", "train"}], "kind",
 "hops", "split"}`. The segments concatenated are the completion; `train` is true for what the
 model writes and false for what the tool inserts (`<triples>` blocks).
