@@ -123,16 +123,18 @@ class CandidateScorer:
     of neighbours but few distinct relations, so this costs a few encodings); the rest follow
     below them in that order. This bounds the text encoding and KG fetches of one call.
 
-    `rank` goes further at an entity with more than `relation_first` edges in a store with a
-    relation index (the memory store, and the per-question views of `subgraph`): it scores the
-    entity's few relations first (cosine of the question and each relation's words, one text per
-    relation and direction), builds the candidates of the first `rerank_pool` edges of the best
-    relations only, and lets `order` (the ranker) order those; the other edges follow, relation by
-    relation in that relation order and in KG order within one, built only when a later page reads
-    them. The cost of a hub is then that of an entity of `rerank_pool` edges. The approximation: a
-    relation whose words are far from the question cannot place an entity in the first page however
-    well the ranker would score it, and a mediator's second relation does not count in the relation
-    order. Smaller entities (and `relation_first=None`, or another backend) take the exact path.
+    `rank` goes further at an entity with more than `relation_first` edges: it scores the entity's
+    few relations first (cosine of the question and each relation's words, one text per relation
+    and direction), takes the candidates of the first `rerank_pool` edges of the best relations
+    only, and lets `order` (the ranker) order those; the other edges follow, relation by relation in
+    that relation order and in KG order within one. A store with a relation index (the memory
+    store, and the per-question views of `subgraph`) fetches only the pool's edges and builds the
+    rest when a later page reads it, so a hub costs what an entity of `rerank_pool` edges does;
+    other backends fetch the entity's edges whole, as the exact path does (up to `neighbor_limit`),
+    and are spared the ranking of all of them. The approximation: a relation whose words are far
+    from the question cannot place an entity in the first page however well the ranker would score
+    it, and a mediator's second relation does not count in the relation order. Smaller entities
+    (and `relation_first=None`) take the exact path.
 
     Three caches per graph make repeated work free; none changes a result (the graph, the encoder
     and the ranker are read-only here), each drops its least recently used entries first. Rankings,
@@ -189,8 +191,8 @@ class CandidateScorer:
               neighbor_limit: int | None) -> tuple:
         """What `RankedCandidates` is built from: the ranked candidates, pending groups and their build."""
         start = time.perf_counter()
-        if (self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
-                and isinstance(kg, MemoryKG) and kg.degree(entity) > self.relation_first):
+        relation_first = self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
+        if relation_first and isinstance(kg, MemoryKG) and kg.degree(entity) > self.relation_first:
             return self._rank_relation_first(question, entity, kg, expand_mediators, neighbor_limit, start)
         cache = self._cache(kg)
         key = (entity, expand_mediators, neighbor_limit)
@@ -199,21 +201,49 @@ class CandidateScorer:
             candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
             cache.put(cache.candidates, key, candidates, self.candidate_cache, weight=len(candidates) + 1)
         self.timings.fetch += time.perf_counter() - start
+        if relation_first:
+            groups: dict[tuple[str, str], list[Candidate]] = {}
+            for candidate in candidates:
+                groups.setdefault((candidate.edges[0].relation, candidate.edges[0].direction), []).append(candidate)
+            edges = [_first_edges(members) for members in groups.values()]
+            if sum(edges) > self.relation_first:  # as the memory store's path, over candidates fetched whole
+                return self._relation_first_fetched(question, kg, groups, edges), (), None
         return [candidates[i] for i in self.order(question, candidates, kg)], (), None
+
+    def _relation_order(self, question: str, groups: Sequence[tuple[str, str]]) -> list[int]:
+        """Indices of (relation, direction) groups, the relation whose words are closest to the question first."""
+        closeness = self._cosine(question, [relation_words(relation, side) for relation, side in groups])
+        return sorted(range(len(groups)), key=lambda g: (-closeness[g], g))
+
+    def _relation_first_fetched(self, question: str, kg: KnowledgeGraph, groups: dict[tuple[str, str], list[Candidate]],
+                                edges: list[int]) -> list[Candidate]:
+        """Relation first over candidates already fetched (a backend without a relation index)."""
+        assert self.rerank_pool is not None
+        members = list(groups.values())
+        budget = self.rerank_pool
+        pool: list[Candidate] = []
+        rest: list[Candidate] = []
+        for g in self._relation_order(question, list(groups)):
+            split = _after_first_edges(members[g], budget)
+            budget -= min(edges[g], budget)
+            pool.extend(members[g][:split])
+            rest.extend(members[g][split:])
+        return [pool[i] for i in self.order(question, pool, kg)] + rest
 
     def _rank_relation_first(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
                              neighbor_limit: int | None, start: float) -> tuple:
         assert self.rerank_pool is not None
         groups = kg.relation_counts(entity, "both")
         self.timings.fetch += time.perf_counter() - start
-        closeness = self._cosine(question, [relation_words(relation, side) for relation, side, _ in groups])
-        best_first = sorted(range(len(groups)), key=lambda g: (-closeness[g], g))
+        best_first = self._relation_order(question, [(relation, side) for relation, side, _ in groups])
         start = time.perf_counter()
         pool: list[Candidate] = []
         pending = []
+        budget = self.rerank_pool  # edges, whatever number of candidates their mediators expand to
         for g in best_first:
             relation, side, count = groups[g]
-            taken = min(count, max(self.rerank_pool - len(pool), 0))
+            taken = min(count, budget)
+            budget -= taken
             if taken:
                 pool.extend(group_candidates(kg, entity, relation, side, 0, taken, expand_mediators, neighbor_limit))
             if taken < count:
@@ -352,6 +382,22 @@ class CandidateScorer:
         vectors = self.encoder.encode(list(table.rows))[rows]
         self.timings.encode += time.perf_counter() - start
         return (vectors[1:] @ vectors[0]).astype(np.float64)
+
+
+def _first_edges(candidates: Sequence[Candidate]) -> int:
+    """Distinct first edges of candidates in KG order (a mediator's candidates share theirs, in a row)."""
+    return sum(1 for i, c in enumerate(candidates) if i == 0 or c.edges[0] != candidates[i - 1].edges[0])
+
+
+def _after_first_edges(candidates: Sequence[Candidate], edges: int) -> int:
+    """How many of the candidates (in KG order) the first `edges` distinct first edges cover."""
+    seen = 0
+    for i, candidate in enumerate(candidates):
+        if i == 0 or candidate.edges[0] != candidates[i - 1].edges[0]:
+            if seen == edges:
+                return i
+            seen += 1
+    return len(candidates)
 
 
 class _GraphCache:

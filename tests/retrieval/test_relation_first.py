@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kgreasoner.data.schema import TopicEntity
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.candidates import gather_candidates
 from kgreasoner.retrieval.encoder import CachedEncoder, EncoderConfig, HashingEncoder
@@ -18,13 +19,13 @@ QUESTION = "which club is based in freedonia"
 
 
 def hub() -> MemoryKG:
-    """Freedonia: 150 citizens, 12 clubs, 90 rivers and 40 mediators (each a treaty with a partner)."""
+    """Freedonia: 150 citizens, 12 clubs, 90 rivers and 40 mediators (each a treaty with two partners)."""
     triples = [(f"p{i}", "people.person.nationality", "fr") for i in range(150)]
     triples += [("fr", "geography.country.rivers", f"r{i}") for i in range(60)]
     triples += [(f"c{i}", "sports.club.based_in", "fr") for i in range(12)]
     triples += [("fr", "geography.country.rivers", f"r{i}") for i in range(60, 90)]
     triples += [("fr", "law.country.treaties", f"t{i}") for i in range(40)]
-    triples += [(f"t{i}", "law.treaty.partner", f"k{i % 7}") for i in range(40)]
+    triples += [(f"t{i}", "law.treaty.partner", f"k{(i + j) % 7}") for i in range(40) for j in (0, 1)]
     names = {"fr": "Freedonia", **{f"p{i}": f"person {i}" for i in range(150)},
              **{f"c{i}": f"club {i} fc" if i % 3 == 0 else f"team {i}" for i in range(12)},
              **{f"r{i}": f"river {i}" for i in range(90)}, **{f"k{i}": f"kingdom {i}" for i in range(7)}}
@@ -71,12 +72,12 @@ def test_every_candidate_stays_reachable_and_the_tail_is_built_when_read(method)
     assert ranked.has(9) and len(ranked.built) == 20
     assert sum(n for _, _, n in ranked.pending_counts()) == 292 - 20
     every = gather_candidates(kg, "fr")
-    assert len(every) == 292 and len(ranked) == 292  # len() builds the rest
+    assert len(every) == 332 and len(ranked) == 332  # len() builds the rest; 40 treaties are 80 candidates
     assert sorted(c.key for c in ranked) == sorted(c.key for c in every)
     # the tail comes relation by relation, KG order within one; mediators expanded as on the exact path
     tail = [c for c in ranked][20:]
     treaties = [c for c in tail if c.edges[0].relation == "law.country.treaties"]
-    assert [c.edges[-1].neighbor for c in treaties] == [f"k{i % 7}" for i in range(40)]
+    assert [c.edges[-1].neighbor for c in treaties] == [f"k{(i + j) % 7}" for i in range(40) for j in (0, 1)]
     assert all(len(c.edges) == 2 for c in treaties)
 
 
@@ -102,3 +103,37 @@ def test_small_entities_take_the_exact_path():
     # at the threshold itself still exact (every candidate built); above it only the pool is
     assert len(scorer(small, relation_first=31, rerank_pool=5).rank("q", "a").built) == 31
     assert len(scorer(small, relation_first=30, rerank_pool=5).rank("q", "a").built) == 5
+
+
+class Unindexed(KnowledgeGraph):
+    """The same graph through the base interface only: a backend without a relation index (as SPARQL)."""
+
+    def __init__(self, kg: MemoryKG) -> None:
+        self.kg = kg
+
+    def neighbors(self, entity, direction="out", relations=None, limit=None):
+        return self.kg.neighbors(entity, direction, relations, limit)
+
+    def label(self, entity):
+        return self.kg.label(entity)
+
+    def resolve(self, name):
+        return self.kg.resolve(name)
+
+    def degree(self, entity, direction="both"):
+        return self.kg.degree(entity, direction)
+
+
+@pytest.mark.parametrize("pool", [20, 75])  # 75: the pool ends inside the treaties, whose mediators expand
+def test_a_backend_without_the_index_ranks_relation_first_alike(pool):
+    torch.manual_seed(0)
+    model = GATRanker(RankerModelConfig(dim=256, hidden=8, head_hidden=4, dropout=0.0)).eval()
+    kg = hub()
+    for question in (QUESTION, "treaties", "rivers"):
+        indexed = scorer(kg, "gat", model=model, rerank_pool=pool).rank(question, "fr")
+        fetched = scorer(Unindexed(kg), "gat", model=model, rerank_pool=pool).rank(question, "fr")
+        assert [c.key for c in fetched] == [c.key for c in indexed]
+        assert len(indexed) == 332
+    # below the threshold both are exact
+    assert [c.key for c in scorer(Unindexed(kg), relation_first=300).rank(QUESTION, "fr")] == \
+        [c.key for c in scorer(kg, relation_first=300).rank(QUESTION, "fr")]
