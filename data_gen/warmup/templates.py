@@ -10,9 +10,8 @@ import yaml
 from kgreasoner.config import ConfigError
 from kgreasoner.protocol import TAGS
 
-
 PLAN_SEPARATOR = ","
-
+"""Joins the relation keys of the `plan` slot."""
 
 # Template groups and the slots they may use (every slot is filled in every call; unused ones are ignored).
 # `fact` reads a step as words ("E1 has spouse E2"); `hop` writes it with each relation's key, the last word
