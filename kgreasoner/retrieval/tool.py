@@ -209,15 +209,15 @@ class SearchSession:
         if not name:
             return _error("empty_query", "Empty search: write a topic entity or an entity shown above "
                           f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).", backtracked=backtrack)
-        relation = None
-        entity = self._resolve(name, fuzzy=False)
-        if entity is None and not backtrack:
-            parts = split_relation_filter(name)
-            if parts is not None:
-                entity = self._resolve(parts[0], fuzzy=True)
-                relation = parts[1] if entity is not None else None
+        relation = entity = None
+        parts = None if backtrack else split_relation_filter(name)
+        # a bar is a filter unless the whole text is a shown label (labels may hold one); a handle
+        # names only its own word, so `E1 | rel` is E1's filtered page, not a search of E1
+        if parts is not None and self._resolve(name, fuzzy=False, by_handle=False) is None:
+            entity = self._resolve(parts[0], fuzzy=True)
+            relation = parts[1] if entity is not None else None
         if entity is None:
-            entity = self._resolve(name, fuzzy=True)
+            entity = self._resolve(name, fuzzy=False) or self._resolve(name, fuzzy=True)
         if entity is None:
             return _error("unknown_entity", self._unknown_text(name), backtracked=backtrack)
         try:
@@ -401,14 +401,15 @@ class SearchSession:
     def _line(self, edge: Edge) -> str:
         return triple_line(self._display(edge.subject), edge.relation, self._display(edge.object), self._config.relation_format)
 
-    def _resolve(self, name: str, fuzzy: bool) -> str | None:
-        """A shown entity's id: by handle, id, exact label, normalised label, then (if fuzzy) difflib.
+    def _resolve(self, name: str, fuzzy: bool, by_handle: bool = True) -> str | None:
+        """A shown entity's id: by handle (its first word), id, exact label, normalised label, then
+        (if fuzzy) difflib.
 
         Among namesakes the most recently shown wins: it is the one the model just read.
         """
         name = name.strip()
         head = name.split(maxsplit=1)[0] if name else ""
-        if head in self._by_handle and _HANDLE.fullmatch(head):
+        if by_handle and head in self._by_handle and _HANDLE.fullmatch(head):
             return self._by_handle[head]
         if name in self._labels:
             return name

@@ -292,3 +292,15 @@ def test_a_label_holding_the_bar_is_a_name_not_a_filter():
     assert s.call("A | B").text == "(A | B, s, Z)"
     assert s.call("A | B | s").error == "exhausted"
     assert s.call("Nobody | r").error == "unknown_entity"
+
+
+def test_a_handle_before_the_bar_filters_its_entity():
+    s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2, entity_handles=True)
+    assert s.call("E1").text.splitlines()[0] == "(E2 Player 0, citizen_of, E1 Freedonia)"
+    for query in ("E1 | based_in", "E1 Freedonia | based_in", "E1|based_in"):
+        page = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2, entity_handles=True)
+        page.call("E1")
+        result = page.call(query)
+        assert (result.error, result.entity, result.relation) == (None, "fr", "based_in"), query
+        assert result.text.splitlines()[:2] == ["(E4 Club 0, based_in, E1 Freedonia)",
+                                                "(E5 Club 1, based_in, E1 Freedonia)"], query
