@@ -83,7 +83,7 @@ def test_text_backend_records_the_blocks_it_inserts(stub):
         return 200, {"choices": [{"text": turns[row][turn], "finish_reason": "stop"}], "usage": {"completion_tokens": 5}}
 
     server = stub(reply)
-    engine = RolloutEngine(OpenAIBackend(f"http://127.0.0.1:{server.server_port}/v1", "hosted"), None,
+    engine = RolloutEngine(OpenAIBackend(server.base_url, "hosted"), None,
                            RolloutConfig(max_turn_tokens=64))
     prompts = ["row zero. Assistant:", "row one. Assistant:"]
     tool = _tool()
