@@ -232,6 +232,7 @@ def test_schema_round_trip_and_grouped_splits(folder, examples):
     assert [e.split for e in resplit] == [e.split for e in examples]
 
 
+@pytest.mark.slow
 def test_same_seed_gives_identical_files_in_fresh_processes(folder, tmp_path):
     """Byte-identical across processes with different string-hash seeds (no set-order leaks); CLI too."""
     for hash_seed in ("1", "2"):

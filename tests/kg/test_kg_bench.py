@@ -34,6 +34,7 @@ def test_bench_prints_a_row_per_backend_and_caches_its_inputs(tmp_path):
     assert bad.returncode == 2 and "--sizes: 'ten' is not a size like 10000, 10k or 1M" in bad.stderr
 
 
+@pytest.mark.slow
 def test_memory_scale_reports_bytes_and_load_time_per_size_and_the_freebase_projection(tmp_path):
     command = [sys.executable, str(ROOT / "bench" / "kg_bench.py"), "--work", str(tmp_path), "--memory-scale", "10k,20k"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)

@@ -85,6 +85,7 @@ cached.flush()
 """
 
 
+@pytest.mark.slow
 def test_concurrent_writers_share_one_cache_folder(tmp_path):
     import subprocess
     import sys
