@@ -46,7 +46,7 @@ from kgreasoner.baselines.base import Method
 from kgreasoner.baselines.gold_teacher import GoldTeacher
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
-from kgreasoner.config import add_config_arguments, describe, load_config
+from kgreasoner.config import add_config_arguments, count_or_all, describe, load_config
 from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
@@ -91,8 +91,8 @@ class PipelineSFTConfig:
             raise ValueError(f"sog_frontier_cap must be >= 1, got {self.sog_frontier_cap}")
         if self.max_length < 16:
             raise ValueError(f"max_length must be at least 16, got {self.max_length}")
-        self.num_examples = _count(self.num_examples, "num_examples")
-        self.dev_examples = _count(self.dev_examples, "dev_examples")
+        self.num_examples = count_or_all(self.num_examples, "num_examples")
+        self.dev_examples = count_or_all(self.dev_examples, "dev_examples")
 
     @property
     def summary_path(self) -> Path:
@@ -100,15 +100,6 @@ class PipelineSFTConfig:
             return Path(self.summary)
         out = Path(self.output)
         return out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
-
-
-def _count(value: int | str | None, name: str) -> int | None:
-    """`all`/None -> None (every question); a non-negative int stays."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, `all` or null, got {value!r}")
-    return value
 
 
 def build_method(config: PipelineSFTConfig, kg: KnowledgeGraph) -> Method:

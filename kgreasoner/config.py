@@ -97,6 +97,15 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     data[parts[-1]] = value
 
 
+def count_or_all(value: int | str | None, name: str) -> int | None:
+    """A count setting: `all` or null -> None (every item); a non-negative int stays; anything else names `name`."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, `all` or null, got {value!r}")
+    return value
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """The `--config FILE` and `--set key=value` flags every entry point takes."""
     parser.add_argument("--config", type=Path, help="YAML recipe")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from data_gen.augment import AugmentConfig
+from kgreasoner.config import count_or_all
 from kgreasoner.retrieval.tool import ToolConfig
 
 
@@ -111,8 +112,8 @@ class WarmupConfig:
             raise ValueError("lookup_drills probe handles: it needs tool.entity_handles true")
         if self.max_repeats < 0:
             raise ValueError(f"max_repeats must be >= 0, got {self.max_repeats}")
-        self.num_examples = _count(self.num_examples, "num_examples")
-        self.dev_examples = _count(self.dev_examples, "dev_examples")
+        self.num_examples = count_or_all(self.num_examples, "num_examples")
+        self.dev_examples = count_or_all(self.dev_examples, "dev_examples")
 
     @property
     def summary_path(self) -> Path:
@@ -121,11 +122,3 @@ class WarmupConfig:
         out = Path(self.output)
         return out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
 
-
-def _count(value: int | str | None, name: str) -> int | None:
-    """`all`/None -> None (every question); a non-negative int stays."""
-    if value is None or (isinstance(value, str) and value.strip().lower() == "all"):
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer, `all` or null, got {value!r}")
-    return value
