@@ -118,6 +118,52 @@ class QuestionConditionedAttention(MessagePassing):
         self.last_attention = alpha.detach().squeeze(-1)
         return alpha * t_i
 
+    def folded(self, inputs: RankerInputs) -> torch.Tensor:
+        """ĥ of `forward` for scoring, with each question's terms folded into the weights.
+
+        With u = t ⊙ r, t_i ⊙ r_i = [u ‖ q² ⊙ u], so W_c (t_i ⊙ r_i) = u M_q with
+        M_q = W_c1ᵀ + diag(q²) W_c2ᵀ; likewise A [x ‖ y ‖ x ⊙ y] = x A_1ᵀ + y (A_2ᵀ + diag(x) A_3ᵀ) + b,
+        Σ α_i t_i = [Σ α_i t ‖ q ⊙ Σ α_i t], and each [v ‖ q ⊙ v] block of W_h folds the same way.
+        The per-edge work drops from 2d·k + 3k·k to d·k + k·k multiply-adds and no [N, 2d] or [N, 3k]
+        concatenation is built; the weights depend on q only, so they are built once per question.
+        """
+        d, k = self.W_q.in_features, self.W_q.out_features
+        question, cand_question, ctx_target = inputs.question, inputs.cand_question, inputs.ctx_target
+        num_questions, num_cand = question.shape[0], inputs.num_candidates
+        # Folded weights stay in nn.Linear's [out, in] layout: views of it need no copy.
+        x = F.linear(question, self.W_q.weight)  # [Q, k]
+        w_c = self.W_c.weight.view(k, 2, d)
+        m = w_c[:, 0] + (question * question).unsqueeze(1) * w_c[:, 1]  # [Q, k, d]
+        w_a = self.A.weight.view(k, 3, k)
+        n = w_a[:, 1] + x.unsqueeze(1) * w_a[:, 2]  # [Q, k, k]
+        const = F.linear(x, w_a[:, 0], self.A.bias)  # [Q, k]
+        u = inputs.ctx_value * inputs.ctx_relation
+        edge_question = cand_question[ctx_target]
+        pre = torch.empty((u.shape[0], k), dtype=u.dtype)
+        for j, rows in _rows_by_question(edge_question, num_questions):
+            pre[rows] = F.linear(F.linear(u[rows], m[j]), n[j], const[j])
+        s = F.linear(F.leaky_relu(pre, self.negative_slope), self.w_a.weight)
+        alpha = segment_softmax(s, ctx_target, num_nodes=num_cand)
+        self.last_attention = alpha.squeeze(-1)
+        pooled = torch.zeros((num_cand, d), dtype=u.dtype).index_add_(0, ctx_target, alpha * inputs.ctx_value)
+        # W_h's input is [rel ‖ q⊙rel ‖ ent ‖ q⊙ent ‖ Σαt ‖ q⊙Σαt]: three (v, q ⊙ v) pairs of blocks
+        w_h = self.W_h.weight.view(k, 3, 2, d)
+        g = (w_h[:, :, 0] + question.view(num_questions, 1, 1, d) * w_h[:, :, 1]).view(num_questions, k, 3 * d)
+        parts = torch.cat([inputs.cand_relation, inputs.cand_entity, pooled], dim=-1)
+        out = torch.empty((num_cand, k), dtype=u.dtype)
+        for j, rows in _rows_by_question(cand_question, num_questions):
+            out[rows] = F.linear(parts[rows], g[j], self.W_h.bias)
+        return F.elu(out)
+
+
+def _rows_by_question(question_of_row: torch.Tensor, num_questions: int):
+    """(question, rows) pairs: all rows at once for a single question, else an index per question."""
+    if num_questions == 1:
+        yield 0, slice(None)
+        return
+    for j in range(num_questions):
+        yield j, (question_of_row == j).nonzero().squeeze(-1)
+
 
 class GATRanker(nn.Module):
     """Attention layer plus the two-layer head; `forward` gives logits [C, 2], `score` ŷ[1]."""
@@ -143,17 +189,13 @@ class GATRanker(nn.Module):
         hidden = self.dropout(F.relu(self.W_1(self.dropout(h_hat))))
         return self.W_2(hidden)
 
-    @torch.no_grad()
     def score(self, inputs: RankerInputs) -> torch.Tensor:
-        """ŷ[1] per candidate, in eval mode (no dropout)."""
-        was_training = self.training
-        self.eval()
-        try:
-            if inputs.num_candidates == 0:
-                return torch.zeros(0)
-            return torch.softmax(self.forward(inputs), dim=-1)[:, 1]
-        finally:
-            self.train(was_training)
+        """ŷ[1] per candidate without dropout, whatever the module's mode (`QuestionConditionedAttention.folded`)."""
+        if inputs.num_candidates == 0:
+            return torch.zeros(0)
+        with torch.inference_mode():
+            hidden = F.relu(F.linear(self.attention.folded(inputs), self.W_1.weight, self.W_1.bias))
+            return torch.softmax(F.linear(hidden, self.W_2.weight, self.W_2.bias), dim=-1)[:, 1]
 
 
 MODEL_FILE = "model.safetensors"

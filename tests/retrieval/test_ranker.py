@@ -110,3 +110,33 @@ def test_save_load_round_trip_and_reset(tmp_path):
     assert not torch.equal(before, model.W_2.weight)
     with pytest.raises(FileNotFoundError, match="missing model.safetensors"):
         load_ranker(tmp_path)
+
+
+def unit_rows(g: torch.Generator, n: int, d: int) -> torch.Tensor:
+    return torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=-1)
+
+
+@pytest.mark.parametrize("questions, candidates, edges", [(1, 64, 1024), (3, 40, 300), (2, 6, 0)])
+def test_score_equals_the_forward_pass_in_eval_mode(questions, candidates, edges):
+    """`score` folds each question into the weights; it must give what `forward` gives without dropout,
+    in either mode, and leave the mode as it found it."""
+    torch.manual_seed(0)
+    model = GATRanker(RankerModelConfig())
+    g = torch.Generator().manual_seed(1)
+    d = model.config.dim
+    inputs = RankerInputs(
+        question=unit_rows(g, questions, d),
+        cand_question=torch.randint(0, questions, (candidates,), generator=g),
+        cand_relation=unit_rows(g, candidates, d), cand_entity=unit_rows(g, candidates, d),
+        ctx_value=unit_rows(g, edges, d), ctx_relation=unit_rows(g, edges, d),
+        ctx_target=torch.randint(0, candidates, (edges,), generator=g),
+    )
+    model.eval()
+    with torch.no_grad():
+        expected = torch.softmax(model(inputs), dim=-1)[:, 1]
+        expected_attention = model.attention.last_attention.clone()
+    model.train()
+    scores = model.score(inputs)
+    assert model.training
+    assert (scores - expected).abs().max().item() <= 1e-6
+    assert torch.allclose(model.attention.last_attention, expected_attention, rtol=0.0, atol=1e-6)
