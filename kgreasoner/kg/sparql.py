@@ -24,7 +24,8 @@ the result), so a hub's edges are never silently dropped.
 
 Each neighbour query fetches the labels of the queried node and of its neighbours in the same
 request (OPTIONAL patterns); both directions go in one UNION unless a limit asks for outgoing
-edges first, so a call usually costs one round trip.
+edges first, so a call usually costs one round trip. `neighbors_of_each` asks the same per-side
+queries of many entities (the context edges of a search's candidates) as subqueries of one request.
 """
 
 from __future__ import annotations
@@ -280,6 +281,7 @@ class SparqlKG(KnowledgeGraph):
         self.queries_sent = 0
         self.paged_results = 0
         """Results the endpoint cut at its own row cap and that were fetched again in pages."""
+        self._row_cap: int | None = None  # the endpoint's row cap, once a batched context result met it
 
     # --- query building (public so that tests and users can inspect the exact text) ----------
     def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None,
@@ -384,6 +386,62 @@ class SparqlKG(KnowledgeGraph):
             if limit is not None and len(edges) >= limit:
                 return edges[:limit]
         return edges
+
+    def context_query(self, entities: Sequence[str], limit: int) -> str:
+        """One SELECT holding, for each entity and side, the query `neighbors(entity, "both", limit=limit)`
+        sends for that side (same pattern, same LIMIT) as a subquery, `?i` its position in `entities`.
+
+        A VALUES list of the entities would not do: SPARQL 1.1 has no LIMIT per VALUES row, and a
+        hub among them would bring all its edges. A literal is never a subject: "in" only."""
+        branches = []
+        for i, entity in enumerate(entities):
+            for side in (("in",) if is_literal_id(entity) else ("out", "in")):
+                branches.append(f"{{ {{ {self.neighbors_query(entity, side, limit=limit)} }} BIND({i} AS ?i) }}")
+        return (f"SELECT DISTINCT ?i ?d ?r ?n ?nl ?sl WHERE {{\n  " + "\n  UNION\n  ".join(branches)
+                + f"\n}} LIMIT {len(branches) * self._limit(limit)}")
+
+    def neighbors_of_each(self, entities: Sequence[str], limit: int) -> list[list[Edge]]:
+        """`neighbors(entity, "both", limit=limit)` of each entity, in one request where the endpoint's
+        row cap allows (the ranker reads the context edges of a search's candidates this way).
+
+        Each entity's rows are read as `neighbors` reads its two requests: its first `limit` outgoing
+        edges, then the first rows of the incoming ones up to what the outgoing left of `limit`.
+        A batch cut at the endpoint's row cap (Virtuoso's ResultSetMaxRows) is asked again in
+        batches whose rows fit under it; where not one entity's fit, `neighbors` pages each entity.
+        """
+        _check_limit(limit)
+        for entity in entities:
+            self.dialect.entity_term(entity)  # a malformed id raises before anything is sent
+        if limit == 0:
+            return [[] for _ in entities]
+        distinct = list(dict.fromkeys(entities))
+        found = dict(zip(distinct, self._contexts_fitting(distinct, limit)))
+        return [found[entity] for entity in entities]
+
+    def _contexts_fitting(self, entities: list[str], limit: int) -> list[list[Edge]]:
+        # An entity brings at most `limit` rows a side; a batch's rows stay under the cap seen so far.
+        room = self.max_rows if self._row_cap is None else min(self.max_rows, self._row_cap - 1)
+        per_batch = room // (2 * limit)
+        if per_batch < 1:
+            return [self.neighbors(entity, "both", limit=limit) for entity in entities]
+        out: list[list[Edge]] = []
+        for start in range(0, len(entities), per_batch):
+            batch = entities[start:start + per_batch]
+            result, cap = self._run(self.context_query(batch, limit))
+            rows = result["results"]["bindings"]
+            if cap is not None and cap <= len(rows):
+                self._row_cap = cap
+                out.extend(self._contexts_fitting(batch, limit))
+                continue
+            by_side: dict[tuple[int, str], list[dict]] = {}
+            for row in rows:
+                by_side.setdefault((int(row["i"]["value"]), row["d"]["value"]), []).append(row)
+            for i, entity in enumerate(batch):
+                edges = self._edges(entity, by_side.get((i, "out"), []))
+                if len(edges) < limit:
+                    edges += self._edges(entity, by_side.get((i, "in"), [])[:limit - len(edges)])
+                out.append(edges[:limit])
+        return out
 
     def _edges(self, entity: str, rows: list[dict]) -> list[Edge]:
         """Edges from result rows; a node with several labels yields several rows, keep the first."""

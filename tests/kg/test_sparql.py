@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -15,6 +16,7 @@ import pytest
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KGQueryRejected
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS, to_iri
 from kgreasoner.kg.server import free_port
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
 from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
@@ -375,3 +377,107 @@ def test_a_4xx_from_a_stand_in_is_rejected_after_one_request(flaky, status):
     with pytest.raises(KGQueryRejected, match=rf"^SPARQL endpoint {server.endpoint} rejected a query: "):
         kg.resolve("Utah")
     assert server.seen == kg.queries_sent == 1
+
+
+def all_nodes(small_kb) -> list[str]:
+    return list(dict.fromkeys(node for s, _, o in small_kb.triples for node in (s, o))) + ["e.unknown"]
+
+
+def test_the_context_edges_of_many_entities_come_in_one_request_as_neighbors_gives_them(url, small_kb):
+    """Every node of the graph (literals, the mediator, an unknown id, one twice), at limits that cut
+    outgoing edges, stop right after them, or reach into incoming ones."""
+    entities = all_nodes(small_kb) + ["e.utah"]
+    kg = SparqlKG(url)
+    kg._unnamed_without_label()
+    for limit in (1, 3, 7, 8, 17):
+        each = [kg.neighbors(entity, "both", limit=limit) for entity in entities]
+        before = kg.queries_sent
+        assert kg.neighbors_of_each(entities, limit) == each, limit
+        assert kg.queries_sent == before + 1
+    assert kg.neighbors_of_each(entities, 0) == [[] for _ in entities]
+    assert kg.neighbors_of_each([], 5) == []
+
+
+def test_context_edges_where_a_neighbour_has_two_labels_match_neighbors(oxigraph_server):
+    """A node with two labels gives two rows for one edge: `neighbors` fills the incoming side's
+    room with rows, not edges, and so must the batch."""
+    def iri(node: str) -> str:
+        return f"<{to_iri(node, ENTITY_NS)}>"
+
+    labels = {"e.d": ["Dee", "D"], "e.e": ["Ee", "E"], "e.c": ["Cee"]}
+    text = "".join(f'{iri(node)} <{RDFS_LABEL}> "{label}" .\n' for node, names in labels.items() for label in names)
+    text += "".join(f"{iri(s)} <{to_iri(r, RELATION_NS)}> {iri(o)} .\n"
+                    for s, r, o in [("e.a", "knows", "e.c"), ("e.d", "knows", "e.a"), ("e.e", "knows", "e.a")])
+    kg = SparqlKG(oxigraph_server(raw_ntriples=text))
+    entities = ["e.a", "e.c", "e.d", "e.e"]
+    for limit in (1, 2, 3, 4):
+        assert kg.neighbors_of_each(entities, limit) == [kg.neighbors(e, "both", limit=limit) for e in entities], limit
+    # at limit 3 the incoming side's room of two rows holds the two labels of one neighbour
+    assert len(kg.neighbors("e.a", "both", limit=3)) == 2
+
+
+def test_a_context_batch_is_built_from_escaped_ids_only(kg):
+    triples = count_triples(kg)
+    query = kg.context_query(HOSTILE + ["e.utah"], 4)
+    assert all(hostile not in query for hostile in HOSTILE) and "DROP" not in query.replace("DROP%20ALL", "")
+    assert query.startswith("SELECT DISTINCT") and query.endswith(f"}} LIMIT {2 * 6 * 4}")
+    assert kg.neighbors_of_each(HOSTILE, 4) == [[] for _ in HOSTILE]
+    assert count_triples(kg) == triples
+    with pytest.raises(ValueError, match="entity: blank node"):
+        kg.neighbors_of_each(["e.utah", "_:b0"], 4)
+
+
+class _Capped(BaseHTTPRequestHandler):
+    """Passes GET and POST queries on to `server.upstream` and, as Virtuoso does at ResultSetMaxRows,
+    answers at most `server.cap` rows, naming the cap in X-SPARQL-MaxRows when a result reaches it."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self._answer(httpx.get(self.server.upstream + self.path[len("/query"):], headers={"Accept": self.headers["Accept"]}))
+
+    def do_POST(self):  # noqa: N802
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self._answer(httpx.post(self.server.upstream, content=body, headers={
+            "Accept": self.headers["Accept"], "Content-Type": self.headers["Content-Type"]}))
+
+    def _answer(self, reply: httpx.Response) -> None:
+        self.server.seen += 1
+        result = reply.json()
+        rows = result["results"]["bindings"]
+        reached = len(rows) >= self.server.cap
+        result["results"]["bindings"] = rows[:self.server.cap]
+        content = json.dumps(result).encode()
+        self.send_response(reply.status_code)
+        self.send_header("Content-Type", "application/sparql-results+json")
+        if reached:
+            self.send_header("X-SPARQL-MaxRows", str(self.server.cap))
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        self.wfile.write(content)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("cap", [5, 12, 25])
+def test_a_context_batch_cut_at_the_row_cap_is_asked_again_in_batches_under_it(url, small_kb, cap):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capped)
+    server.cap, server.seen, server.upstream = cap, 0, url
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        capped, direct = SparqlKG(f"http://127.0.0.1:{server.server_address[1]}/query"), SparqlKG(url)
+        capped._unnamed_without_label()
+        entities, limit = all_nodes(small_kb), 3
+        assert len(direct._run(direct.context_query(entities, limit))[0]["results"]["bindings"]) == 26  # over each cap
+        each = [direct.neighbors(e, "both", limit=limit) for e in entities]
+        for _ in range(2):
+            first = server.seen
+            assert capped.neighbors_of_each(entities, limit) == each
+        per_batch = (cap - 1) // (2 * limit)
+        # the cap is remembered: later batches fit under it; at cap 5 not one entity's rows do, and
+        # each entity is asked as `neighbors` asks it, a side at a time (only "in" for a literal)
+        asked_each = sum(1 if e.startswith('"') or len(direct.neighbors(e, "out", limit=limit)) == limit else 2
+                         for e in entities)
+        assert server.seen - first == (-(-len(entities) // per_batch) if per_batch else asked_each)
+    finally:
+        server.shutdown()
+        server.server_close()
