@@ -19,6 +19,7 @@ import torch
 
 from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.retrieval.candidates import (
     Candidate, PendingGroup, RankedCandidates, context_from, edge_text, gather_candidates, group_candidates,
     relation_phrase, relation_words,
@@ -272,18 +273,24 @@ class CandidateScorer:
             return cache
 
     def _contexts(self, kg: KnowledgeGraph, candidates: Sequence[Candidate]) -> list[list[Edge]]:
-        """Each candidate's context edges (`candidate_context`), its target's edges read once per graph."""
+        """Each candidate's context edges (`candidate_context`), its target's edges read once per graph;
+        the targets not cached yet are read together (over SPARQL, in one request rather than one each)."""
         if self.max_context <= 0:
             return [[] for _ in candidates]
         start = time.perf_counter()
         cache = self._cache(kg)
-        contexts = []
-        for candidate in candidates:
-            edges = cache.get(cache.contexts, candidate.target)
-            if edges is None:
-                edges = kg.neighbors(candidate.target, "both", limit=self.max_context + 1)
-                cache.put(cache.contexts, candidate.target, edges, self.context_cache)
-            contexts.append(context_from(edges, candidate, self.max_context))
+        edges_of = {c.target: cache.get(cache.contexts, c.target) for c in candidates}
+        missing = [target for target, edges in edges_of.items() if edges is None]
+        if missing:
+            limit = self.max_context + 1
+            if isinstance(kg, SparqlKG):
+                fetched = kg.neighbors_of_each(missing, limit)
+            else:
+                fetched = [kg.neighbors(target, "both", limit=limit) for target in missing]
+            for target, edges in zip(missing, fetched):
+                edges_of[target] = edges
+                cache.put(cache.contexts, target, edges, self.context_cache)
+        contexts = [context_from(edges_of[c.target], c, self.max_context) for c in candidates]
         self.timings.fetch += time.perf_counter() - start
         return contexts
 

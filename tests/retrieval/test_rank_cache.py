@@ -6,12 +6,16 @@ from __future__ import annotations
 import gc
 import weakref
 
+import numpy as np
 import torch
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
-from kgreasoner.retrieval.encoder import EncoderConfig
+from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.retrieval.candidates import candidate_context, gather_candidates
+from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig
+from kgreasoner.retrieval.ranking import CandidateScorer
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 
@@ -102,3 +106,23 @@ def test_caches_hold_at_most_their_capacity_in_candidates():
     scorer.rank("q4", "paris")
     scorer.rank("q2", "seine")
     assert kg.calls[-3:] == ["p0", "p1", "seine"]
+
+
+def test_over_sparql_the_contexts_of_a_search_come_in_one_request_and_score_as_fetched_one_by_one(oxigraph_server):
+    torch.manual_seed(0)
+    memory = graph()
+    sparql = SparqlKG(oxigraph_server(list(memory.triples())))
+    model = GATRanker(RankerModelConfig(dim=32, hidden=8, head_hidden=4, dropout=0.0)).eval()
+    encoder = build_encoder(EncoderConfig(kind="hashing", hashing_dim=32))
+    scorer = CandidateScorer("gat", sparql, encoder, model, max_context=1)
+    candidates = gather_candidates(sparql, "fr") + gather_candidates(sparql, "paris")  # "fr" twice, as a target
+    one_by_one = [candidate_context(sparql, c, 1) for c in candidates]
+    assert sum(map(len, one_by_one)) == 3  # paris, seine and fr have an edge beside the one they came by
+    sparql._unnamed_without_label()
+    before = sparql.queries_sent
+    assert scorer._contexts(sparql, candidates) == one_by_one
+    assert sparql.queries_sent == before + 1
+    memory_scorer = CandidateScorer("gat", memory, encoder, model, max_context=1)
+    assert np.allclose(scorer.gat_scores("the capital?", candidates), memory_scorer.gat_scores("the capital?", candidates),
+                       rtol=0.0, atol=1e-6)
+    assert sparql.queries_sent == before + 1  # the contexts are cached
