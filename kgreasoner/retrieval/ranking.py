@@ -21,7 +21,7 @@ from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.retrieval.candidates import (
-    Candidate, PendingGroup, RankedCandidates, context_from, edge_text, gather_candidates, group_candidates,
+    Candidate, PendingGroup, RankedCandidates, edge_text, gather_candidates, group_candidates,
     relation_phrase, relation_words,
 )
 from kgreasoner.retrieval.encoder import TextEncoder, humanize_label
@@ -64,16 +64,28 @@ class GroupRows:
 def group_rows(table: TextTable, question: str, candidates: Sequence[Candidate],
                contexts: Sequence[Sequence[Edge]]) -> GroupRows:
     """Rows for a question, its candidates and each candidate's context edges."""
+    return group_rows_of_texts(table, question, candidates, [[context_texts(edge) for edge in context] for context in contexts])
+
+
+def context_texts(edge: Edge) -> tuple[str, str]:
+    """The two texts the ranker reads of a context edge: "relation neighbour" and the relation."""
+    return edge_text(edge), relation_phrase(edge)
+
+
+def group_rows_of_texts(table: TextTable, question: str, candidates: Sequence[Candidate],
+                        contexts: Sequence[Sequence[tuple[str, str]]]) -> GroupRows:
+    """`group_rows` with each context edge given by its `context_texts`."""
+    row = table.row
     ctx_value, ctx_relation, ctx_target = [], [], []
     for index, context in enumerate(contexts):
-        for edge in context:
-            ctx_value.append(table.row(edge_text(edge)))
-            ctx_relation.append(table.row(relation_phrase(edge)))
-            ctx_target.append(index)
+        for value, relation in context:
+            ctx_value.append(row(value))
+            ctx_relation.append(row(relation))
+        ctx_target.extend([index] * len(context))
     return GroupRows(
-        question=table.row(question),
-        cand_relation=np.array([table.row(c.relation_text()) for c in candidates], dtype=np.int64),
-        cand_entity=np.array([table.row(humanize_label(c.target_label)) for c in candidates], dtype=np.int64),
+        question=row(question),
+        cand_relation=np.array([row(c.relation_text()) for c in candidates], dtype=np.int64),
+        cand_entity=np.array([row(humanize_label(c.target_label)) for c in candidates], dtype=np.int64),
         ctx_value=np.array(ctx_value, dtype=np.int64),
         ctx_relation=np.array(ctx_relation, dtype=np.int64),
         ctx_target=np.array(ctx_target, dtype=np.int64),
@@ -272,9 +284,11 @@ class CandidateScorer:
                 cache = self._caches[kg] = _GraphCache()
             return cache
 
-    def _contexts(self, kg: KnowledgeGraph, candidates: Sequence[Candidate]) -> list[list[Edge]]:
-        """Each candidate's context edges (`candidate_context`), its target's edges read once per graph;
-        the targets not cached yet are read together (over SPARQL, in one request rather than one each)."""
+    def _contexts(self, kg: KnowledgeGraph, candidates: Sequence[Candidate]) -> list[list[tuple[str, str]]]:
+        """Each candidate's context edges (`candidate_context`) as their `context_texts`. A target's
+        edges are read once per graph and cached with their keys and texts, as searches of other
+        entities and questions read them again; the targets not cached yet are read together (over
+        SPARQL, in one request rather than one each)."""
         if self.max_context <= 0:
             return [[] for _ in candidates]
         start = time.perf_counter()
@@ -288,9 +302,12 @@ class CandidateScorer:
             else:
                 fetched = [kg.neighbors(target, "both", limit=limit) for target in missing]
             for target, edges in zip(missing, fetched):
-                edges_of[target] = edges
-                cache.put(cache.contexts, target, edges, self.context_cache)
-        contexts = [context_from(edges_of[c.target], c, self.max_context) for c in candidates]
+                edges_of[target] = [(edge.key(), context_texts(edge)) for edge in edges]
+                cache.put(cache.contexts, target, edges_of[target], self.context_cache)
+        contexts = []
+        for candidate in candidates:
+            came_by = candidate.edges[-1].key()  # as `context_from`: all but the edge back, then the first max_context
+            contexts.append([texts for key, texts in edges_of[candidate.target] if key != came_by][:self.max_context])
         self.timings.fetch += time.perf_counter() - start
         return contexts
 
@@ -346,7 +363,7 @@ class CandidateScorer:
             return _Prepared(out, pool, question, [c.text() for c in chosen])
         contexts = self._contexts(kg or self.kg, chosen)
         table = TextTable()
-        return _Prepared(out, pool, question, table=table, rows=group_rows(table, question, chosen, contexts))
+        return _Prepared(out, pool, question, table=table, rows=group_rows_of_texts(table, question, chosen, contexts))
 
     def _finish(self, prepared: "_Prepared") -> np.ndarray:
         out = prepared.out
@@ -360,7 +377,7 @@ class CandidateScorer:
         assert self.model is not None and self.encoder is not None
         contexts = self._contexts(kg or self.kg, candidates)
         table = TextTable()
-        return self._gat(table, group_rows(table, question, candidates, contexts))
+        return self._gat(table, group_rows_of_texts(table, question, candidates, contexts))
 
     def _gat(self, table: TextTable, rows: GroupRows) -> np.ndarray:
         assert self.model is not None and self.encoder is not None

@@ -15,7 +15,7 @@ from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.retrieval.candidates import candidate_context, gather_candidates
 from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig
-from kgreasoner.retrieval.ranking import CandidateScorer
+from kgreasoner.retrieval.ranking import CandidateScorer, context_texts
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 
@@ -84,7 +84,7 @@ def test_a_cached_ranking_does_not_keep_its_graph_alive():
 
 def test_caches_hold_at_most_their_capacity_in_candidates():
     from kgreasoner.retrieval.encoder import CachedEncoder, HashingEncoder
-    from kgreasoner.retrieval.ranking import CandidateScorer
+    from kgreasoner.retrieval.ranking import CandidateScorer, context_texts
 
     kg = graph()
     scorer = CandidateScorer("embedding", kg, encoder=CachedEncoder(HashingEncoder(32)), relation_first=None,
@@ -120,7 +120,7 @@ def test_over_sparql_the_contexts_of_a_search_come_in_one_request_and_score_as_f
     assert sum(map(len, one_by_one)) == 3  # paris, seine and fr have an edge beside the one they came by
     sparql._unnamed_without_label()
     before = sparql.queries_sent
-    assert scorer._contexts(sparql, candidates) == one_by_one
+    assert scorer._contexts(sparql, candidates) == [[context_texts(e) for e in context] for context in one_by_one]
     assert sparql.queries_sent == before + 1
     memory_scorer = CandidateScorer("gat", memory, encoder, model, max_context=1)
     assert np.allclose(scorer.gat_scores("the capital?", candidates), memory_scorer.gat_scores("the capital?", candidates),
