@@ -18,7 +18,8 @@ from trl.trainer.utils import add_fused_lm_head
 
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.training.labelled_head import add_labelled_lm_head
-from kgreasoner.training.warmup_data import encode_record, read_warmup
+from kgreasoner.data.trajectories import read_warmup
+from kgreasoner.training.warmup_data import encode_record
 
 
 def make_batch(path: str, tokenizer, size: int) -> dict[str, torch.Tensor]:

@@ -19,7 +19,7 @@ import re
 from collections import Counter
 
 from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
-from kgreasoner.training.warmup_data import Segment, WarmupRecord
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 PROBE_SEPARATOR = ". "
 

@@ -51,7 +51,8 @@ from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm import Completion, ScriptedLLM
-from kgreasoner.training.warmup_data import Segment, WarmupRecord, encode_record, write_warmup
+from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
+from kgreasoner.training.warmup_data import encode_record
 
 PIPELINE_METHODS = ("tog", "sog")
 SPLIT_SCHEMES = ("random", "grouped")

@@ -270,7 +270,7 @@ def _is_warmup_file(path: Path) -> bool:
 
 
 def _warmup_texts(path: Path) -> Iterator[str]:
-    # The texts of warm-up records (training.warmup_data's format) read as plain JSON: the
+    # The texts of warm-up records (kgreasoner.data.trajectories' format) read as plain JSON: the
     # tokenizer sits below training, and a record's fields are checked where SFT reads it.
     from kgreasoner.data.schema import SchemaError, iter_json_lines
 

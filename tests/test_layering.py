@@ -5,7 +5,7 @@ The layers, bottom first (a module belongs to the longest entry that names it or
 it; entries on one line are peers, which must not import each other):
 
  1. records      kgreasoner (the package root), kgreasoner.config, kgreasoner.protocol;
-                 kgreasoner.data's record modules: schema, normalize, paths, splits, sampling and
+                 kgreasoner.data.s record modules: schema, trajectories, normalize, paths, splits, sampling and
                  the readers of each published format (pathquestion, tog_json, webqsp_cwq, rog);
                  kgreasoner.kg.base, the KG interface and its id vocabulary (literals, `^rel`),
                  which the format readers write literal ids with; kgreasoner.llm.http, the HTTP
@@ -44,7 +44,7 @@ SOURCES = ("kgreasoner", "data_gen")
 
 LAYERS: list[list[str]] = [
     ["kgreasoner", "kgreasoner.config", "kgreasoner.protocol",
-     "kgreasoner.data.schema", "kgreasoner.data.normalize", "kgreasoner.data.paths",
+     "kgreasoner.data.schema", "kgreasoner.data.trajectories", "kgreasoner.data.normalize", "kgreasoner.data.paths",
      "kgreasoner.data.splits", "kgreasoner.data.sampling", "kgreasoner.data.pathquestion",
      "kgreasoner.data.tog_json", "kgreasoner.data.webqsp_cwq", "kgreasoner.data.rog",
      "kgreasoner.kg.base", "kgreasoner.llm.http"],

@@ -182,7 +182,7 @@ def test_the_system_prompt_is_learned_as_words(word_tok):
 
 def test_warmup_trajectories_are_training_texts(tmp_path):
     from kgreasoner.data.schema import TopicEntity
-    from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
+    from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 
     record = WarmupRecord("q1", "what timezone is utah in", (TopicEntity("m.1", "Utah"),), (
         Segment("<think> I look for the zone. <search>E1</search>", True),

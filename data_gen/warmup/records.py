@@ -23,7 +23,7 @@ from kgreasoner.data.sampling import stratified_order
 from kgreasoner.data.schema import QAExample
 from kgreasoner.protocol import format_tool_block, parse_trajectory
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.training.warmup_data import WarmupRecord, write_warmup
+from kgreasoner.data.trajectories import WarmupRecord, write_warmup
 
 
 def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], limit: int | None,

@@ -24,7 +24,7 @@ from kgreasoner.protocol import (
     topic_names,
 )
 from kgreasoner.retrieval.tool import KGSearchTool, ToolResult, relation_filter_name
-from kgreasoner.training.warmup_data import Segment, WarmupRecord
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 
 class WarmupGenerator:

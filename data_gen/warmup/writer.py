@@ -37,7 +37,7 @@ from kgreasoner.retrieval.tool import (
     relation_key,
     triple_line,
 )
-from kgreasoner.training.warmup_data import Segment, WarmupRecord
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 
 class Skip(Exception):

@@ -20,7 +20,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from kgreasoner.training.warmup_data import WarmupRecord, encode_record, read_warmup
+from kgreasoner.data.trajectories import WarmupRecord, read_warmup
+
+from kgreasoner.training.warmup_data import encode_record
 
 
 @dataclass

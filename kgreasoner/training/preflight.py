@@ -167,7 +167,7 @@ def _trl_config(recipe, kind: str, report: Report):
 def _check_data(recipe, kind: str, report: Report) -> None:
     try:
         if kind == "sft":
-            from kgreasoner.training.warmup_data import read_warmup
+            from kgreasoner.data.trajectories import read_warmup
 
             records = read_warmup(recipe.train_file)
             train = records if recipe.eval_file else [r for r in records if r.split != "dev"]

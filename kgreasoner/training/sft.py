@@ -16,7 +16,8 @@ from accelerate.logging import get_logger
 
 from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint
 from kgreasoner.training.labelled_head import add_labelled_lm_head
-from kgreasoner.training.warmup_data import encode_record, read_warmup
+from kgreasoner.data.trajectories import read_warmup
+from kgreasoner.training.warmup_data import encode_record
 
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 

@@ -6,7 +6,7 @@ import random
 
 from data_gen.lookup_drill import block_probes, lookup_drills
 from kgreasoner.protocol import format_tool_block
-from kgreasoner.training.warmup_data import Segment, WarmupRecord
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 FIRST = format_tool_block("(E1 Adolf Hitler, spouse, E2 Eva Braun)\n(E1 Adolf Hitler, profession, E3 Artist)")
 SECOND = format_tool_block("(E2 Eva Braun, place of birth, E4 Munich)\n"

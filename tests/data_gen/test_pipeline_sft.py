@@ -21,7 +21,8 @@ from kgreasoner.llm import HFClient, ScriptedLLM
 from kgreasoner.models import TinyModelConfig, build_tiny, load_model_and_tokenizer
 from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 from kgreasoner.training.sft import SFTRecipe, train_sft
-from kgreasoner.training.warmup_data import encode_record, read_warmup
+from kgreasoner.data.trajectories import read_warmup
+from kgreasoner.training.warmup_data import encode_record
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu" / "pipeline_sft.yaml"
 TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=128,

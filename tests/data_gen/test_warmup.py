@@ -33,7 +33,7 @@ from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, parse_trajectory
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.training.warmup_data import read_warmup
+from kgreasoner.data.trajectories import read_warmup
 
 HANDLE = re.compile(r"^E[1-9][0-9]*$")
 HANDLE_TOKEN = re.compile(r"\bE[1-9][0-9]*\b")

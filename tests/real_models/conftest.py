@@ -107,7 +107,7 @@ def warmup_records(world: Path):
     from kgreasoner.kg.open import open_kg
     from kgreasoner.protocol import format_tool_block
     from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
-    from kgreasoner.training.warmup_data import Segment, WarmupRecord
+    from kgreasoner.data.trajectories import Segment, WarmupRecord
 
     tool = KGSearchTool(open_kg(f"memory:{world}"), ToolConfig(**TOOL))
     records = []
@@ -130,7 +130,7 @@ def random_checkpoint(arch, tmp_path_factory) -> Path:
 def warm_checkpoint(arch, random_checkpoint, world, tmp_path_factory) -> Path:
     """`random_checkpoint` SFT-trained on the two warm-up trajectories until it writes them greedily."""
     from kgreasoner.training.sft import SFTRecipe, train_sft
-    from kgreasoner.training.warmup_data import write_warmup
+    from kgreasoner.data.trajectories import write_warmup
 
     root = tmp_path_factory.mktemp(f"sft-{arch}")
     train_file = write_warmup(warmup_records(world), root / "warmup.jsonl")

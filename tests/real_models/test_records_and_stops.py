@@ -56,7 +56,7 @@ def test_sft_trains_exactly_the_mask(arch, world, random_checkpoint, tmp_path, m
     import trl
 
     from kgreasoner.training.sft import SFTRecipe, train_sft
-    from kgreasoner.training.warmup_data import write_warmup
+    from kgreasoner.data.trajectories import write_warmup
 
     tokenizer = tokenizer_of(arch)
     records = warmup_records(world)

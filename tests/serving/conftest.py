@@ -29,7 +29,7 @@ from kgreasoner.protocol import format_tool_block
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 from kgreasoner.training.sft import SFTRecipe, train_sft
-from kgreasoner.training.warmup_data import Segment, WarmupRecord, write_warmup
+from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = {"entity_handles": True, "top_k": 4}

@@ -8,7 +8,7 @@ import pytest
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.models import TinyModelConfig, build_tiny
 from kgreasoner.tokenizer import TokenizerConfig
-from kgreasoner.training.warmup_data import Segment, WarmupRecord
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 TRIPLES_UTAH = "\n<triples>\n(E1 Utah, time_zone, E2 Mountain_Time_Zone)\n(E1 Utah, capital, E3 Salt_Lake_City)\n</triples>\n"
 TRIPLES_FRANCE = "\n<triples>\n(E1 France, capital, E2 Paris)\n(E1 France, currency, E3 Euro)\n</triples>\n"

@@ -6,7 +6,8 @@ import torch
 
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.training.hard_cases import HardCaseConfig, mine_hard_cases, per_example_loss, read_hard_ids, select_hard
-from kgreasoner.training.warmup_data import encode_record, write_warmup
+from kgreasoner.data.trajectories import write_warmup
+from kgreasoner.training.warmup_data import encode_record
 
 
 def test_per_example_loss_matches_a_direct_computation(tiny_checkpoint, records):

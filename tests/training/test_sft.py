@@ -9,7 +9,7 @@ import pytest
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.training.sft import SFTRecipe, build_datasets, train_sft
-from kgreasoner.training.warmup_data import write_warmup
+from kgreasoner.data.trajectories import write_warmup
 
 REPO = Path(__file__).resolve().parents[2]
 

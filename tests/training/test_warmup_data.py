@@ -5,7 +5,8 @@ import pytest
 from kgreasoner.data.schema import SchemaError
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.protocol import build_prompt
-from kgreasoner.training.warmup_data import encode_record, read_warmup, write_warmup
+from kgreasoner.data.trajectories import read_warmup, write_warmup
+from kgreasoner.training.warmup_data import encode_record
 
 
 def test_mask_covers_exactly_the_model_written_spans(tiny_checkpoint, records, utah_triples):
