@@ -25,7 +25,8 @@ the result), so a hub's edges are never silently dropped.
 Each neighbour query fetches the labels of the queried node and of its neighbours in the same
 request (OPTIONAL patterns); both directions go in one UNION unless a limit asks for outgoing
 edges first, so a call usually costs one round trip. `neighbors_of_each` asks the same per-side
-queries of many entities (the context edges of a search's candidates) as subqueries of one request.
+queries of many entities (the context edges of a search's candidates) as subqueries of one request
+per `CONTEXT_BATCH` entities.
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ _TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionErr
 TOO_MANY_REQUESTS = 429
 MAX_ROWS_HEADER = "X-SPARQL-MaxRows"
 """Virtuoso's response header naming the row cap (ResultSetMaxRows) a result reached."""
+CONTEXT_BATCH = 16
+"""Entities per `neighbors_of_each` request: oxigraph's time to plan a query grows faster than the
+number of its UNION branches (63 entities took ten times as long as 10, and 63 ids that match
+nothing nearly as long), so a larger search is sent as a few requests of this size."""
 MAX_GET_QUERY_BYTES = 2000
 """Longer URL-encoded queries go by POST: servers cap a request's URL or headers (oxigraph at 8 KB,
 others at 2-8 KB), and percent-encoded non-ASCII names take 6-12 bytes a character."""
@@ -401,8 +406,9 @@ class SparqlKG(KnowledgeGraph):
                 + f"\n}} LIMIT {len(branches) * self._limit(limit)}")
 
     def neighbors_of_each(self, entities: Sequence[str], limit: int) -> list[list[Edge]]:
-        """`neighbors(entity, "both", limit=limit)` of each entity, in one request where the endpoint's
-        row cap allows (the ranker reads the context edges of a search's candidates this way).
+        """`neighbors(entity, "both", limit=limit)` of each entity, in one request per `CONTEXT_BATCH`
+        entities where the endpoint's row cap allows (the ranker reads the context edges of a search's
+        candidates this way).
 
         Each entity's rows are read as `neighbors` reads its two requests: its first `limit` outgoing
         edges, then the first rows of the incoming ones up to what the outgoing left of `limit`.
@@ -421,7 +427,7 @@ class SparqlKG(KnowledgeGraph):
     def _contexts_fitting(self, entities: list[str], limit: int) -> list[list[Edge]]:
         # An entity brings at most `limit` rows a side; a batch's rows stay under the cap seen so far.
         room = self.max_rows if self._row_cap is None else min(self.max_rows, self._row_cap - 1)
-        per_batch = room // (2 * limit)
+        per_batch = min(CONTEXT_BATCH, room // (2 * limit))
         if per_batch < 1:
             return [self.neighbors(entity, "both", limit=limit) for entity in entities]
         out: list[list[Edge]] = []

@@ -18,6 +18,7 @@ from kgreasoner.kg.base import KGError, KGQueryRejected
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS, to_iri
 from kgreasoner.kg.server import free_port
+from kgreasoner.kg import sparql as sparql_module
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
 from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
 
@@ -481,3 +482,13 @@ def test_a_context_batch_cut_at_the_row_cap_is_asked_again_in_batches_under_it(u
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_many_entities_are_asked_in_requests_of_context_batch_entities(url, small_kb, monkeypatch):
+    monkeypatch.setattr(sparql_module, "CONTEXT_BATCH", 4)
+    kg, reference = SparqlKG(url), SparqlKG(url)
+    kg._unnamed_without_label()
+    entities = all_nodes(small_kb)
+    assert len(entities) == 15
+    assert kg.neighbors_of_each(entities, 2) == [reference.neighbors(e, "both", limit=2) for e in entities]
+    assert kg.queries_sent == 1 + 4

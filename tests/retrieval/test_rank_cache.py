@@ -11,7 +11,7 @@ import torch
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
-from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.kg.sparql import CONTEXT_BATCH, SparqlKG
 from kgreasoner.retrieval.candidates import candidate_context, gather_candidates
 from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig
@@ -108,7 +108,7 @@ def test_caches_hold_at_most_their_capacity_in_candidates():
     assert kg.calls[-3:] == ["p0", "p1", "seine"]
 
 
-def test_over_sparql_the_contexts_of_a_search_come_in_one_request_and_score_as_fetched_one_by_one(oxigraph_server):
+def test_over_sparql_the_contexts_of_a_search_come_in_few_requests_and_score_as_fetched_one_by_one(oxigraph_server):
     torch.manual_seed(0)
     memory = graph()
     sparql = SparqlKG(oxigraph_server(list(memory.triples())))
@@ -121,8 +121,9 @@ def test_over_sparql_the_contexts_of_a_search_come_in_one_request_and_score_as_f
     sparql._unnamed_without_label()
     before = sparql.queries_sent
     assert scorer._contexts(sparql, candidates) == [[context_texts(e) for e in context] for context in one_by_one]
-    assert sparql.queries_sent == before + 1
+    targets = len({c.target for c in candidates})
+    assert targets == 44 and sparql.queries_sent == before + -(-targets // CONTEXT_BATCH)
     memory_scorer = CandidateScorer("gat", memory, encoder, model, max_context=1)
     assert np.allclose(scorer.gat_scores("the capital?", candidates), memory_scorer.gat_scores("the capital?", candidates),
                        rtol=0.0, atol=1e-6)
-    assert sparql.queries_sent == before + 1  # the contexts are cached
+    assert sparql.queries_sent == before + -(-targets // CONTEXT_BATCH)  # the contexts are cached
