@@ -7,6 +7,7 @@ distinct text once and inference encodes only what a call needs (the encoder's c
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import weakref
@@ -69,7 +70,8 @@ def group_rows(table: TextTable, question: str, candidates: Sequence[Candidate],
 
 def context_texts(edge: Edge) -> tuple[str, str]:
     """The two texts the ranker reads of a context edge: "relation neighbour" and the relation."""
-    return edge_text(edge), relation_phrase(edge)
+    # A graph has few relations: one string per phrase serves every cached context edge.
+    return edge_text(edge), sys.intern(relation_phrase(edge))
 
 
 def group_rows_of_texts(table: TextTable, question: str, candidates: Sequence[Candidate],
