@@ -16,7 +16,7 @@ on the same checkpoint and the same training questions, in one process, one afte
 - `..., 3 q/step` and `..., 8 q/step`: more questions per optimiser step (24 and 64 rollouts), so
   each decode step and each matmul covers more rows (the demo trains 3 a step);
 - `..., chunks of N`: the loss's forward over chunks of N rows of similar length, each cut to its
-  own tokens, instead of every row padded to the step's longest rollout (the demo's default: 8).
+  own tokens, instead of every row padded to the step's longest rollout (the default: 4).
 
 The first step of each row is a warm-up and is left out of the figures. CPU-seconds are the
 process's CPU time (all threads), so rows compare fairly whatever else the machine does; the

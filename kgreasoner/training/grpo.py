@@ -118,7 +118,7 @@ class GRPORecipe:
                 "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"})
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
-    length_chunk_rows: int = field(default=8, metadata={
+    length_chunk_rows: int = field(default=4, metadata={
         "help": "the loss's forward runs over chunks of this many rows of similar length, each cut to its own "
                 "tokens instead of the step's longest rollout (smaller: less padding, smaller matmuls)"})
     seed: int = field(default=0, metadata={"help": "seed of shuffling and of rollout sampling"})
@@ -429,7 +429,7 @@ def _scoring_trainer_class():
 
     class ScoringGRPOTrainer(GRPOTrainer):
         _scored = None
-        length_chunk_rows = 8
+        length_chunk_rows = 4
 
         def _compute_loss(self, model, inputs):
             mask = inputs["completion_mask"]
