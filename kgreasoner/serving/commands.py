@@ -51,6 +51,8 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"kgreasoner serve: warning: binding {config.host} exposes the service beyond this machine",
               file=sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # httpx logs every request at INFO: one line per model call to an `openai:` backend would drown the log
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     metrics = Metrics()
     service = AnswerService.open(config, on_batch=metrics.observe_batch)
     try:
