@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -46,7 +45,7 @@ from kgreasoner.baselines.base import Method
 from kgreasoner.baselines.gold_teacher import GoldTeacher
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
-from kgreasoner.config import add_config_arguments, count_or_all, describe, load_config
+from kgreasoner.config import add_config_arguments, config_command_main, count_or_all, describe, load_config
 from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
@@ -271,15 +270,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_gen.pipeline_sft", description=_description(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_command(args)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"pipeline-sft: error: {err}", file=sys.stderr)
-        return 1
+    return config_command_main("python -m data_gen.pipeline_sft", "pipeline-sft", _description(), run_command, argv)
 
 
 if __name__ == "__main__":

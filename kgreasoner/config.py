@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import yaml
 
@@ -113,6 +114,20 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override one field (repeatable; dotted keys for nested configs)",
     )
+
+
+def config_command_main(prog: str, name: str, description: str, run_command: Callable[[argparse.Namespace], int],
+                        argv: list[str] | None = None) -> int:
+    """A module's own command line (`python -m ...`) over `--config`/`--set`: exit 1 with `NAME: error: ...`
+    on a missing file or a bad setting, as the `kgreasoner` subcommands do."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run_command(args)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return 1
 
 
 def describe(cls: type) -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from data_gen.warmup.config import WarmupConfig
 from data_gen.warmup.records import run
-from kgreasoner.config import add_config_arguments, describe, load_config
+from kgreasoner.config import add_config_arguments, config_command_main, describe, load_config
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,12 +34,4 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m data_gen.warmup", description=_description(),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_config_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run_command(args)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"warmup: error: {err}", file=sys.stderr)
-        return 1
+    return config_command_main("python -m data_gen.warmup", "warmup", _description(), run_command, argv)
