@@ -16,7 +16,9 @@ after the stop. Sampled ids are used as returned, never re-tokenised.
   `generate` calls with the same requests. Each turn, the ranks gather their rows' requests
   (`all_gather_object` over the group), all generate the concatenation, and each keeps its own
   slice, as TRL's single-turn path does; a rank whose rows are all finished keeps joining the
-  turns (with no rows) until every rank of the group is done (`group_active`).
+  turns (with no rows) until every rank of the group is done (`group_active`). Only object
+  collectives go over the group: TRL's group is NCCL, which takes CUDA tensors only, and torch
+  moves an object collective's buffers to the rank's current CUDA device itself.
 - Server: `VLLMBackend(tokenizer, base_url="http://host:8000/v1", model=NAME)`: a token-id
   `prompt`, `return_token_ids` (vLLM >= 0.10) with `return_tokens_as_token_ids` as a fallback,
   `logprobs: 0` (the sampled token's logprob only), `skip_special_tokens: false`. Start the
@@ -85,12 +87,14 @@ class VLLMBackend:
         """True while any rank of the tensor-parallel group still has rows (just `active` without a group)."""
         if self.tp_group is None:
             return active
-        import torch
         import torch.distributed as dist
 
-        flag = torch.tensor([int(active)])
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.tp_group)
-        return bool(flag.item())
+        # An object collective, not a tensor one: TRL's group is NCCL, which takes no CPU tensors, and torch
+        # puts an object collective's buffers on the device the group's backend takes (for NCCL the rank's
+        # current CUDA device, which accelerate sets).
+        flags: list = [None] * dist.get_world_size(group=self.tp_group)
+        dist.all_gather_object(flags, bool(active), group=self.tp_group)
+        return any(flags)
 
     @classmethod
     def offline(cls, model_path: str, tokenizer: Any, **llm_kwargs: Any) -> "VLLMBackend":

@@ -1,7 +1,10 @@
 """The colocated vLLM backend inside a tensor-parallel group: two real gloo ranks, the real engine and
 the real Qwen3 tokenizer. vLLM itself cannot run here, so `FakeTPEngine` stands in for it (a test
-double, the only one): like vLLM's tensor-parallel workers it makes every `generate` a collective
-of the group, so a rank that skips a turn or sends other requests blocks or fails the test.
+double): like vLLM's tensor-parallel workers it makes every `generate` a collective of the group,
+so a rank that skips a turn or sends other requests blocks or fails the test.
+
+TRL's tensor-parallel group is NCCL in a real run, and NCCL cannot run here either:
+`_stand_in_for_nccl` (the other test double) makes the gloo group refuse CPU tensors as NCCL does.
 """
 
 from __future__ import annotations
@@ -62,7 +65,40 @@ def _fake_vllm_modules():
     sys.modules["vllm"], sys.modules["vllm.inputs"] = vllm, inputs
 
 
-def _rank(rank: int, port: int, queue) -> None:
+NCCL_CPU_ERROR = "No backend type associated with device type cpu"
+"""What c10d raises when a CPU tensor goes into a collective of an NCCL process group."""
+TENSOR_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "reduce_scatter",
+                      "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter")
+
+
+def _stand_in_for_nccl(group) -> None:
+    """Make the gloo `group` look like NCCL to its callers: a test double, since NCCL needs GPUs.
+
+    `torch.distributed.get_backend(group)` says "nccl", and its tensor collectives, called through
+    `torch.distributed`, raise NCCL's error (`NCCL_CPU_ERROR`) on a CPU tensor, the only kind there is
+    here. Its object collectives work as they are: on a real NCCL group torch moves their buffers to
+    the rank's CUDA device itself (torch's own internal calls do not go through the names replaced here).
+    """
+    import torch
+    import torch.distributed as dist
+
+    def refusing_cpu(collective):
+        def call(*args, **kwargs):
+            values = [*args, *kwargs.values()]
+            tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v])
+                       if isinstance(t, torch.Tensor)]
+            if any(v is group for v in values) and any(t.device.type == "cpu" for t in tensors):
+                raise RuntimeError(NCCL_CPU_ERROR)
+            return collective(*args, **kwargs)
+        return call
+
+    for name in TENSOR_COLLECTIVES:
+        setattr(dist, name, refusing_cpu(getattr(dist, name)))
+    get_backend = dist.get_backend
+    dist.get_backend = lambda g=None: "nccl" if g is group else get_backend(g)
+
+
+def _rank(rank: int, port: int, queue, nccl: bool) -> None:
     try:
         import torch.distributed as dist
         from transformers import AutoTokenizer
@@ -75,6 +111,8 @@ def _rank(rank: int, port: int, queue) -> None:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                                 timeout=timedelta(seconds=60))
         group = dist.new_group([0, 1])
+        if nccl:
+            _stand_in_for_nccl(group)
         tokenizer = AutoTokenizer.from_pretrained(MODELS / "qwen3")
         engine_double = FakeTPEngine(tokenizer, group)
         backend = VLLMBackend(tokenizer, llm=engine_double, tp_group=group)
@@ -94,10 +132,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ranks_of_a_tp_group_generate_together_and_keep_their_own_rows():
+@pytest.mark.parametrize("nccl", [False, True], ids=["gloo", "nccl-stand-in"])
+def test_ranks_of_a_tp_group_generate_together_and_keep_their_own_rows(nccl):
     context = multiprocessing.get_context("spawn")
     queue, port = context.Queue(), _free_port()
-    processes = [context.Process(target=_rank, args=(rank, port, queue)) for rank in (0, 1)]
+    processes = [context.Process(target=_rank, args=(rank, port, queue, nccl)) for rank in (0, 1)]
     for process in processes:
         process.start()
     results = dict((r[0], r[1:]) for r in (queue.get(timeout=240) for _ in processes))
