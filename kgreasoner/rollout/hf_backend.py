@@ -32,11 +32,13 @@ Only full-attention decoder layers (`DynamicLayer`) are supported, which covers 
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, GenerationConfig
 from transformers.cache_utils import DynamicLayer
+from transformers.utils import GENERATION_CONFIG_NAME
 
 from kgreasoner.rollout.types import SamplingParams
 
@@ -47,10 +49,21 @@ MIN_SHARED_PREFIX = 8
 """Prompt tokens all rows must share before the prefix is computed once for the batch."""
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """The model's generation-config EOS ids plus the tokenizer's EOS id."""
+def eos_token_ids(model: Any, tokenizer: Any, model_dir: str | Path | None = None) -> list[int]:
+    """The generation config's EOS ids plus the tokenizer's EOS id.
+
+    The generation config is the model's; without a model object (a vLLM engine or server), the
+    `generation_config.json` saved in `model_dir`, by default the folder the tokenizer was loaded from,
+    when it has one. A chat model stops at more than its tokenizer's EOS: Qwen3 at <|endoftext|> as well
+    as <|im_end|>, Llama 3.1 at <|end_of_text|> and <|eom_id|> as well as <|eot_id|>.
+    """
     ids: list[int] = []
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if model is not None:
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    else:
+        folder = Path(model_dir if model_dir is not None else getattr(tokenizer, "name_or_path", "") or "")
+        saved = folder / GENERATION_CONFIG_NAME
+        configured = GenerationConfig.from_pretrained(folder).eos_token_id if saved.is_file() else None
     for value in (configured, tokenizer.eos_token_id):
         if value is None:
             continue

@@ -2,12 +2,14 @@
 
 Each turn sends every active row's prompt + completion ids (vLLM's prefix cache makes the repeated
 prefix cheap) and gets back the sampled ids and their logprobs up to `</search>`/`</answer>`.
-The stop is a `stop` string, not stop token ids: a real tokenizer merges the tag with the text
+A tag stop is a `stop` string, not stop token ids: a real tokenizer merges the tag with the text
 before it (`.</` `search` `>`), which only the decoded text shows. vLLM cuts its output *text*
 after the stop string (`include_stop_str_in_output`) but returns every sampled id, the one that
 completed the tag included, even when that token carries characters past the tag; the engine
 feeds the ids through the same decoded-text stop check as the other backends and drops anything
-after the stop. Sampled ids are used as returned, never re-tokenised.
+after the stop. Sampled ids are used as returned, never re-tokenised. A turn also stops at every
+EOS id (`stop_token_ids`): the generation config's, from `model_dir` (by default the tokenizer's
+folder), and the tokenizer's, whatever EOS the engine or server was started with.
 
 - Offline: `VLLMBackend(tokenizer, llm=vllm.LLM(...))`: `llm.generate` with `TokensPrompt`s and
   one `SamplingParams` per row (seeded per row and turn).
@@ -47,12 +49,14 @@ TOKEN_ID_PREFIX = "token_id:"
 """How vLLM spells tokens with `return_tokens_as_token_ids`: `token_id:1234`."""
 
 
-def sampling_kwargs(sampling: SamplingParams, budget: int, seed: int | None) -> dict[str, Any]:
-    """Keyword arguments of `vllm.SamplingParams` for one row's turn."""
+def sampling_kwargs(sampling: SamplingParams, budget: int, seed: int | None,
+                    eos_ids: Sequence[int] = ()) -> dict[str, Any]:
+    """Keyword arguments of `vllm.SamplingParams` for one row's turn; it stops at every id of `eos_ids` too."""
     return {
         "n": 1, "max_tokens": budget, "temperature": sampling.temperature, "top_p": sampling.top_p,
         "top_k": sampling.top_k if sampling.top_k > 0 else -1, "seed": seed, "logprobs": 0,
-        "stop": list(STOP_TAGS), "include_stop_str_in_output": True, "skip_special_tokens": False,
+        "stop": list(STOP_TAGS), "stop_token_ids": list(eos_ids), "include_stop_str_in_output": True,
+        "skip_special_tokens": False,
     }
 
 
@@ -65,7 +69,7 @@ class VLLMBackend:
     def __init__(self, tokenizer: Any, llm: Any = None, base_url: str | None = None, model: str | None = None,
                  eos_ids: Sequence[int] | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 600.0, max_concurrency: int = 64, tp_group: Any = None, retries: int = 2,
-                 backoff: float = 0.5) -> None:
+                 backoff: float = 0.5, model_dir: str | None = None) -> None:
         if (llm is None) == (base_url is None):
             raise ValueError("give exactly one of llm (offline vllm.LLM) or base_url (a vLLM server)")
         if base_url is not None and not model:
@@ -78,8 +82,8 @@ class VLLMBackend:
         self.model = model
         self.timeout = timeout
         self.max_concurrency = max_concurrency
-        if eos_ids is None:
-            eos_ids = _model_eos_ids(None, tokenizer)
+        if eos_ids is None:  # the generation config in model_dir (by default the tokenizer's folder)
+            eos_ids = _model_eos_ids(None, tokenizer, model_dir)
         self.eos_token_ids = list(eos_ids)
         self.tp_group = tp_group
 
@@ -101,12 +105,12 @@ class VLLMBackend:
         """Build `vllm.LLM(model_path, **llm_kwargs)`; vLLM is imported only here."""
         import vllm
 
-        return cls(tokenizer, llm=vllm.LLM(model=model_path, **llm_kwargs))
+        return cls(tokenizer, llm=vllm.LLM(model=model_path, **llm_kwargs), model_dir=model_path)
 
     # ------------------------------------------------------------------ server mode
     def request_body(self, prompt_ids: list[int], budget: int, sampling: SamplingParams,
                      seed: int | None, regex: str | None = None) -> dict[str, Any]:
-        body = {key: value for key, value in sampling_kwargs(sampling, budget, seed).items()
+        body = {key: value for key, value in sampling_kwargs(sampling, budget, seed, self.eos_token_ids).items()
                 if key not in ("n", "seed") or value is not None}
         body.update({"model": self.model, "prompt": list(prompt_ids), "return_token_ids": True,
                      "return_tokens_as_token_ids": True})
@@ -161,7 +165,7 @@ class VLLMBackend:
         todo = [i for i, budget in enumerate(budgets) if budget > 0]
         requests = []  # plain data, so a tensor-parallel group can gather it
         for i in todo:
-            kwargs = sampling_kwargs(sampling, budgets[i], seeds[i])
+            kwargs = sampling_kwargs(sampling, budgets[i], seeds[i], self.eos_token_ids)
             requests.append((list(prompts[i]), kwargs, patterns[i]))
         everything, offset = self._gather(requests)
         if not everything:

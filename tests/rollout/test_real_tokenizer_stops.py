@@ -60,7 +60,7 @@ AFTER_ANSWER = " and more words"
 def real_tokenizer(request):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(MODELS / request.param)
+    return AutoTokenizer.from_pretrained(MODELS / request.param)  # its name_or_path: that folder
 
 
 def _encode(tokenizer, text):
@@ -161,7 +161,40 @@ def test_vllm_turns_keep_sampled_ids_and_logprobs_and_drop_tokens_past_the_stop(
     assert trajectory.text == text and trajectory.tool_spans == spans
     assert trajectory.finish_reason == "answer" and trajectory.answers == answers
     assert len(server.bodies) == len(turns)
-    assert server.bodies[0]["stop"] == [SEARCH_CLOSE, ANSWER_CLOSE] and "stop_token_ids" not in server.bodies[0]
+    assert server.bodies[0]["stop"] == [SEARCH_CLOSE, ANSWER_CLOSE]
+    assert server.bodies[0]["stop_token_ids"] == GENERATION_EOS[Path(real_tokenizer.name_or_path).name]
+
+
+# Every EOS id of the released generation_config.json (its order), then the tokenizer's EOS if not among them.
+GENERATION_EOS = {"qwen3": [151645, 151643], "llama3.1": [128001, 128008, 128009]}
+
+
+def test_vllm_turns_stop_at_every_eos_id_of_the_generation_config(real_tokenizer, stub):
+    """Qwen3 and Llama 3.1 stop at ids besides the tokenizer's EOS (Qwen3's <|endoftext|>, Llama's
+    <|end_of_text|> and <|eom_id|>): the request asks vLLM to stop at each, and the engine ends the
+    row there whichever one the server stopped at, keeping the EOS id out of the text."""
+    eos_ids = GENERATION_EOS[Path(real_tokenizer.name_or_path).name]
+    written = "<think> no idea </think>"
+    for eos in eos_ids:
+        sent = _encode(real_tokenizer, written) + [eos] + _encode(real_tokenizer, " more")
+        server = stub(lambda body: (200, _vllm_reply(sent, [-0.5] * len(sent))))
+        backend = VLLMBackend(real_tokenizer, base_url=server.base_url, model="real")
+        assert backend.eos_token_ids == eos_ids
+        engine = RolloutEngine(backend, None, RolloutConfig(max_turn_tokens=64))
+        [trajectory] = engine.run([build_prompt("q", ["Utah"], real_tokenizer)], [ScriptedSession(TABLE)],
+                                  SamplingParams(seed=2))
+        assert server.bodies[0]["stop_token_ids"] == eos_ids
+        assert trajectory.finish_reason == "eos", eos
+        assert trajectory.completion_ids == _encode(real_tokenizer, written) + [eos]
+        assert trajectory.text == written
+
+
+def test_eos_ids_come_from_the_model_folder_when_the_tokenizer_has_none(bpe_tokenizer):
+    """A tokenizer made in memory has no folder: only its own EOS, unless the model folder is named."""
+    assert VLLMBackend(bpe_tokenizer, base_url="http://127.0.0.1:9/v1", model="m").eos_token_ids == [
+        bpe_tokenizer.eos_token_id]
+    backend = VLLMBackend(bpe_tokenizer, base_url="http://127.0.0.1:9/v1", model="m", model_dir=str(MODELS / "llama3.1"))
+    assert backend.eos_token_ids == [128001, 128008, 128009, bpe_tokenizer.eos_token_id]
 
 
 def test_qwen3_think_token_is_text_the_format_check_reads():
