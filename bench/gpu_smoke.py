@@ -1,7 +1,8 @@
 """One-GPU smoke run: SFT, then GRPO with hf rollouts, on a real architecture with random weights.
 
     python bench/gpu_smoke.py --out gpu-smoke.json                        # Qwen3-0.6B, full fine-tuning
-    python bench/gpu_smoke.py --lora --model-config ../shared/models/qwen3/configs/Qwen3-8B --out 8b.json
+    python bench/gpu_smoke.py --lora --gradient-checkpointing --model-config ../shared/models/qwen3/configs/Qwen3-8B \
+        --out 8b.json
     python bench/gpu_smoke.py --shrink                                    # CPU size (part of `make test`)
 
 The project's own stages run as they would in a recipe: the synthetic world and its warm-up
@@ -73,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="released config.json or its folder (default: Qwen3-0.6B in ../shared/models)")
     parser.add_argument("--tokenizer", type=Path, default=MODELS / "qwen3", help="the real tokenizer's folder")
     parser.add_argument("--lora", action="store_true", help="LoRA adapters instead of full fine-tuning")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="in both stages (the 8B run needs it: preflight puts GRPO at 78 GiB without)")
     parser.add_argument("--sft-steps", type=int, default=5)
     parser.add_argument("--grpo-steps", type=int, default=3)
     parser.add_argument("--questions", type=int, default=2, help="questions per GRPO step")
@@ -206,7 +209,7 @@ def run_sft(args, model_dir: Path, warmup: Path, work: Path, gpu: bool) -> tuple
                        learning_rate=1e-5, max_steps=args.sft_steps, per_device_train_batch_size=4,
                        max_length=longest, bf16=gpu, warmup_ratio=0.0, lr_scheduler_type="constant",
                        eval_steps=0, save_steps=10 ** 6, logging_steps=1, report_to=[], group_by_length=False,
-                       lora=LoraSettings(enabled=args.lora))
+                       lora=LoraSettings(enabled=args.lora), gradient_checkpointing=args.gradient_checkpointing)
     figures = estimate(recipe, "sft", model_dir)
     _begin_stage()
     clock = StepClock()
@@ -232,7 +235,8 @@ def run_grpo(args, model_path: Path, model_dir: Path, data: Path, tool_config, w
                   episodes=[{"data": "all", "max_steps": args.grpo_steps}], num_generations=args.generations,
                   per_device_train_batch_size=args.generations, gradient_accumulation_steps=args.questions,
                   max_questions=args.questions * args.grpo_steps, bf16=gpu, report_to=[],
-                  save_steps=10 ** 6, rollout_backend="hf", lora={"enabled": args.lora}, seed=0)
+                  save_steps=10 ** 6, rollout_backend="hf", lora={"enabled": args.lora}, seed=0,
+                  gradient_checkpointing=args.gradient_checkpointing)
     path = work / "grpo.json"
     path.write_text(json.dumps(fields), encoding="utf-8")
     recipe = load_config(GRPORecipe, path)
@@ -293,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     grpo["train_share_of_peak"] = _share(grpo["train_tokens_per_s"] or 0.0, flops, peak)
     figures = {"device": torch.cuda.get_device_name(0) if gpu else "cpu", "dtype": "bfloat16" if gpu else "float32",
                "model_config": str(args.model_config), "shrink": args.shrink, "lora": args.lora,
+               "gradient_checkpointing": args.gradient_checkpointing,
                "peak_tflops": peak, "flops_per_token": flops, "sft": sft, "grpo": grpo}
     print(report(figures))
     if args.out:
@@ -307,8 +312,8 @@ def report(figures: dict) -> str:
         f = figures[stage]
         peak = "n/a (no GPU)" if f["peak_gib"] is None else f"{f['peak_gib']:.2f} GiB"
         lines.append(f"{stage}: {f['steps']} steps, step s {f['step_s']}")
-        lines.append(f"  peak memory {peak}; preflight {f['estimate_gib']:.2f} GiB "
-                     f"({f['estimate_allocated_gib']:.2f} without the CUDA context; peak phase {f['estimate_peak_phase']})")
+        lines.append(f"  peak memory {peak}; preflight {f['estimate_gib']:.2f} GiB ({f['estimate_allocated_gib']:.2f} "
+                     f"without the CUDA context; peak phase {f['estimate_peak_phase']})")
         if stage == "sft":
             lines.append(f"  training {f['tokens_per_s']} tokens/s")
         else:
