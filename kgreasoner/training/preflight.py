@@ -9,11 +9,14 @@ loads and its train split is not empty; the model is built on the meta device fr
 `config.json` (no weights, no memory); and the memory one GPU needs is estimated and compared
 with `--gpu-memory`. Any failure is reported with what to change, and the command exits 1.
 
-The estimate, per GPU, in bytes (N = GPUs, P = parameters, T = trainable parameters):
-- weights: P x 2 (bf16) or 4, divided by N under ZeRO-3;
-- gradients: T x the weight bytes, divided by N under ZeRO-2 and 3;
-- optimiser: Adam's fp32 moments (8 bytes) plus, with bf16, fp32 master weights (4), per trainable
-  parameter, divided by N under ZeRO-1, 2 and 3; 0 when the DeepSpeed JSON offloads it to the CPU;
+The estimate, per GPU, in bytes, phase by phase; the peak is the largest phase (N = GPUs,
+P = parameters, T = trainable parameters). A training step holds:
+- weights: P x 2 (bf16) or 4, divided by N under ZeRO-3 (LoRA adapters in fp32 outside DeepSpeed,
+  as PEFT keeps them under a bf16 base);
+- gradients: T x the trained weights' bytes, divided by N under ZeRO-2 and 3;
+- optimiser: under DeepSpeed, Adam's fp32 moments (8 bytes) plus, with bf16, fp32 master weights (4),
+  per trainable parameter, divided by N under ZeRO-1, 2 and 3; 0 when the DeepSpeed JSON offloads it
+  to the CPU; without DeepSpeed, torch's Adam: two moments in the trained parameters' dtype;
 - ZeRO-3 gathering: the largest layer, twice (the one running and the one prefetched);
 - GRPO's reference model (beta > 0, full fine-tuning): another copy of the weights, sharded as they are;
 - activations: per token and layer, the stored layer input (hidden x 2 bytes) with gradient
@@ -24,10 +27,19 @@ The estimate, per GPU, in bytes (N = GPUs, P = parameters, T = trainable paramet
 - LM head: TRL projects through the vocabulary in tiles of `TOKEN_CHUNK_SIZE` tokens by
   `_CHUNKED_LOGPROB_CHUNK_SIZE` vocabulary columns (its fused LM head, used by both trainers), so
   the logits never take batch x length x vocabulary; one tile in fp32, with its gradient;
-- vLLM (GRPO, colocated): `vllm_gpu_memory_utilization` of the GPU, which must itself hold the
-  bf16 weights (split over `vllm_tensor_parallel_size`) with room for a KV cache;
-- hf rollouts (GRPO, `rollout_backend: hf`): the KV cache of a generation batch;
+- vLLM (GRPO, colocated): `vllm_gpu_memory_utilization` of the GPU, held all run. It must hold the
+  bf16 weights (split over `vllm_tensor_parallel_size`), the activations of its profiling forward and
+  the KV cache of one sequence of its whole context, which is `vllm_max_model_length` or, unset,
+  the model's `max_position_embeddings`; and that context must hold the longest rollout;
 - CUDA context and allocator slack: `OVERHEAD_BYTES`.
+With `rollout_backend: hf`, the rollouts of a step are their own phase: the trainer's state (weights,
+optimiser, reference; DeepSpeed's gradient buffers), under ZeRO-3 the whole model gathered for
+generation, and the KV cache of TRL's whole generation batch (per GPU: per_device_train_batch_size x
+steps_per_generation rows) at the longest rollout, with the backend's buffer growth and the copy
+a tool block runs on. When an episode trains on hard cases the recipe does not list, hard-case mining
+is a phase too: before episode 1, a whole bf16 model on every GPU scoring `MINING_ROWS` trajectories
+of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released before a later episode
+is built, so later episodes repeat episode 1's phases.
 It is an estimate, deliberately on the high side (every sequence at its longest).
 """
 
@@ -50,29 +62,77 @@ PROMPT_TOKENS = 512
 template) plus the question and topic entities."""
 KV_CACHE_FLOOR = 0.1
 """Share of vLLM's memory that must be left for its KV cache once the weights are in."""
+VLLM_BATCHED_TOKENS = 4096
+"""`max_num_batched_tokens` TRL 1.16 gives its colocated engine: the size of vLLM's profiling forward,
+whose activations vLLM takes out of its share before the KV cache."""
+KV_BUFFER_GROWTH = 1.5
+"""The hf backend's KV buffer holds up to half its filled length again as spare columns
+(`rollout.hf_backend._BufferedLayer`)."""
+MINING_ROWS = 16
+"""Trajectories hard-case mining scores per forward (`HardCaseConfig.batch_size`, which GRPO keeps)."""
+LOGIT_COPIES_BYTES = 2 + 4 + 4
+"""Bytes per logit while mining scores a labelled token: the bf16 projection, its float32 copy and
+cross-entropy's float32 log-softmax."""
+
+MINING, GENERATION, TRAINING = PHASES = ("hard-case mining", "hf rollouts", "training step")
+"""The phases of a run, in the order GRPO goes through them: mining (before episode 1, when an episode
+trains on hard cases the recipe does not list), then per step the rollouts and the loss. Later
+episodes repeat the steps of episode 1, whose trainer and vLLM are released before the next is built."""
+
+
+@dataclass
+class Row:
+    """One holder of GPU memory in one phase."""
+
+    phase: str
+    name: str
+    size: float
+    note: str
+    held: bool = False
+    """Kept from step to step by the trainer (weights, optimiser, vLLM): what a finished episode leaves
+    alive until its trainer is released."""
 
 
 @dataclass
 class Estimate:
-    """Memory of one GPU, row by row, against its budget."""
+    """Memory of one GPU, phase by phase and row by row, against its budget; the peak is the largest phase."""
 
-    rows: list[tuple[str, float, str]] = field(default_factory=list)
-    """(what, bytes, how it was counted)."""
+    rows: list[Row] = field(default_factory=list)
     budget: float = 0.0
 
-    def add(self, name: str, size: float, note: str) -> None:
-        self.rows.append((name, float(size), note))
+    def add(self, phase: str, name: str, size: float, note: str, held: bool = False) -> None:
+        self.rows.append(Row(phase, name, float(size), note, held))
+
+    @property
+    def phases(self) -> list[str]:
+        """The phases with rows, in the order a run goes through them."""
+        return sorted(dict.fromkeys(row.phase for row in self.rows), key=PHASES.index)
+
+    def phase_total(self, phase: str) -> float:
+        return sum(row.size for row in self.rows if row.phase == phase)
+
+    def held(self, phase: str) -> float:
+        """What the trainer of `phase` keeps between steps (and after its episode, until released)."""
+        return sum(row.size for row in self.rows if row.phase == phase and row.held)
+
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=self.phase_total)
 
     @property
     def total(self) -> float:
-        return sum(size for _, size, _ in self.rows)
+        """The peak: the largest phase (phases never overlap)."""
+        return self.phase_total(self.peak_phase)
 
     def table(self) -> str:
-        width = max(len(name) for name, _, _ in self.rows + [("total", 0, "")])
+        width = max(len(row.name) for row in self.rows + [Row("", "phase total", 0, "")])
         lines = [f"{'per GPU':<{width}}  {'GiB':>8}  how"]
-        for name, size, note in self.rows:
-            lines.append(f"{name:<{width}}  {size / GIB:8.2f}  {note}")
-        lines.append(f"{'total':<{width}}  {self.total / GIB:8.2f}  of {self.budget / GIB:.2f} GiB")
+        for phase in self.phases:
+            lines.append(f"[{phase}]")
+            for row in (r for r in self.rows if r.phase == phase):
+                lines.append(f"{row.name:<{width}}  {row.size / GIB:8.2f}  {row.note}")
+            lines.append(f"{'phase total':<{width}}  {self.phase_total(phase) / GIB:8.2f}")
+        lines.append(f"{'peak':<{width}}  {self.total / GIB:8.2f}  {self.peak_phase}, of {self.budget / GIB:.2f} GiB")
         return "\n".join(lines)
 
 
@@ -137,6 +197,14 @@ def preflight(config: str | Path, gpus: int, gpu_memory: float, model_config: st
         from kgreasoner.training.grpo import GRPORecipe as Recipe
     recipe = load_config(Recipe, config, overrides)
     report.checks.append(f"{config} parses as {Recipe.__name__}")
+    check_recipe(recipe, kind, gpus, gpu_memory, model_config, report)
+    return report
+
+
+def check_recipe(recipe, kind: str, gpus: int, gpu_memory: float, model_config: str | Path | None,
+                 report: Report) -> None:
+    """The checks of `preflight` on a recipe object (`SFTRecipe` or `GRPORecipe`); the estimate lands in
+    `report.estimate`. `bench/gpu_smoke.py` calls this on the recipes it trains."""
     # the meta model first: a ZeRO-3 TRL config, once built, makes `from_config` start `zero.Init`
     model = _meta_model(recipe, model_config, report)
     args = _trl_config(recipe, kind, report)
@@ -144,7 +212,6 @@ def preflight(config: str | Path, gpus: int, gpu_memory: float, model_config: st
     if args is not None and model is not None:
         report.estimate = estimate_memory(recipe, kind, args, model, gpus, gpu_memory)
         _judge(report, recipe, kind, args, model, gpus, gpu_memory)
-    return report
 
 
 def _trl_config(recipe, kind: str, report: Report):
@@ -178,6 +245,8 @@ def _check_data(recipe, kind: str, report: Report) -> None:
             dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
             train = dataset.split("train")[: recipe.max_questions]
             where = f"dataset {recipe.dataset!r}"
+            if mines_hard_cases(recipe):
+                mining_tokens(recipe)  # the trajectories must be there to be scored
     except (OSError, ValueError) as err:
         report.problems.append(f"training data: {err}")
         return
@@ -233,69 +302,159 @@ def _offloaded(ds: dict[str, Any], what: str) -> bool:
 
 
 def sequence_tokens(recipe, kind: str) -> int:
-    """The longest sequence one training row can be."""
+    """The longest sequence one training row can be (for GRPO also the context vLLM needs)."""
     if kind == "sft":
         return recipe.max_length
     rollout = recipe.rollout
     return PROMPT_TOKENS + rollout.max_new_tokens + rollout.max_turns * rollout.max_tool_tokens
 
 
+def generation_rows(recipe, args, gpus: int) -> int:
+    """Rows one rank generates in one batch: TRL's generation batch (by default per_device_train_batch_size x
+    steps_per_generation, with steps_per_generation = gradient_accumulation_steps) split over the ranks."""
+    if "generation_batch_size" in recipe.trainer:  # a global size: TRL divides it by the processes
+        return math.ceil(args.generation_batch_size / gpus)
+    return args.per_device_train_batch_size * args.steps_per_generation
+
+
+def vllm_max_model_len(args, config) -> int:
+    """The context vLLM is built with: `vllm_max_model_length`, or when unset the model's own
+    `max_position_embeddings`, which vLLM then takes (131,072 tokens for Llama 3.1)."""
+    return int(getattr(args, "vllm_max_model_length", None) or config.max_position_embeddings)
+
+
+def mines_hard_cases(recipe) -> bool:
+    """True when a later episode trains on hard cases that the recipe does not list: GRPO mines them."""
+    return any(e.data == "hard" for e in recipe.episodes) and not recipe.hard_cases
+
+
+def mining_tokens(recipe) -> tuple[int, int]:
+    """(tokens, labelled tokens) of the longest trajectory hard-case mining scores, bounded by its UTF-8 bytes
+    (a byte-level BPE token covers at least one byte) plus the prompt budget."""
+    from kgreasoner.data.trajectories import iter_warmup
+
+    if not recipe.hard_case_trajectories:
+        raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
+    longest, labelled = 0, 0
+    for record in iter_warmup(recipe.hard_case_trajectories):
+        longest = max(longest, sum(len(s.text.encode()) for s in record.segments))
+        labelled = max(labelled, sum(len(s.text.encode()) for s in record.segments if s.train))
+    return PROMPT_TOKENS + longest, labelled
+
+
 def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> Estimate:
-    """Bytes one GPU needs for this recipe (see the module docstring for the accounting)."""
+    """Bytes one GPU needs for this recipe, phase by phase (see the module docstring for the accounting)."""
     from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
     from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
 
-    config = model.config if not hasattr(model, "get_base_model") else model.get_base_model().config
+    config = _base(model).config
     estimate = Estimate(budget=gpu_memory)
     ds = _deepspeed(recipe)
     stage = _zero_stage(ds)
-    bf16 = bool(recipe.bf16)
-    width = 2 if bf16 else 4
+    width = 2 if recipe.bf16 else 4
     total = _count(model.parameters())
     trainable = _count(p for p in model.parameters() if p.requires_grad)
+    # PEFT keeps adapters in float32 under a bf16 base; DeepSpeed casts the whole module to its dtype
+    trained_width = 4 if recipe.lora.enabled and not ds else width
     shard3 = gpus if stage >= 3 else 1
     zero = f"ZeRO-{stage}" if stage else "no ZeRO"
-    estimate.add("weights", total * width / shard3, f"{total / 1e9:.2f}B x {width} B" + (f" / {gpus}" if shard3 > 1 else ""))
+    by = f" / {gpus}" if shard3 > 1 else ""
+    held = [("weights", ((total - trainable) * width + trainable * trained_width) / shard3,
+             f"{total / 1e9:.2f}B x {width} B" + (f" (adapters x {trained_width} B)" if trained_width != width else "")
+             + by)]
     grad_shard = gpus if stage >= 2 else 1
-    estimate.add("gradients", trainable * width / grad_shard,
-                 f"{trainable / 1e9:.2f}B trainable x {width} B" + (f" / {gpus}" if grad_shard > 1 else ""))
+    held.append(("gradients", trainable * trained_width / grad_shard,
+                 f"{trainable / 1e9:.2f}B trainable x {trained_width} B" + (f" / {gpus}" if grad_shard > 1 else "")))
     if _offloaded(ds, "optimizer"):
-        estimate.add("optimiser", 0.0, "offloaded to the CPU by the DeepSpeed JSON")
-    else:
-        per = 8 + (4 if bf16 else 0)
+        held.append(("optimiser", 0.0, "offloaded to the CPU by the DeepSpeed JSON"))
+    elif ds:
+        per = 8 + (4 if recipe.bf16 else 0)
         opt_shard = gpus if stage >= 1 else 1
-        estimate.add("optimiser", trainable * per / opt_shard,
-                     f"Adam: {per} B per trainable parameter" + (f" / {gpus} ({zero})" if opt_shard > 1 else ""))
-    if stage >= 3:
-        largest = max(_count(m.parameters()) for m in _layers(model))
-        estimate.add("ZeRO-3 gathered", 2 * largest * width, f"largest layer ({largest / 1e6:.0f}M) twice")
-    if kind == "grpo" and recipe.beta > 0 and not recipe.lora.enabled:
-        estimate.add("reference model", total * width / shard3, f"beta {recipe.beta:g}: a frozen copy")
-    hidden, layers = config.hidden_size, config.num_hidden_layers
-    mlp = _mlp_width(config)
-    tokens = recipe.per_device_train_batch_size * sequence_tokens(recipe, kind)
-    working = tokens * (12 * hidden + 3 * mlp) * 2
-    if recipe.gradient_checkpointing:
-        estimate.add("activations", tokens * hidden * 2 * layers + working,
-                     f"{tokens} tokens: layer inputs kept, one layer recomputed (checkpointing)")
+        held.append(("optimiser", trainable * per / opt_shard, f"DeepSpeed Adam: {per} B per trainable parameter"
+                     + (f" / {gpus} ({zero})" if opt_shard > 1 else "")))
     else:
-        estimate.add("activations", working * layers, f"{tokens} tokens x {layers} layers (no checkpointing)")
-    vocab_tile = min(_CHUNKED_LOGPROB_CHUNK_SIZE, config.vocab_size)
-    estimate.add("LM head tile", 2 * min(TOKEN_CHUNK_SIZE, tokens) * vocab_tile * 4,
-                 f"TRL's fused head: {min(TOKEN_CHUNK_SIZE, tokens)} tokens x {vocab_tile} columns, fp32, with grad")
+        held.append(("optimiser", trainable * 2 * trained_width,
+                     f"torch Adam: two moments in the parameters' dtype ({2 * trained_width} B each)"))
+    if kind == "grpo" and recipe.beta > 0 and not recipe.lora.enabled:
+        held.append(("reference model", total * width / shard3, f"beta {recipe.beta:g}: a frozen copy{by}"))
     if kind == "grpo" and args.use_vllm:
         share = args.vllm_gpu_memory_utilization
-        estimate.add("vLLM (colocated)", share * gpu_memory, f"vllm_gpu_memory_utilization {share:g}")
-    elif kind == "grpo":
-        kv = _kv_bytes(config) * tokens
-        estimate.add("hf rollout KV cache", kv, f"{tokens} tokens of keys and values")
-    estimate.add("CUDA context, slack", OVERHEAD_BYTES, "fixed")
+        context = vllm_max_model_len(args, config)
+        held.append(("vLLM (colocated)", share * gpu_memory,
+                     f"vllm_gpu_memory_utilization {share:g}: bf16 weights, KV cache for a {context}-token context"))
+    for name, size, note in held:
+        estimate.add(TRAINING, name, size, note, held=True)
+
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    per_token = (12 * hidden + 3 * _mlp_width(config)) * 2  # one layer's working set, bf16
+    if stage >= 3:
+        largest = max(_count(m.parameters()) for m in _layers(model))
+        estimate.add(TRAINING, "ZeRO-3 gathered", 2 * largest * width, f"largest layer ({largest / 1e6:.0f}M) twice")
+    tokens = recipe.per_device_train_batch_size * sequence_tokens(recipe, kind)
+    if recipe.gradient_checkpointing:
+        estimate.add(TRAINING, "activations", tokens * hidden * 2 * layers + tokens * per_token,
+                     f"{tokens} tokens: layer inputs kept, one layer recomputed (checkpointing)")
+    else:
+        estimate.add(TRAINING, "activations", tokens * per_token * layers,
+                     f"{tokens} tokens x {layers} layers (no checkpointing)")
+    vocab_tile = min(_CHUNKED_LOGPROB_CHUNK_SIZE, config.vocab_size)
+    estimate.add(TRAINING, "LM head tile", 2 * min(TOKEN_CHUNK_SIZE, tokens) * vocab_tile * 4,
+                 f"TRL's fused head: {min(TOKEN_CHUNK_SIZE, tokens)} tokens x {vocab_tile} columns, fp32, with grad")
+    estimate.add(TRAINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
+
+    if kind == "grpo" and not args.use_vllm:
+        _generation_rows(estimate, recipe, args, config, held, total * width, stage, gpus, per_token)
+    if kind == "grpo" and mines_hard_cases(recipe):
+        _mining_rows(estimate, recipe, config, _count(_base(model).parameters()), per_token)
     return estimate
+
+
+def _generation_rows(estimate: Estimate, recipe, args, config, held, full_weights: float, stage: int, gpus: int,
+                     per_token: int) -> None:
+    """The hf rollouts of one step: the trainer's state, the whole generation batch's KV cache, and under
+    ZeRO-3 the full weights, which `unwrap_model_for_generation` gathers for the whole generation."""
+    for name, size, note in held:
+        # outside DeepSpeed the trainer frees the gradients after each optimiser step (set to None)
+        if name != "gradients" or recipe.deepspeed:
+            estimate.add(GENERATION, name, size, note, held=True)
+    if stage >= 3:
+        estimate.add(GENERATION, "ZeRO-3 gathered", full_weights, "the whole model, gathered for generation")
+    rows = generation_rows(recipe, args, gpus)
+    columns = sequence_tokens(recipe, "grpo") + recipe.rollout.compact_slack
+    kv = _kv_bytes(config)
+    estimate.add(GENERATION, "hf rollout KV cache", rows * columns * kv * KV_BUFFER_GROWTH,
+                 f"{rows} rows (the generation batch) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth")
+    if recipe.rollout.max_turns and rows > 1:
+        estimate.add(GENERATION, "tool-block cache copy", (rows - 1) * columns * kv,
+                     "the calling rows' cache, copied to run a tool block")
+    forward = rows * max(PROMPT_TOKENS, recipe.rollout.max_tool_tokens)
+    estimate.add(GENERATION, "rollout forward", forward * per_token + rows * config.vocab_size * 4 * 4,
+                 f"{forward} prompt tokens through one layer; sampling logits")
+    estimate.add(GENERATION, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
+
+
+def _mining_rows(estimate: Estimate, recipe, config, base: int, per_token: int) -> None:
+    """Hard-case mining before episode 1: a full bf16 model on every GPU scoring a batch of trajectories."""
+    try:
+        longest, labelled = mining_tokens(recipe)
+    except (OSError, ValueError):  # reported by the data check
+        return
+    estimate.add(MINING, "scoring model", base * 2, f"{base / 1e9:.2f}B x 2 B, whole on every GPU")
+    tokens = MINING_ROWS * longest
+    estimate.add(MINING, "scoring forward", tokens * (per_token + config.hidden_size * 2),
+                 f"{MINING_ROWS} trajectories of <= {longest} tokens through one layer (no grad)")
+    estimate.add(MINING, "scoring logits", MINING_ROWS * labelled * config.vocab_size * LOGIT_COPIES_BYTES,
+                 f"{MINING_ROWS} x <= {labelled} labelled tokens x {config.vocab_size} x {LOGIT_COPIES_BYTES} B")
+    estimate.add(MINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
+
+
+def _base(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def _layers(model):
     """The modules ZeRO-3 gathers one at a time: the decoder layers and the embeddings."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _base(model)
     yield base.get_input_embeddings()
     if base.get_output_embeddings() is not None:
         yield base.get_output_embeddings()
@@ -310,42 +469,86 @@ def _mlp_width(config) -> int:
     return int(config.intermediate_size)
 
 
-def _kv_bytes(config) -> int:
+def _kv_bytes(config, tensor_parallel: int = 1) -> int:
+    """bf16 keys and values of one token, all layers, on one of `tensor_parallel` ranks (vLLM splits the
+    key/value heads over them, replicating them when there are fewer heads than ranks)."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 2
+    heads = max(1, config.num_key_value_heads // tensor_parallel)
+    return 2 * config.num_hidden_layers * heads * head_dim * 2
 
 
 def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> None:
     estimate = report.estimate
     if kind == "grpo" and args.use_vllm:
-        weights = _count(model.parameters()) * 2  # vLLM serves bf16 weights, whole, split only by its own TP
-        tp = args.vllm_tensor_parallel_size
-        share = args.vllm_gpu_memory_utilization * gpu_memory
-        if weights / tp > share * (1 - KV_CACHE_FLOOR):
-            need = math.ceil(weights / tp / (1 - KV_CACHE_FLOOR) / gpu_memory * 100) / 100
-            report.problems.append(
-                f"vLLM's share ({share / GIB:.1f} GiB) cannot hold the bf16 weights ({weights / tp / GIB:.1f} GiB per "
-                f"GPU at vllm_tensor_parallel_size {tp}) and a KV cache: raise trainer.vllm_gpu_memory_utilization "
-                f"to at least {need:g}, or raise trainer.vllm_tensor_parallel_size")
+        _judge_vllm(report, recipe, args, model, gpu_memory)
     if estimate.total > gpu_memory:
         hints = []
-        if _zero_stage(_deepspeed(recipe)) < 3:
+        peak = estimate.peak_phase
+        if peak == GENERATION:
+            rows = generation_rows(recipe, args, gpus)
+            hints.append(f"a smaller generation batch ({rows} rows a GPU: per_device_train_batch_size x "
+                         "gradient_accumulation_steps, or trainer.steps_per_generation)")
+            hints.append("rollout_backend: vllm")
+        if peak == MINING:
+            hints.append("hard_cases: a hard set mined beforehand (kgreasoner hard-cases)")
+        elif _zero_stage(_deepspeed(recipe)) < 3:
             hints.append("deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")
-        if not _offloaded(_deepspeed(recipe), "optimizer"):
+        if peak != MINING and not _offloaded(_deepspeed(recipe), "optimizer"):
             hints.append("a DeepSpeed JSON that offloads the optimiser (configs/deepspeed/zero3-offload.json)")
-        if not recipe.gradient_checkpointing:
+        if peak == TRAINING and not recipe.gradient_checkpointing:
             hints.append("gradient_checkpointing: true")
-        if recipe.per_device_train_batch_size > 1:
+        if peak == TRAINING and recipe.per_device_train_batch_size > 1:
             hints.append(f"a smaller per_device_train_batch_size (now {recipe.per_device_train_batch_size}) with a "
                          "larger gradient_accumulation_steps")
-        if not recipe.lora.enabled:
+        if peak != MINING and not recipe.lora.enabled:
             hints.append("lora.enabled: true")
         hints.append(f"more GPUs than {gpus}")
         report.problems.append(
-            f"the recipe needs {estimate.total / GIB:.1f} GiB per GPU but a GPU has {gpu_memory / GIB:.1f} GiB "
-            f"({gpus} GPUs); change one of: " + "; ".join(hints))
+            f"the recipe needs {estimate.total / GIB:.1f} GiB per GPU (peak: {estimate.peak_phase}) but a GPU has "
+            f"{gpu_memory / GIB:.1f} GiB ({gpus} GPUs); change one of: " + "; ".join(hints))
     else:
-        report.checks.append(f"fits: {estimate.total / GIB:.1f} of {gpu_memory / GIB:.1f} GiB per GPU on {gpus} GPUs")
+        report.checks.append(f"fits: {estimate.total / GIB:.1f} of {gpu_memory / GIB:.1f} GiB per GPU on {gpus} GPUs "
+                             f"(peak: {estimate.peak_phase})")
+
+
+def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
+    """vLLM starts only when its share holds the bf16 weights, its profiling forward and the KV cache of one
+    sequence of its whole context; the rollout's sequences must fit that context."""
+    config = _base(model).config
+    weights = _count(_base(model).parameters()) * 2  # vLLM serves bf16 weights, whole, split only by its own TP
+    tp = args.vllm_tensor_parallel_size
+    share = args.vllm_gpu_memory_utilization * gpu_memory
+    if weights / tp > share * (1 - KV_CACHE_FLOOR):
+        need = math.ceil(weights / tp / (1 - KV_CACHE_FLOOR) / gpu_memory * 100) / 100
+        report.problems.append(
+            f"vLLM's share ({share / GIB:.1f} GiB) cannot hold the bf16 weights ({weights / tp / GIB:.1f} GiB per "
+            f"GPU at vllm_tensor_parallel_size {tp}) and a KV cache: raise trainer.vllm_gpu_memory_utilization "
+            f"to at least {need:g}, or raise trainer.vllm_tensor_parallel_size")
+        return
+    context = vllm_max_model_len(args, config)
+    rollout = sequence_tokens(recipe, "grpo")
+    profile = VLLM_BATCHED_TOKENS * (12 * config.hidden_size + 3 * _mlp_width(config)) * 2 // tp
+    room = share - weights / tp - profile
+    one = context * _kv_bytes(config, tp)
+    unset = "" if getattr(args, "vllm_max_model_length", None) else \
+        " (vllm_max_model_length unset: vLLM takes the model's max_position_embeddings)"
+    if one > room:
+        need = math.ceil((weights / tp + profile + one) / gpu_memory * 100) / 100
+        report.problems.append(
+            f"vLLM cannot start: its share ({share / GIB:.1f} GiB) less the bf16 weights "
+            f"({weights / tp / GIB:.1f} GiB "
+            f"per GPU at vllm_tensor_parallel_size {tp}) and its {VLLM_BATCHED_TOKENS}-token profiling forward "
+            f"({profile / GIB:.1f} GiB) leaves {room / GIB:.1f} GiB of KV cache, and one sequence of its "
+            f"{context}-token context{unset} needs {one / GIB:.1f} GiB: give vLLM the rollout's {rollout}-token "
+            f"context (vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least {need:g}")
+    elif context < rollout:
+        report.problems.append(
+            f"vLLM's context ({context} tokens, vllm_max_model_length) is shorter than a rollout may grow "
+            f"({rollout} = {PROMPT_TOKENS} prompt + rollout.max_new_tokens + rollout.max_turns x "
+            f"rollout.max_tool_tokens): those rollouts would end in an error")
+    else:
+        report.checks.append(f"vLLM: one {context}-token sequence ({one / GIB:.2f} GiB of KV) fits the "
+                             f"{room / GIB:.1f} GiB its share leaves after the weights")
 
 
 def default_gpus() -> int:

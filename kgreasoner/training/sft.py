@@ -167,8 +167,9 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def train_sft(recipe: SFTRecipe, resume: bool = False) -> Path:
-    """Run the warm-up; returns the directory of the final (best on dev) model."""
+def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
+    """Run the warm-up; returns the directory of the final (best on dev) model. `callbacks`: further
+    `TrainerCallback`s (a benchmark's clocks)."""
     from transformers import EarlyStoppingCallback
     from trl import SFTTrainer
 
@@ -181,7 +182,7 @@ def train_sft(recipe: SFTRecipe, resume: bool = False) -> Path:
     if dropped:  # after the config, which sets up the process state the rank-aware logger reads
         logger.warning("dropped %d trajectories longer than max_length=%d", dropped, recipe.max_length)
     model = load_model(model_path, tokenizer)
-    callbacks = []
+    callbacks = list(callbacks)
     if dev_set is not None and recipe.early_stopping_patience > 0 and recipe.eval_steps > 0:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
     trainer = SFTTrainer(

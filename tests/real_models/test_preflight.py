@@ -25,9 +25,9 @@ def _argv(recipe: Path, world: Path, *extra: str) -> list[str]:
 
     data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
     # the recipes' data and warm-up checkpoints exist only on a training machine: point them here
-    field = f"train_file={data}" if recipe.stem == "sft" else f"dataset={world}"
+    fields = [f"train_file={data}"] if recipe.stem == "sft" else [f"dataset={world}", f"hard_case_trajectories={data}"]
     return ["preflight", str(recipe), "--model-config", str(MODELS / MODEL_CONFIGS[recipe.parent.name]),
-            "--set", field, *extra]
+            *(arg for field in fields for arg in ("--set", field)), *extra]
 
 
 def test_every_gpu_recipe_is_covered():
@@ -40,7 +40,7 @@ def test_gpu_recipes_fit_eight_80gib_gpus(recipe, world, capsys):
     out = capsys.readouterr()
     assert code == 0, out.err
     assert out.out.rstrip().endswith("preflight passed")
-    for row in ("weights", "gradients", "optimiser", "activations", "LM head tile", "total"):
+    for row in ("weights", "gradients", "optimiser", "activations", "LM head tile", "peak"):
         assert f"\n{row} " in out.out, row
     assert "fits: " in out.out and "of 80.0 GiB per GPU on 8 GPUs" in out.out
 
@@ -49,7 +49,8 @@ def test_a_recipe_given_too_few_gpus_is_refused_with_what_to_change(world, capsy
     code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "1", "--gpu-memory", "80GB"))
     err = capsys.readouterr().err
     assert code == 1
-    assert "FAIL: the recipe needs " in err and "per GPU but a GPU has 74.5 GiB (1 GPUs); change one of: " in err
+    assert "FAIL: the recipe needs " in err
+    assert "per GPU (peak: training step) but a GPU has 74.5 GiB (1 GPUs); change one of: " in err
     assert "configs/deepspeed/zero3-offload.json" in err and "more GPUs than 1" in err
     assert err.rstrip().endswith("preflight failed")
 
@@ -97,3 +98,129 @@ def test_train_scripts_dry_run(world, capsys):
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.rstrip().endswith("preflight passed")
+
+
+def _vllm_context(monkeypatch, context):
+    """Build GRPOConfig as training/grpo.py does, with vLLM's context set as given: None is the recipe as it
+    stood when grpo_config set no `vllm_max_model_length`; "rollout" is the rollout's longest sequence, the
+    context grpo_config gives vLLM now (a no-op where it already does)."""
+    import kgreasoner.training.grpo as grpo
+    from kgreasoner.training.preflight import sequence_tokens
+
+    built = grpo.grpo_config
+
+    def grpo_config(recipe, output_dir, episode):
+        args = built(recipe, output_dir, episode)
+        if context is None or args.vllm_max_model_length is None:
+            args.vllm_max_model_length = None if context is None else sequence_tokens(recipe, "grpo")
+        return args
+
+    monkeypatch.setattr(grpo, "grpo_config", grpo_config)
+
+
+def test_llama_grpo_without_a_vllm_context_is_refused_and_passes_with_the_rollouts(world, capsys, monkeypatch):
+    """vLLM with no max_model_len takes Llama 3.1's 131,072 positions: 16 GiB of KV for one sequence, more than
+    the 24 GiB share leaves after 15 GiB of weights, so vLLM would refuse to start."""
+    recipe = CONFIGS / "llama3.1-8b" / "grpo.yaml"
+    _vllm_context(monkeypatch, None)
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert ("FAIL: vLLM cannot start: its share (24.0 GiB) less the bf16 weights (15.0 GiB per GPU at "
+            "vllm_tensor_parallel_size 1) and its 4096-token profiling forward (0.7 GiB) leaves 8.3 GiB of KV cache, "
+            "and one sequence of its 131072-token context (vllm_max_model_length unset: vLLM takes the model's "
+            "max_position_embeddings) needs 16.0 GiB: give vLLM the rollout's 7680-token context "
+            "(vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least 0.4") in err
+
+    _vllm_context(monkeypatch, "rollout")
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ok: vLLM: one 7680-token sequence (0.94 GiB of KV) fits the 8.3 GiB its share leaves" in out
+
+
+def test_a_vllm_context_shorter_than_the_rollouts_is_refused(world, capsys, monkeypatch):
+    _vllm_context(monkeypatch, "rollout")
+    code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB",
+                      "--set", "rollout.max_new_tokens=8192"))
+    assert code == 0, capsys.readouterr().err  # the rollout's own length is what vLLM gets
+    import kgreasoner.training.grpo as grpo
+
+    built = grpo.grpo_config
+
+    def short(recipe, output_dir, episode):
+        args = built(recipe, output_dir, episode)
+        args.vllm_max_model_length = 4096
+        return args
+
+    monkeypatch.setattr(grpo, "grpo_config", short)
+    code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    assert code == 1
+    assert ("FAIL: vLLM's context (4096 tokens, vllm_max_model_length) is shorter than a rollout may grow (7680 = "
+            "512 prompt + rollout.max_new_tokens + rollout.max_turns x rollout.max_tool_tokens)"
+            ) in capsys.readouterr().err
+
+
+def _estimate(recipe, world, *overrides, gpus=8):
+    from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.training.preflight import GIB, preflight
+
+    data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
+    report = preflight(CONFIGS / recipe / "grpo.yaml", gpus, 80 * GIB, MODELS / MODEL_CONFIGS[recipe],
+                       [f"dataset={world}", f"hard_case_trajectories={data}", *overrides])
+    return report, {(row.phase, row.name): row.size for row in report.estimate.rows}
+
+
+def test_hf_rollouts_hold_the_whole_generation_batch_and_the_gathered_weights(world, monkeypatch):
+    """Qwen3-8B with hf rollouts: TRL generates 4 x 8 = 32 rows a GPU at once, and ZeRO-3 gathers the whole
+    model for it. Counted as 4 rows beside the training step, this recipe looked like 40 of 80 GiB."""
+    from kgreasoner.training.preflight import GENERATION, GIB, TRAINING
+
+    _vllm_context(monkeypatch, "rollout")
+    report, rows = _estimate("qwen3-8b", world, "rollout_backend=hf")
+    kv_token = 2 * 36 * 8 * 128 * 2  # keys and values, 36 layers, 8 heads of 128, bf16
+    assert rows[GENERATION, "hf rollout KV cache"] == 32 * (7680 + 64) * kv_token * 1.5
+    assert rows[GENERATION, "tool-block cache copy"] == 31 * (7680 + 64) * kv_token
+    assert rows[GENERATION, "ZeRO-3 gathered"] == 8_190_735_360 * 2
+    assert report.estimate.peak_phase == GENERATION and report.estimate.total > 80 * GIB
+    assert report.estimate.phase_total(TRAINING) < 40 * GIB  # alone, the training step fits
+    assert not report.ok
+    assert "(peak: hf rollouts)" in report.problems[0]
+    assert "a smaller generation batch (32 rows a GPU: per_device_train_batch_size x gradient_accumulation_steps" \
+        in report.problems[0]
+
+
+def test_mining_runs_alone_and_episode_one_leaves_nothing_alive(world, monkeypatch):
+    """Hard-case mining is its own phase, before episode 1, with nothing else on the GPU. Where it ran after
+    episode 1 with that episode's trainer, DeepSpeed engine and vLLM alive, and episode 2 was built beside them,
+    the GPU held their sum: more than 80 GiB for episode 2."""
+    from kgreasoner.training.preflight import GIB, MINING, OVERHEAD_BYTES, TRAINING
+
+    _vllm_context(monkeypatch, "rollout")
+    report, rows = _estimate("qwen3-8b", world)
+    estimate = report.estimate
+    assert report.ok and estimate.phases == [MINING, TRAINING]
+    mining = [row for row in estimate.rows if row.phase == MINING]
+    assert [row.name for row in mining] == ["scoring model", "scoring forward", "scoring logits",
+                                            "CUDA context, slack"]
+    assert not any(row.held for row in mining)
+    assert rows[MINING, "scoring model"] == 8_190_735_360 * 2
+    held = estimate.held(TRAINING)  # episode 1's trainer, engine and vLLM
+    assert held == sum(rows[TRAINING, name] for name in
+                       ("weights", "gradients", "optimiser", "reference model", "vLLM (colocated)"))
+    assert rows[TRAINING, "vLLM (colocated)"] == 24 * GIB
+    # as it was: mining, then episode 2 built, beside episode 1's live state (one CUDA context between them)
+    assert round((held + estimate.phase_total(MINING) - OVERHEAD_BYTES) / GIB, 1) == 61.0
+    assert round((held + estimate.phase_total(TRAINING) - OVERHEAD_BYTES) / GIB, 1) == 99.0
+    # now: each phase alone, the peak the largest
+    assert estimate.total == max(estimate.phase_total(MINING), estimate.phase_total(TRAINING))
+    assert round(estimate.total / GIB, 1) == 59.8
+    assert estimate.peak_phase == TRAINING
+
+
+def test_mining_needs_its_trajectories(world, capsys, monkeypatch):
+    _vllm_context(monkeypatch, "rollout")
+    code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB",
+                      "--set", f"hard_case_trajectories={world / 'nowhere.jsonl'}"))
+    err = capsys.readouterr().err
+    assert code == 1 and "FAIL: training data: " in err and "nowhere.jsonl" in err
