@@ -6,7 +6,8 @@ it; entries on one line are peers, which must not import each other):
 
  1. records      kgreasoner (the package root), kgreasoner.config, kgreasoner.protocol;
                  kgreasoner.data.s record modules: schema, trajectories, normalize, paths, splits, sampling and
-                 the readers of each published format (pathquestion, tog_json, webqsp_cwq, rog);
+                 the readers of each published format (pathquestion, tog_json, webqsp_cwq, rog, and
+                 hops, the hop counts rog reads off its records' graphs);
                  kgreasoner.kg.base, the KG interface and its id vocabulary (literals, `^rel`),
                  which the format readers write literal ids with; kgreasoner.llm.http, the HTTP
                  client with retries that every remote client and backend shares
@@ -47,7 +48,7 @@ LAYERS: list[list[str]] = [
      "kgreasoner.data.schema", "kgreasoner.data.trajectories", "kgreasoner.data.normalize", "kgreasoner.data.paths",
      "kgreasoner.data.splits", "kgreasoner.data.sampling", "kgreasoner.data.pathquestion",
      "kgreasoner.data.tog_json", "kgreasoner.data.webqsp_cwq", "kgreasoner.data.rog",
-     "kgreasoner.kg.base", "kgreasoner.llm.http"],
+     "kgreasoner.data.hops", "kgreasoner.kg.base", "kgreasoner.llm.http"],
     ["kgreasoner.kg"],
     ["kgreasoner.data"],
     ["kgreasoner.retrieval"],

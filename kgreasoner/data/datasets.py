@@ -107,7 +107,7 @@ def load_dataset(
             f"{name_or_path!r} holds {len(GROUPS[key])} sets with their own KBs ({', '.join(GROUPS[key])}): "
             "use load_datasets() for all of them, or name one set"
         )
-    dataset = _load_unsplit(name_or_path, root)
+    dataset = _load_unsplit(name_or_path, root, split)
     dataset = _with_splits(dataset, scheme, seed)
     if split is not None:
         dataset.examples = dataset.split(split)
@@ -145,7 +145,8 @@ def open_dataset_kg(dataset: Dataset) -> "KnowledgeGraph":
     return MemoryKG.from_file(dataset.kb_path, names=dataset.names_path)
 
 
-def _load_unsplit(name_or_path: str | Path, root: str | Path | None) -> Dataset:
+def _load_unsplit(name_or_path: str | Path, root: str | Path | None, split: str | None) -> Dataset:
+    """The dataset as its files give it; RoG's files of a split other than `split` are not read."""
     text = str(name_or_path)
     pq_name = pathquestion_set_name(text)
     if pq_name is not None:
@@ -157,15 +158,15 @@ def _load_unsplit(name_or_path: str | Path, root: str | Path | None) -> Dataset:
         return _load_release(text.strip().lower(), root)
     if text.strip().lower() in ROG_SETS:
         folder = find_data_dir(text.strip().lower(), root)
-        return _rog_dataset(ROG_SETS[text.strip().lower()], folder)
+        return _rog_dataset(ROG_SETS[text.strip().lower()], folder, split)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if not (path / "questions.jsonl").is_file() and _holds_rog_files(path):
-            return _rog_dataset(path.resolve().name, path)
+            return _rog_dataset(path.resolve().name, path, split)
         return _load_folder(path)
     if path.is_file():
         if path.suffix == ".parquet" or (path.suffix == ".jsonl" and _first_jsonl_is_rog(path)):
-            return _rog_dataset(path.stem, path)
+            return _rog_dataset(path.stem, path, split)
         if path.suffix == ".jsonl":
             return Dataset(name=path.stem, examples=read_jsonl(path), kb_path=None)
         if path.suffix == ".json":
@@ -224,12 +225,13 @@ def _load_json_file(path: Path) -> list[QAExample]:
     return load_tog_json(path)
 
 
-def _rog_dataset(name: str, path: Path) -> Dataset:
-    """RoG's records at `path` (a file or folder), searched on their own subgraphs."""
+def _rog_dataset(name: str, path: Path, split: str | None) -> Dataset:
+    """RoG's records at `path` (a file or folder), searched on their own subgraphs; `split`: those
+    files only (see `load_rog`)."""
     # Imported here: pyarrow takes 0.4 s to import, and only RoG's files need it.
     from kgreasoner.data.rog import load_rog
 
-    return Dataset(name=name, examples=load_rog(path), kb_path=None, kg_spec=f"subgraph:{path.resolve()}")
+    return Dataset(name=name, examples=load_rog(path, split), kb_path=None, kg_spec=f"subgraph:{path.resolve()}")
 
 
 def _holds_rog_files(folder: Path) -> bool:

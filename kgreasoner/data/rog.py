@@ -10,6 +10,8 @@ and are the mediator (CVT) nodes. The split of each record comes from its file's
 `read_rog_file` checks every field once, with Arrow's vectorised kernels (the published CWQ
 training graphs hold tens of millions of triples), and keeps the table in Arrow memory; the
 QA examples come from `rog_examples` and the graphs are served by `kgreasoner.kg.subgraph`.
+The records name no relation path, so each question's hop count is read off its own graph
+(`kgreasoner.data.hops`): loading reads the graphs too.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kgreasoner.data.hops import subgraph_hops
 from kgreasoner.data.schema import Answer, QAExample, SchemaError, TopicEntity
 from kgreasoner.data.webqsp_cwq import split_from_filename
 
@@ -101,9 +104,12 @@ def read_rog_file(path: str | Path, columns: list[str] | None = None) -> RogFile
 
 
 def rog_examples(rog: RogFile) -> list[QAExample]:
-    """The file's records as QA examples (topic entities from `q_entity`, answers from `answer`)."""
+    """The file's records as QA examples (topic entities from `q_entity`, answers from `answer`,
+    `hops` from the record's graph: `kgreasoner.data.hops`); `rog` must be read with every column."""
     examples = []
-    columns = {name: rog.table.column(name).to_pylist() for name in ("id", "question", "answer", "q_entity")}
+    table = rog.table
+    columns = {name: table.column(name).to_pylist() for name in ("id", "question", "answer", "q_entity")}
+    hops = subgraph_hops(table.column("graph"), table.column("q_entity"), table.column("answer"))
     for row, (qid, question, answers, topics) in enumerate(zip(*columns.values())):
         if not question.strip():
             raise SchemaError(f"{rog.where(row)}: field 'question' is empty")
@@ -115,16 +121,18 @@ def rog_examples(rog: RogFile) -> list[QAExample]:
             id=qid, question=question.strip(),
             topic_entities=tuple(TopicEntity(id=t, name=t) for t in dict.fromkeys(topics)),
             answers=tuple(Answer(id=a, name=a) for a in dict.fromkeys(answers)),
-            source="RoG", split=rog.split,
+            hops=hops[row], source="RoG", split=rog.split,
         ))
     return examples
 
 
-def load_rog(path: str | Path) -> list[QAExample]:
-    """The QA examples of every RoG file at `path` (a file or a folder), in file order."""
+def load_rog(path: str | Path, split: str | None = None) -> list[QAExample]:
+    """The QA examples of every RoG file at `path` (a file or a folder), in file order; with `split`,
+    only the files of that split are read (a file's graphs take seconds to read and search)."""
     examples = []
     for file in rog_files(path):
-        examples.extend(rog_examples(read_rog_file(file, ["question", "answer", "q_entity"])))
+        if split is None or split_from_filename(file) == split:
+            examples.extend(rog_examples(read_rog_file(file)))
     return examples
 
 

@@ -8,8 +8,9 @@
 - CWQ (`ComplexWebQuestions_train.json`, `_dev.json`, `_test.json`): a list of `{ID, question,
   sparql, answers: [{answer, answer_id, aliases}], ...}`. The release names no topic entity, so the
   topic entities are the Freebase constants (`ns:m.…`, `ns:g.…`) of the record's `sparql`, in order
-  of first appearance; it gives no names for them either, so each is named by its mid (the
-  Freebase backend's `label` gives the name). CWQ has no gold relation paths.
+  of first appearance; it gives no names for them either, so each is named by its mid here, and
+  by the Freebase KG's name once one is open (`kgreasoner.data.entity_names`). CWQ has no gold
+  relation paths.
 
 Each example's split (train/dev/test) comes from its file's name. Records with no answer or no
 topic entity cannot be trained or scored: they are skipped, and the count is logged.

@@ -42,6 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kgreasoner.data import load_datasets, open_dataset_kg
+    from kgreasoner.data.entity_names import with_kg_names
     from kgreasoner.data.path_search import with_derived_paths
     from kgreasoner.evaluation.harness import run_evaluation, select_examples
     from kgreasoner.evaluation.methods import EvalConfig, MethodContext
@@ -62,9 +63,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         for dataset in datasets:
             kg = open_kg(args.kg) if args.kg else open_dataset_kg(dataset)
-            # RoG's questions come without gold paths: the oracle walks, and the by-hop tables
-            # count, the ones derived on each question's own subgraph.
+            # RoG's questions come without gold paths: the oracle walks the ones derived on each
+            # question's own subgraph. CWQ's topic entities, named by their mids only, get the KG's names.
             examples = [with_derived_paths(e, kg) for e in select_examples(dataset.examples, config.limit)]
+            examples = with_kg_names(examples, kg)
             out = args.out / dataset.name if len(datasets) > 1 else args.out
             info = RunInfo(dataset.name, args.split, dataset.split_scheme, dataset.seed,
                            kg=args.kg or dataset.kg_spec or str(dataset.kb_path), llm=args.llm or "")

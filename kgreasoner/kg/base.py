@@ -138,6 +138,10 @@ class KnowledgeGraph(abc.ABC):
         """True for mediator (CVT-like) nodes that have no label of their own."""
         return False
 
+    def labels(self, entities: Sequence[str]) -> dict[str, str]:
+        """`label` of each entity; a remote backend fetches many in one request."""
+        return {entity: self.label(entity) for entity in entities}
+
     def relations(self, entity: str, direction: Direction = "out") -> list[str]:
         """Distinct relations at `entity`, in first-seen order."""
         seen: dict[str, None] = {}

@@ -26,7 +26,7 @@ Each neighbour query fetches the labels of the queried node and of its neighbour
 request (OPTIONAL patterns); both directions go in one UNION unless a limit asks for outgoing
 edges first, so a call usually costs one round trip. `neighbors_of_each` asks the same per-side
 queries of many entities (the context edges of a search's candidates) as subqueries of one request
-per `CONTEXT_BATCH` entities.
+per `CONTEXT_BATCH` entities; `labels` asks for the names of `LABEL_BATCH` entities a request.
 """
 
 from __future__ import annotations
@@ -77,6 +77,8 @@ CONTEXT_BATCH = 16
 """Entities per `neighbors_of_each` request: oxigraph's time to plan a query grows faster than the
 number of its UNION branches (63 entities took ten times as long as 10, and 63 ids that match
 nothing nearly as long), so a larger search is sent as a few requests of this size."""
+LABEL_BATCH = 100
+"""Entities per `labels` request (one VALUES row each)."""
 MAX_GET_QUERY_BYTES = 2000
 """Longer URL-encoded queries go by POST: servers cap a request's URL or headers (oxigraph at 8 KB,
 others at 2-8 KB), and percent-encoded non-ASCII names take 6-12 bytes a character."""
@@ -157,12 +159,24 @@ class Dialect:
 
     def label_pattern(self, node: str, var: str) -> str:
         """An OPTIONAL pattern binding `var` to a label of `node` in an accepted language."""
+        return f"OPTIONAL {{ {node} {self.label_predicate} {var} .{self.label_filter(var)} }}"
+
+    def label_filter(self, var: str) -> str:
+        """` FILTER(...)` keeping labels `var` in an accepted language; "" where any label counts."""
         if not self.label_languages:
-            return f"OPTIONAL {{ {node} {self.label_predicate} {var} . }}"
+            return ""
         langs = " || ".join(
             f'LANG({var}) = ""' if lang == "" else f'LANGMATCHES(LANG({var}), "{lang}")' for lang in self.label_languages
         )
-        return f"OPTIONAL {{ {node} {self.label_predicate} {var} . FILTER({langs}) }}"
+        return f" FILTER({langs})"
+
+    def label_rank(self, binding: dict) -> int:
+        """Position of a label binding's language among the accepted ones (0: the preferred language)."""
+        tag = binding.get("xml:lang", "").lower()
+        for rank, lang in enumerate(self.label_languages):
+            if tag == lang or (lang and tag.startswith(lang + "-")):
+                return rank
+        return len(self.label_languages)
 
 
 def _check_unicode(field: str, text: str) -> None:
@@ -352,6 +366,14 @@ class SparqlKG(KnowledgeGraph):
             f"}} LIMIT 1"
         )
 
+    def labels_query(self, entities: Sequence[str]) -> str:
+        """The SELECT for the labels in accepted languages of `entities` (no literal among them), `?n`
+        the entity and `?l` a label."""
+        d = self.dialect
+        nodes = " ".join(d.entity_term(entity) for entity in entities)
+        return (f"SELECT DISTINCT ?n ?l WHERE {{ VALUES ?n {{ {nodes} }} "
+                f"?n {d.label_predicate} ?l .{d.label_filter('?l')} }} LIMIT {self.max_rows}")
+
     def _own_label(self, entity: str, node: str) -> str:
         """The OPTIONAL label pattern of the queried node (none for a literal: it is its own label)."""
         return "" if is_literal_id(entity) else self.dialect.label_pattern(node, "?sl")
@@ -498,6 +520,23 @@ class SparqlKG(KnowledgeGraph):
         if not rows:  # not in the graph
             return literal_value(entity)
         return self._label_from(entity, is_literal_id(entity), rows[0].get("sl"))[0]
+
+    def labels(self, entities: Sequence[str]) -> dict[str, str]:
+        """Each entity's label in the preferred accepted language (Freebase: its English
+        `type.object.name`), `LABEL_BATCH` entities a request; an entity without one keeps its id,
+        a literal its value. A malformed id raises ValueError before anything is sent."""
+        nodes = [entity for entity in dict.fromkeys(entities) if not is_literal_id(entity)]
+        for entity in nodes:
+            self.dialect.entity_term(entity)
+        best: dict[str, tuple[int, str]] = {}
+        for start in range(0, len(nodes), LABEL_BATCH):
+            for row in self._select(self.labels_query(nodes[start:start + LABEL_BATCH]), None):
+                node = self.dialect.node_id(row["n"])
+                # Several names of one node: the preferred language's, then the smallest, whatever the row order.
+                candidate = (self.dialect.label_rank(row["l"]), row["l"]["value"])
+                if node not in best or candidate < best[node]:
+                    best[node] = candidate
+        return {entity: best[entity][1] if entity in best else literal_value(entity) for entity in entities}
 
     def is_unnamed(self, entity: str) -> bool:
         if is_literal_id(entity):

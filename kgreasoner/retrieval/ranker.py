@@ -139,18 +139,18 @@ class QuestionConditionedAttention(MessagePassing):
         const = F.linear(x, w_a[:, 0], self.A.bias)  # [Q, k]
         u = inputs.ctx_value * inputs.ctx_relation
         edge_question = cand_question[ctx_target]
-        pre = torch.empty((u.shape[0], k), dtype=u.dtype)
+        pre = u.new_empty((u.shape[0], k))
         for j, rows in _rows_by_question(edge_question, num_questions):
             pre[rows] = F.linear(F.linear(u[rows], m[j]), n[j], const[j])
         s = F.linear(F.leaky_relu(pre, self.negative_slope), self.w_a.weight)
         alpha = segment_softmax(s, ctx_target, num_nodes=num_cand)
         self.last_attention = alpha.squeeze(-1)
-        pooled = torch.zeros((num_cand, d), dtype=u.dtype).index_add_(0, ctx_target, alpha * inputs.ctx_value)
+        pooled = u.new_zeros((num_cand, d)).index_add_(0, ctx_target, alpha * inputs.ctx_value)
         # W_h's input is [rel ‖ q⊙rel ‖ ent ‖ q⊙ent ‖ Σαt ‖ q⊙Σαt]: three (v, q ⊙ v) pairs of blocks
         w_h = self.W_h.weight.view(k, 3, 2, d)
         g = (w_h[:, :, 0] + question.view(num_questions, 1, 1, d) * w_h[:, :, 1]).view(num_questions, k, 3 * d)
         parts = torch.cat([inputs.cand_relation, inputs.cand_entity, pooled], dim=-1)
-        out = torch.empty((num_cand, k), dtype=u.dtype)
+        out = u.new_empty((num_cand, k))
         for j, rows in _rows_by_question(cand_question, num_questions):
             out[rows] = F.linear(parts[rows], g[j], self.W_h.bias)
         return F.elu(out)
@@ -192,7 +192,7 @@ class GATRanker(nn.Module):
     def score(self, inputs: RankerInputs) -> torch.Tensor:
         """ŷ[1] per candidate without dropout, whatever the module's mode (`QuestionConditionedAttention.folded`)."""
         if inputs.num_candidates == 0:
-            return torch.zeros(0)
+            return inputs.question.new_zeros(0)
         with torch.inference_mode():
             hidden = F.relu(F.linear(self.attention.folded(inputs), self.W_1.weight, self.W_1.bias))
             return torch.softmax(F.linear(hidden, self.W_2.weight, self.W_2.bias), dim=-1)[:, 1]

@@ -600,6 +600,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     """Run every episode in turn; returns the final model directory of the last one."""
 
     from kgreasoner.data import load_dataset
+    from kgreasoner.data.entity_names import with_kg_names
     from kgreasoner.retrieval.tool import KGSearchTool
 
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
@@ -607,11 +608,14 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     if not train_examples:
         raise ValueError(f"dataset {recipe.dataset!r} has no training questions")
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
+    # Topic entities the data names by id only (CWQ's Freebase mids) get the KG's names, which the prompt shows.
+    train_examples = with_kg_names(train_examples, tool.kg)
     dev_examples = []
     if recipe.dev_eval_steps:
         from kgreasoner.data.sampling import stratified_order
 
         dev_examples = stratified_order(dataset.split("dev"), recipe.seed)[: recipe.dev_eval_questions]
+        dev_examples = with_kg_names(dev_examples, tool.kg)
     root = Path(recipe.output_dir)
     root.mkdir(parents=True, exist_ok=True)
     model_path = recipe.model

@@ -38,7 +38,7 @@ def test_jsonl_records_become_examples():
     assert portman.question == "what character did natalie portman play in star wars"
     assert portman.topic_entities == (TopicEntity("Natalie Portman", "Natalie Portman"), TopicEntity("Star Wars", "Star Wars"))
     assert portman.answers == (Answer("Padmé Amidala", "Padmé Amidala"),)
-    assert (portman.gold_paths, portman.hops, portman.source, portman.split) == ((), 0, "RoG", "train")
+    assert (portman.gold_paths, portman.hops, portman.source, portman.split) == ((), 2, "RoG", "train")
 
 
 def test_parquet_as_published(tmp_path):

@@ -140,3 +140,29 @@ def test_score_equals_the_forward_pass_in_eval_mode(questions, candidates, edges
     assert model.training
     assert (scores - expected).abs().max().item() <= 1e-6
     assert torch.allclose(model.attention.last_attention, expected_attention, rtol=0.0, atol=1e-6)
+
+
+def _on(inputs: RankerInputs, device: str) -> RankerInputs:
+    return RankerInputs(**{name: value.to(device) for name, value in vars(inputs).items()})
+
+
+def test_score_allocates_on_the_device_of_its_inputs():
+    """A ranker on a GPU scores inputs on that GPU. The meta device stands in for it: a CPU buffer filled
+    from meta tensors fails ("Cannot copy out of meta tensor"), as one filled from CUDA tensors does. One
+    question, because splitting rows per question reads their values, which meta tensors do not have."""
+    torch.manual_seed(0)
+    model = GATRanker(RankerModelConfig(dim=8, hidden=6, head_hidden=4, dropout=0.0))
+    inputs = random_inputs()
+    one = RankerInputs(
+        question=inputs.question[:1], cand_question=torch.zeros(3, dtype=torch.long),
+        cand_relation=inputs.cand_relation[:3], cand_entity=inputs.cand_entity[:3],
+        ctx_value=inputs.ctx_value[:4], ctx_relation=inputs.ctx_relation[:4], ctx_target=torch.tensor([0, 0, 0, 2]),
+    )
+    model.to("meta")
+    scores = model.score(_on(one, "meta"))
+    assert (scores.device.type, scores.shape, scores.dtype) == ("meta", (3,), torch.float32)
+    empty = model.score(_on(RankerInputs(
+        question=one.question, cand_question=torch.zeros(0, dtype=torch.long), cand_relation=torch.zeros(0, 8),
+        cand_entity=torch.zeros(0, 8), ctx_value=torch.zeros(0, 8), ctx_relation=torch.zeros(0, 8),
+        ctx_target=torch.zeros(0, dtype=torch.long)), "meta"))
+    assert (empty.device.type, empty.shape) == ("meta", (0,))

@@ -1,0 +1,41 @@
+"""GRPO on the official CWQ release over a Freebase endpoint: its prompts name the topic entities."""
+
+from pathlib import Path
+
+import pytest
+
+from kgreasoner.retrieval.tool import ToolConfig
+from kgreasoner.training import grpo
+from kgreasoner.training.grpo import Episode, GRPORecipe
+
+CWQ_TRAIN = Path(__file__).parents[1] / "data" / "fixtures" / "cwq-official" / "ComplexWebQuestions_train.json"
+NS = "http://rdf.freebase.com/ns/"
+FREEBASE = f"""
+<{NS}m.06w2sn5> <{NS}type.object.name> "Justin Bieber"@en .
+<{NS}m.06w2sn5> <{NS}people.person.sibling_s> <{NS}m.0gxnnwc> .
+<{NS}m.0gxnnwc> <{NS}people.sibling_relationship.sibling> <{NS}m.0gxnnwq> .
+<{NS}m.0gxnnwq> <{NS}people.person.gender> <{NS}m.05zppz> .
+<{NS}m.05zppz> <{NS}type.object.name> "Male"@en .
+"""
+
+
+class Built(Exception):
+    """Raised by the trainer's stand-in: this test reads what the trainer would be given, not a run."""
+
+
+def test_train_grpo_hands_the_trainer_named_topic_entities(tmp_path, oxigraph_server, monkeypatch):
+    """The trainer stops at its construction (a run is `test_grpo_learning`'s); the episode's rows are
+    built from the questions it was handed by the same function the trainer uses."""
+    def build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples=()):
+        raise Built(examples)
+
+    monkeypatch.setattr(grpo, "build_trainer", build_trainer)
+    recipe = GRPORecipe(model="unused", dataset=str(CWQ_TRAIN), output_dir=str(tmp_path / "run"),
+                        kg=f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}",
+                        tool=ToolConfig(ranking="none"), episodes=[Episode("all", max_steps=1)], report_to=[])
+    with pytest.raises(Built) as built:
+        grpo.train_grpo(recipe)
+    [example] = built.value.args[0]
+    assert [(t.id, t.name) for t in example.topic_entities] == [("m.06w2sn5", "Justin Bieber"), ("m.05zppz", "Male")]
+    rows, _ = grpo._episode_dataset([example], None, "stratified", 0)
+    assert rows[0]["prompt"].endswith("Topic Entity: Justin Bieber, Male Assistant:")
