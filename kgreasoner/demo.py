@@ -302,6 +302,7 @@ class Demo:
 
     def _data_command(self) -> str:
         c = self.config
+        warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             size = [] if c.synthetic.num_entities is None else ["--num-entities", c.synthetic.num_entities]
             return command("python", "-m", "data_gen.synthetic", "--out", self.paths["data"], "--seed", c.seed, *size,
@@ -312,6 +313,7 @@ class Demo:
 
     def run_data(self) -> dict[str, Any]:
         c = self.config
+        warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             from data_gen.synthetic import write_synthetic
 
@@ -320,15 +322,17 @@ class Demo:
         else:
             from kgreasoner.data.prepare import prepare_dataset
 
-            prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed, search=c.paths)
+            warnings = prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed,
+                                       search=c.paths)["warnings"]
         from kgreasoner.data import load_dataset
 
         dataset = load_dataset(self.paths["data"])
         sizes = {s: len(dataset.split(s)) for s in ("train", "dev", "test")}
         with_paths = sum(1 for e in dataset if e.gold_paths)
-        return {"questions": len(dataset), "splits": sizes, "with_gold_paths": with_paths,
+        flagged = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in warnings.items() if n)
+        return {"questions": len(dataset), "splits": sizes, "with_gold_paths": with_paths, "warnings": warnings,
                 "line": f"{len(dataset)} questions (train/dev/test {sizes['train']}/{sizes['dev']}/{sizes['test']}), "
-                        f"{with_paths} with gold paths"}
+                        f"{with_paths} with gold paths" + (f"; warnings: {flagged}" if flagged else "")}
 
     def run_kg(self) -> dict[str, Any]:
         from kgreasoner.data import load_dataset, open_dataset_kg
