@@ -7,7 +7,7 @@ a slot of the server) as long as it likes. `header_timeout_protocol` wraps uvico
 class (h11 or httptools, whichever uvicorn would pick): the clock starts when a connection opens,
 or at the first byte of a later request on it, and stops when the request's headers are parsed
 (the protocol starts a new request cycle then). Past the deadline the client gets a bare 408 and
-the connection is closed. The body has its own deadline (`ServeConfig.body_timeout`, in the app).
+the connection is closed (after a short linger, so the 408 is not lost to a reset). The body has its own deadline (`ServeConfig.body_timeout`, in the app).
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+LINGER_SECONDS = 1.0
+"""How long a timed-out connection is kept half-open after the 408: closing at once, with the client's
+next header line in flight, would make the kernel answer it with a reset that discards the 408."""
 
 
 def header_timeout_protocol(timeout: float, base: type | None = None) -> type:
@@ -36,12 +39,16 @@ def header_timeout_protocol(timeout: float, base: type | None = None) -> type:
             super().__init__(*args, **kwargs)
             self._header_timer: asyncio.TimerHandle | None = None
             self._waiting_cycle: Any = None
+            self._timed_out = False
+            self._linger: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
+            if self._timed_out:
+                return  # the 408 is sent: what the client still sends is dropped
             if self._header_timer is None and (self.cycle is None or self.cycle.response_complete):
                 self._arm()  # the first byte of the next request on a kept-alive connection
             super().data_received(data)
@@ -50,6 +57,8 @@ def header_timeout_protocol(timeout: float, base: type | None = None) -> type:
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            if self._linger is not None:
+                self._linger.cancel()
             super().connection_lost(exc)
 
         def _arm(self) -> None:
@@ -68,7 +77,12 @@ def header_timeout_protocol(timeout: float, base: type | None = None) -> type:
             logger.warning("closing a connection from %s: request headers not received within %g s",
                            "%s:%d" % self.client if self.client else "unknown client", self.header_timeout)
             self.transport.write(TIMEOUT_RESPONSE)
-            self.transport.close()
+            self._timed_out = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()  # the client reads the 408, then the end of the stream
+                self._linger = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+            else:
+                self.transport.close()
 
     HeaderTimeoutProtocol.__name__ = HeaderTimeoutProtocol.__qualname__ = f"HeaderTimeout{base.__name__}"
     return HeaderTimeoutProtocol
