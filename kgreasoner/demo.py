@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
+from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config, resolve_recipe
 from kgreasoner.data.path_search import PathSearch
 from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
                                write_json)
@@ -61,7 +61,9 @@ RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
 class StageRecipe:
     """A stage's own recipe (the YAML its command takes) and `--set` overrides on top of it."""
 
-    config: str | None = field(default=None, metadata={"help": "the stage's YAML recipe (relative paths: from the current directory, else the repository)"})
+    config: str | None = field(default=None, metadata={
+        "help": "the stage's YAML recipe (relative paths: from the current directory, else configs/... from the "
+                "package's own recipes)"})
     set: dict[str, Any] = field(default_factory=dict, metadata={"help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"})
 
 
@@ -163,18 +165,6 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def overrides(values: dict[str, Any], prefix: str = "") -> list[str]:
     """`key=value` strings as `--set` takes them, one per (dotted) field."""
     return [f"{key}={cli_value(value)}" for key, value in flatten(values, prefix).items()]
-
-
-def resolve_recipe(path: str | None) -> str | None:
-    """A recipe path as given when it exists from here, else from the repository root (installed elsewhere)."""
-    if path is None or Path(path).exists():
-        return path
-    from kgreasoner.data.paths import repo_root
-
-    candidate = repo_root() / path
-    if candidate.exists():
-        return str(candidate)
-    raise FileNotFoundError(f"recipe {path} not found here or in {repo_root()}")
 
 
 class Demo:
