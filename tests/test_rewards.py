@@ -7,7 +7,8 @@ import pytest
 from kgreasoner.data import Answer
 from kgreasoner.protocol import format_tool_block
 from kgreasoner.rewards import (
-    OpenAIJudge, answer_reward, count_searches, first_answer, format_reward, reward_functions, search_reward, total_reward,
+    OpenAIJudge, answer_reward, count_searches, first_answer, format_reward, reward_functions, search_reward,
+    total_reward,
 )
 
 OK_BLOCK = "\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"

@@ -124,9 +124,9 @@ class QAExample:
             raise SchemaError(f"field 'hops' has type {type(hops).__name__}")
         if not hops_fit(hops, paths, intersect is True):
             lengths = sorted({len(p) for p in paths})
+            counted = " (an intersect question counts its longest)" if intersect is True else ""
             raise SchemaError(f"field 'hops' is {hops}, but the gold paths have {', '.join(map(str, lengths))} "
-                              f"relation(s){' (an intersect question counts its longest)' if intersect is True else ''}; "
-                              "correct hops or the paths")
+                              f"relation(s){counted}; correct hops or the paths")
         split = data.get("split")
         if split is not None and not isinstance(split, str):  # `0` or `false` must not read as "no split"
             raise SchemaError(f"field 'split' must be a string (train, dev or test), got {json.dumps(split)}")

@@ -43,8 +43,9 @@ def check_header(path: Path, line: int, first_line: Sequence[str], fields: Seque
     """Refuse a first line whose every field is a column name (`subject relation object`, `id label`)."""
     words = _TRIPLE_HEADER_WORDS if fields == TRIPLE_FIELDS else _NAMES_HEADER_WORDS
     if len(first_line) == len(words) and all(f.strip().lower() in w for f, w in zip(first_line, words)):
-        raise KBFileError(f"{path}:{line}: a header line ({' '.join(first_line)!r}) would be loaded as a "
-                          f"{'triple' if fields == TRIPLE_FIELDS else 'name'}; the file has no header: remove the line")
+        kind = "triple" if fields == TRIPLE_FIELDS else "name"
+        raise KBFileError(f"{path}:{line}: a header line ({' '.join(first_line)!r}) would be loaded as a {kind}; "
+                          "the file has no header: remove the line")
 
 
 def check_nul(path: Path, data: bytes, fields: Sequence[str]) -> None:
@@ -111,11 +112,13 @@ def check_id_triples(path: Path, subjects: Sequence[str], relations: Sequence[st
                               "ids and labels cannot contain one")
     relation = bad_relation(relations)
     if relation is not None:
-        raise KBFileError(f"{path}:{_nt_line(path, to_iri(relation, RELATION_NS), relation)}: {relation_message(relation)}")
+        line = _nt_line(path, to_iri(relation, RELATION_NS), relation)
+        raise KBFileError(f"{path}:{line}: {relation_message(relation)}")
     found = bad_literal(objects)
     if found is not None:
         node, reason = found
-        raise KBFileError(f"{path}:{_nt_line(path, str(id_to_term(node)), node)}: {literal_message('object', node, reason)}")
+        line = _nt_line(path, str(id_to_term(node)), node)
+        raise KBFileError(f"{path}:{line}: {literal_message('object', node, reason)}")
 
 
 def _nt_line(path: Path, *needles: str) -> int:

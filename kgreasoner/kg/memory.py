@@ -20,8 +20,10 @@ import pandas as pd
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
-from kgreasoner.kg.kb_checks import (NAME_FIELDS, TRIPLE_FIELDS, KBFileError, bad_relation, check_header, check_id_triples,
-                                      check_nul,                                       literal_message, literal_problem, relation_message, repeated_id_message)
+from kgreasoner.kg.kb_checks import (
+    NAME_FIELDS, TRIPLE_FIELDS, KBFileError, bad_relation, check_header, check_id_triples, check_nul, literal_message,
+    literal_problem, relation_message, repeated_id_message,
+)
 from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
 
 

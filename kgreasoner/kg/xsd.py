@@ -27,7 +27,7 @@ INTEGER_TYPES = ("integer", "int", "long", "short", "byte", "nonNegativeInteger"
 
 
 def invalid_reason(value: str, datatype: str) -> str | None:
-    """Why `value` is not a lexical form of `datatype` (a full IRI), or None when it is (or the type is not checked)."""
+    """Why `value` is not a lexical form of `datatype` (a full IRI); None when it is, or the type is not checked."""
     if not datatype.startswith(XSD):
         return None
     kind = datatype[len(XSD):]
@@ -88,4 +88,6 @@ def _bad_zone(match: re.Match, group: int) -> str | None:
     if match.group(group) in (None, "Z"):
         return None
     hours, minutes = int(match.group(group + 1)), int(match.group(group + 2))
-    return None if hours * 60 + minutes <= 14 * 60 and minutes < 60 else f"time zone {match.group(group)} does not exist"
+    if hours * 60 + minutes <= 14 * 60 and minutes < 60:
+        return None
+    return f"time zone {match.group(group)} does not exist"

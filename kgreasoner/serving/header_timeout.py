@@ -7,7 +7,8 @@ a slot of the server) as long as it likes. `header_timeout_protocol` wraps uvico
 class (h11 or httptools, whichever uvicorn would pick): the clock starts when a connection opens,
 or at the first byte of a later request on it, and stops when the request's headers are parsed
 (the protocol starts a new request cycle then). Past the deadline the client gets a bare 408 and
-the connection is closed (after a short linger, so the 408 is not lost to a reset). The body has its own deadline (`ServeConfig.body_timeout`, in the app).
+the connection is closed (after a short linger, so the 408 is not lost to a reset). The body has its
+own deadline (`ServeConfig.body_timeout`, in the app).
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ BAD_KBS = {
                     "a header line ('subject relation object') would be loaded as a triple; the file has no header: "
                     "remove the line"),
     "names_header_line": ({"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "id\tlabel\ne.a\tA\n"}, "names.tsv:1",
-                          "a header line ('id label') would be loaded as a name; the file has no header: remove the line"),
+                          "a header line ('id label') would be loaded as a name; the file has no header: remove "
+                          "the line"),
     "inverse_relation": ({"kb.tsv": "e.a\tr\te.b\ne.w\t^born_in\te.x\n"}, "kb.tsv:2",
                          "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no "
                          "path could name this relation; rename it"),
