@@ -247,3 +247,17 @@ def test_recipe_paths_resolve_against_the_packages_configs_from_any_folder(tmp_p
     (tmp_path / "configs" / "demo").mkdir(parents=True)
     (tmp_path / "configs" / "demo" / "quick.yaml").write_text("eval_questions: 3\n", encoding="utf-8")
     assert load_config(DemoConfig, "configs/demo/quick.yaml").eval_questions == 3
+
+
+def test_the_data_stage_summary_counts_the_warnings_of_its_questions(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "kb.tsv").write_text("e.utah\tcapital\te.slc\ne.slc\tcontained_by\te.utah\n", encoding="utf-8")
+    questions = [{"id": f"q{i}", "question": "what is the capital of utah", "split": split,
+                  "topic_entities": [{"id": "e.utah"}], "answers": [{"id": answer}], "gold_paths": [["capital"]]}
+                 for i, (split, answer) in enumerate([("train", "e.slc"), ("dev", "e.slc"), ("test", "e.ogden")])]
+    (folder / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", [f"data={folder}"]), tmp_path / "out")
+    result = demo.run_data()
+    assert result["warnings"] == {"answers_not_in_kb": 1}
+    assert result["line"] == "3 questions (train/dev/test 1/1/1), 3 with gold paths; warnings: 1 answers not in kb"
