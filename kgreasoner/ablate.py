@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from kgreasoner.config import ConfigError, add_config_arguments, describe, from_dict, load_config
-from kgreasoner.demo import STAGE_FOLDERS, Demo, DemoConfig, StageRecipe, overrides, resolve_recipe
+from kgreasoner.config import ConfigError, add_config_arguments, describe, from_dict, load_config, resolve_recipe
+from kgreasoner.demo import STAGE_FOLDERS, Demo, DemoConfig, StageRecipe, overrides
 from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
                                stage_key, write_json)
 

@@ -3,6 +3,11 @@
 Every trainer has one config dataclass whose fields carry `metadata={"help": ...}`; this module
 reads a YAML file into it, rejects unknown keys by name, and converts override strings to the
 field's type.
+
+Recipe paths (`--config configs/tiny-cpu/sft.yaml`, and the files a recipe names: templates, the
+tiny model's YAML, a DeepSpeed JSON) are read as given when they exist from the current folder, else
+a `configs/...` path from the package's own recipes (`PACKAGE_CONFIGS`, shipped as package data), so
+an installed package runs its recipes from any folder.
 """
 
 from __future__ import annotations
@@ -18,6 +23,24 @@ from typing import Any, Callable, TypeVar
 import yaml
 
 T = TypeVar("T")
+CONFIGS_PREFIX = "configs/"
+PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
+"""The package's recipes: the checkout's `configs/` (linked), or their copy in an installed package."""
+
+
+def resolve_recipe(path: str | Path | None) -> str | None:
+    """A recipe path as given when it exists from here, else a `configs/...` path from the package's own
+    recipes; a path found in neither place raises FileNotFoundError naming both."""
+    if path is None or Path(path).exists():
+        return None if path is None else str(path)
+    text = Path(path).as_posix()
+    if not text.startswith(CONFIGS_PREFIX):
+        raise FileNotFoundError(f"{path} not found (from {Path.cwd()})")
+    candidate = PACKAGE_CONFIGS / text[len(CONFIGS_PREFIX):]
+    if not candidate.exists():
+        raise FileNotFoundError(f"{path} not found here ({Path.cwd()}) or in the package's configs "
+                                f"({PACKAGE_CONFIGS})")
+    return str(candidate)
 
 
 class ConfigError(ValueError):
@@ -29,9 +52,10 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     data: dict[str, Any] = {}
     source = "defaults"
     if path is not None:
-        path = Path(path)
-        if not path.exists():
-            raise ConfigError(f"config file not found: {path}")
+        try:
+            path = Path(resolve_recipe(path))
+        except FileNotFoundError as err:
+            raise ConfigError(f"config file not found: {err}") from None
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
         if loaded is not None and not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of field names to values")

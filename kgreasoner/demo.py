@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import yaml
 
-from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config
+from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config, resolve_recipe
 from kgreasoner.data.path_search import PathSearch
 from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
                                write_json)
@@ -61,7 +61,9 @@ RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
 class StageRecipe:
     """A stage's own recipe (the YAML its command takes) and `--set` overrides on top of it."""
 
-    config: str | None = field(default=None, metadata={"help": "the stage's YAML recipe (relative paths: from the current directory, else the repository)"})
+    config: str | None = field(default=None, metadata={
+        "help": "the stage's YAML recipe (relative paths: from the current directory, else configs/... from the "
+                "package's own recipes)"})
     set: dict[str, Any] = field(default_factory=dict, metadata={"help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"})
 
 
@@ -163,18 +165,6 @@ def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def overrides(values: dict[str, Any], prefix: str = "") -> list[str]:
     """`key=value` strings as `--set` takes them, one per (dotted) field."""
     return [f"{key}={cli_value(value)}" for key, value in flatten(values, prefix).items()]
-
-
-def resolve_recipe(path: str | None) -> str | None:
-    """A recipe path as given when it exists from here, else from the repository root (installed elsewhere)."""
-    if path is None or Path(path).exists():
-        return path
-    from kgreasoner.data.paths import repo_root
-
-    candidate = repo_root() / path
-    if candidate.exists():
-        return str(candidate)
-    raise FileNotFoundError(f"recipe {path} not found here or in {repo_root()}")
 
 
 class Demo:
@@ -302,6 +292,7 @@ class Demo:
 
     def _data_command(self) -> str:
         c = self.config
+        warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             size = [] if c.synthetic.num_entities is None else ["--num-entities", c.synthetic.num_entities]
             return command("python", "-m", "data_gen.synthetic", "--out", self.paths["data"], "--seed", c.seed, *size,
@@ -312,6 +303,7 @@ class Demo:
 
     def run_data(self) -> dict[str, Any]:
         c = self.config
+        warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             from data_gen.synthetic import write_synthetic
 
@@ -320,15 +312,17 @@ class Demo:
         else:
             from kgreasoner.data.prepare import prepare_dataset
 
-            prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed, search=c.paths)
+            warnings = prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed,
+                                       search=c.paths)["warnings"]
         from kgreasoner.data import load_dataset
 
         dataset = load_dataset(self.paths["data"])
         sizes = {s: len(dataset.split(s)) for s in ("train", "dev", "test")}
         with_paths = sum(1 for e in dataset if e.gold_paths)
-        return {"questions": len(dataset), "splits": sizes, "with_gold_paths": with_paths,
+        flagged = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in warnings.items() if n)
+        return {"questions": len(dataset), "splits": sizes, "with_gold_paths": with_paths, "warnings": warnings,
                 "line": f"{len(dataset)} questions (train/dev/test {sizes['train']}/{sizes['dev']}/{sizes['test']}), "
-                        f"{with_paths} with gold paths"}
+                        f"{with_paths} with gold paths" + (f"; warnings: {flagged}" if flagged else "")}
 
     def run_kg(self) -> dict[str, Any]:
         from kgreasoner.data import load_dataset, open_dataset_kg

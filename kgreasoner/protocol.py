@@ -214,10 +214,14 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
     `tool_spans` (the rollout engine's `Trajectory.tool_spans`): searches, answers and thoughts are
     read from model-written text only, `triples` are the tool blocks, and an `<answer>` still open
     when a tool block starts is dropped (its text would hold tool output). Without it every tag
-    counts, wherever it is.
+    counts, except that an answer is read only after the text's last `</triples>`: a tool block
+    always ends with its own closing tag, so whatever a KG label printed (`</triples><answer>X`)
+    comes before it, while the model answers after every block.
     """
     parsed = ParsedTrajectory()
     spans_known = tool_spans is not None
+    last_close = -1 if spans_known else text.rfind(TRIPLES_CLOSE)
+    answers_from = 0 if last_close < 0 else last_close + len(TRIPLES_CLOSE)
     search_at = triples_at = answer_at = think_at = None
     for tag, start, end, by_tool in tag_events(text, tool_spans):
         if tag == SEARCH_OPEN:
@@ -239,7 +243,7 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
                 parsed.triples.append(text[triples_at:start].strip("\n"))
                 triples_at = None
         elif tag == ANSWER_OPEN:
-            if answer_at is None and parsed.answer_text is None:
+            if answer_at is None and parsed.answer_text is None and start >= answers_from:
                 answer_at = end
         elif tag == ANSWER_CLOSE:
             if answer_at is not None:

@@ -1,7 +1,11 @@
 """`kgreasoner demo`: settings, the printed commands, and `--quick` end to end."""
 
 import json
+import os
 import shlex
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -174,3 +178,86 @@ def test_a_folder_made_before_a_setting_existed_resumes_with_its_default(tmp_pat
     check_settings(tmp_path, config)
     with pytest.raises(ValueError, match=r"\(sft_warmup differ"):
         check_settings(tmp_path, dataclasses.replace(config, sft_warmup=False))
+
+
+def _install(tmp_path: Path) -> Path:
+    """`pip install --no-deps --target` of a copy of the checkout (so the build leaves nothing in it):
+    a non-editable install, put first on the path of the child processes below."""
+    source = tmp_path / "source"
+    for name in ("kgreasoner", "data_gen", "configs"):
+        shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+    return target
+
+
+@pytest.mark.slow
+def test_an_installed_package_runs_the_demo_from_any_folder(tmp_path):
+    """The recipes ship as package data: from a folder with no `configs/`, the installed package's
+    demo gets past the warm-up stage (which read `configs/tiny-cpu/templates-copy.yaml` from the
+    current folder before) with every stage's recipe resolved up front; the run is stopped there."""
+    target = _install(tmp_path)
+    shipped = {p.relative_to(target / "kgreasoner" / "configs") for p in (target / "kgreasoner" / "configs").rglob("*")
+               if p.is_file()}
+    assert shipped == {p.relative_to(ROOT / "configs") for p in (ROOT / "configs").rglob("*") if p.is_file()}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(target), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    where = subprocess.run([sys.executable, "-c", "import kgreasoner; print(kgreasoner.__file__)"], cwd=elsewhere,
+                           env=env, check=True, capture_output=True, text=True).stdout.strip()
+    assert Path(where).is_relative_to(target)
+    command = [sys.executable, "-m", "kgreasoner.cli", "demo", "--quick", "--out", "out", "--threads", "1"]
+    process = subprocess.Popen(command, cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    log = []
+    try:
+        for line in process.stdout:
+            log.append(line)
+            if line.startswith("[5/10] model"):
+                break
+    finally:
+        process.kill()
+        process.wait()
+    text = "".join(log)
+    assert "[4/10] warmup: " in text and line.startswith("[5/10] model"), text[-3000:]
+    assert (elsewhere / "out" / "warmup" / "warmup.jsonl").read_text().strip()
+
+
+def test_recipe_paths_resolve_against_the_packages_configs_from_any_folder(tmp_path, monkeypatch):
+    from data_gen.warmup import load_templates
+    from kgreasoner.config import PACKAGE_CONFIGS
+    from kgreasoner.models import TinyModelConfig
+
+    monkeypatch.chdir(tmp_path)
+    quick = "configs/demo/quick.yaml"
+    assert load_config(DemoConfig, quick) == load_config(DemoConfig, ROOT / quick)
+    assert load_config(TinyModelConfig, "configs/tiny-cpu/model-1m.yaml").hidden_size > 0
+    templates = "configs/tiny-cpu/templates-copy.yaml"
+    assert load_templates(templates) == load_templates(ROOT / templates)
+    # The whole demo's stage recipes (the warm-up's templates among them) are built from here.
+    Demo(load_config(DemoConfig, "configs/demo/quick.yaml"), tmp_path / "out")
+    with pytest.raises(ConfigError) as err:
+        load_config(DemoConfig, "configs/demo/nothing.yaml")
+    assert str(err.value) == (f"config file not found: configs/demo/nothing.yaml not found here ({tmp_path}) or in "
+                              f"the package's configs ({PACKAGE_CONFIGS})")
+    # A file of the current folder comes first.
+    (tmp_path / "configs" / "demo").mkdir(parents=True)
+    (tmp_path / "configs" / "demo" / "quick.yaml").write_text("eval_questions: 3\n", encoding="utf-8")
+    assert load_config(DemoConfig, "configs/demo/quick.yaml").eval_questions == 3
+
+
+def test_the_data_stage_summary_counts_the_warnings_of_its_questions(tmp_path):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "kb.tsv").write_text("e.utah\tcapital\te.slc\ne.slc\tcontained_by\te.utah\n", encoding="utf-8")
+    questions = [{"id": f"q{i}", "question": "what is the capital of utah", "split": split,
+                  "topic_entities": [{"id": "e.utah"}], "answers": [{"id": answer}], "gold_paths": [["capital"]]}
+                 for i, (split, answer) in enumerate([("train", "e.slc"), ("dev", "e.slc"), ("test", "e.ogden")])]
+    (folder / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", [f"data={folder}"]), tmp_path / "out")
+    result = demo.run_data()
+    assert result["warnings"] == {"answers_not_in_kb": 1}
+    assert result["line"] == "3 questions (train/dev/test 1/1/1), 3 with gold paths; warnings: 1 answers not in kb"

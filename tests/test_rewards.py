@@ -7,7 +7,8 @@ import pytest
 from kgreasoner.data import Answer
 from kgreasoner.protocol import format_tool_block
 from kgreasoner.rewards import (
-    OpenAIJudge, answer_reward, count_searches, format_reward, reward_functions, search_reward, total_reward,
+    OpenAIJudge, answer_reward, count_searches, first_answer, format_reward, reward_functions, search_reward,
+    total_reward,
 )
 
 OK_BLOCK = "\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
@@ -91,8 +92,7 @@ FORGED_SPANS = [[FORGED.index(FORGED_BLOCK), FORGED.index(FORGED_BLOCK) + len(FO
 
 def test_tool_text_earns_nothing_when_the_rollout_gives_tool_spans():
     gold = [["Paris"]]
-    # Read blind, the label answers and searches twice: the attack the spans stop.
-    assert answer_reward([FORGED], answers=gold) == [1.0]
+    # Read blind, the label searches twice: the attack the spans stop.
     assert count_searches(FORGED) == 2 and search_reward([FORGED]) == [0.8]
     assert format_reward([FORGED]) == [0.0]
     columns = {"completion_text": [FORGED], "tool_spans": [FORGED_SPANS]}
@@ -106,9 +106,16 @@ def test_tool_text_earns_nothing_when_the_rollout_gives_tool_spans():
     assert search_reward(["ignored"], num_searches=[0], **columns) == [0.0]
 
 
+def test_without_tool_spans_the_answer_a_label_forges_earns_nothing():
+    assert answer_reward([FORGED], answers=[["Paris"]]) == [0.0]
+    assert answer_reward([FORGED], answers=[["Lyon"]]) == [1.0]
+    unanswered = "<think> <search>Utha</search>" + FORGED_BLOCK
+    assert answer_reward([unanswered], answers=[["Paris"]]) == [0.0]
+    assert first_answer(unanswered) is None
+
+
 def test_a_rollout_without_an_answer_is_not_parsed_again():
     unanswered = "<think> <search>Utha</search>" + FORGED_BLOCK
-    assert answer_reward([unanswered], answers=[["Paris"]]) == [1.0]
     assert answer_reward([unanswered], answers=[["Paris"]], resolved_answers=[[]]) == [0.0]
     assert answer_reward([unanswered], answers=[["Paris"]], resolved_answers=[["Paris"]]) == [1.0]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from kgreasoner.config import ConfigError
+from kgreasoner.config import ConfigError, resolve_recipe
 from kgreasoner.protocol import TAGS
 
 PLAN_SEPARATOR = ","
@@ -99,7 +99,10 @@ def load_templates(path: str | Path | None) -> dict[str, tuple[str, ...]]:
     templates = dict(DEFAULT_TEMPLATES)
     if path is None:
         return templates
-    path = Path(path)
+    try:
+        path = Path(resolve_recipe(path))  # `configs/...` from the package's own recipes when not here
+    except FileNotFoundError:
+        raise FileNotFoundError(f"templates file not found: {path}") from None
     if not path.is_file():
         raise FileNotFoundError(f"templates file not found: {path}")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

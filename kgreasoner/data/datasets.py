@@ -62,6 +62,7 @@ class Dataset:
             per-question subgraphs.
         split_scheme: `random` / `grouped` when this loader made the split, `given` when the data had it.
         seed: the split's seed (None for `given`).
+        questions_path: the JSONL file the examples were read from, when they were (errors name its lines).
     """
 
     name: str
@@ -71,6 +72,7 @@ class Dataset:
     kg_spec: str | None = None
     split_scheme: str = "given"
     seed: int | None = None
+    questions_path: Path | None = None
 
     def split(self, name: str) -> list[QAExample]:
         """The examples of one split (`train`, `dev` or `test`)."""
@@ -168,7 +170,7 @@ def _load_unsplit(name_or_path: str | Path, root: str | Path | None, split: str 
         if path.suffix == ".parquet" or (path.suffix == ".jsonl" and _first_jsonl_is_rog(path)):
             return _rog_dataset(path.stem, path, split)
         if path.suffix == ".jsonl":
-            return Dataset(name=path.stem, examples=read_jsonl(path), kb_path=None)
+            return Dataset(name=path.stem, examples=read_jsonl(path), kb_path=None, questions_path=path)
         if path.suffix == ".json":
             return Dataset(name=path.stem, examples=_load_json_file(path), kb_path=None)
         raise ValueError(f"{path}: unsupported file type; expected .jsonl (our schema or RoG's), "
@@ -190,6 +192,7 @@ def _load_folder(folder: Path) -> Dataset:
         examples=read_jsonl(questions),
         kb_path=kb_path,
         names_path=names if names.is_file() else None,
+        questions_path=questions,
     )
 
 

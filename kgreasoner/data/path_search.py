@@ -30,7 +30,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample
+from kgreasoner.data.schema import QAExample, hops_fit
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
 
 
@@ -160,7 +160,9 @@ def with_derived_paths(example: QAExample, kg: KnowledgeGraph, search: PathSearc
 
 
 def _with_paths(example: QAExample, paths: list[tuple[str, ...]]) -> QAExample:
-    """The example with derived `paths`, and `hops` their length where it had none (a multi-topic
-    example's: its longest path's)."""
+    """The example with derived `paths`, and `hops` their length where it had none or one they do not
+    walk (a multi-topic example's: its longest path's)."""
     hops = max(map(len, paths)) if example.intersect else len(paths[0])
-    return QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": example.hops or hops})
+    # A given count the derived paths do not walk would make a file its own reader refuses.
+    kept = example.hops if hops_fit(example.hops, paths, example.intersect) else 0
+    return QAExample(**{**example.__dict__, "gold_paths": tuple(paths), "hops": kept or hops})

@@ -7,7 +7,10 @@ what `kgreasoner.data.load_dataset` takes: a PathQuestion set (`PQ-2H`, also wri
 `pathquestion:PQ-2H`) or a dataset folder. Questions without gold paths get candidates from
 `kgreasoner.data.path_search` (the shortest relation paths from the topic entity to an answer);
 where the split was made here (the source had none), it is made after that, so `grouped` groups
-by the derived paths. `prepare.json` records the source, the split and the path counts.
+by the derived paths. `prepare.json` records the source, the split, the path counts and the
+warnings of `kgreasoner.data.question_checks` (answers that are not nodes of the KB: errors with
+`--strict`); questions that cannot work (a topic entity not in the KB, intersect walks that never
+meet) are refused.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ from typing import Any
 from kgreasoner.data.datasets import KB_FILES, Dataset, load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import PathSearch, add_gold_paths
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS
+from kgreasoner.data.question_checks import check_questions
 from kgreasoner.data.schema import write_jsonl
 from kgreasoner.data.splits import SCHEMES, assign_splits
 from kgreasoner.kg.base import INVERSE_PREFIX
@@ -44,8 +49,11 @@ def source_name(source: str) -> str:
 
 
 def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", seed: int = 0,
-                    root: str | Path | None = None, search: PathSearch = PathSearch()) -> dict[str, Any]:
-    """Write the dataset folder (see the module docstring); returns the summary written to prepare.json."""
+                    root: str | Path | None = None, search: PathSearch = PathSearch(),
+                    strict: bool = False) -> dict[str, Any]:
+    """Write the dataset folder (see the module docstring); returns the summary written to prepare.json.
+
+    `strict` turns the warnings of `check_questions` into errors."""
     if scheme not in SCHEMES:
         raise ValueError(f"split scheme must be one of {SCHEMES}, got {scheme!r}")
     name = source_name(source)
@@ -58,6 +66,7 @@ def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", s
         raise ValueError(f"--out {out} is the source dataset's own folder; write the prepared dataset to another one")
     kg = open_dataset_kg(dataset)
     _check_gold_relations(dataset, set(kg.relation_types))
+    warnings = check_questions(dataset, kg, strict)
     examples, paths = add_gold_paths(dataset.examples, kg, search)
     kg.close()
     split_scheme, split_seed = dataset.split_scheme, dataset.seed
@@ -79,7 +88,11 @@ def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", s
         "splits": dict(sorted(Counter(e.split for e in examples).items())),
         "hops": {str(k): v for k, v in sorted(Counter(e.hops for e in examples).items())},
         "gold_paths": paths.as_dict(),
+        "warnings": warnings.as_dict(),
     }
+    for message in warnings.first.values():
+        print(f"prepare-data: warning: {message} (and any others counted in {SUMMARY_FILE}; --strict refuses them)",
+              file=sys.stderr)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
@@ -107,12 +120,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-hops", type=int, default=PathSearch.max_hops, help="longest path searched for questions without gold paths")
     parser.add_argument("--max-paths", type=int, default=PathSearch.max_paths, help="candidate paths kept per question")
     parser.add_argument("--max-branch", type=int, default=PathSearch.max_branch, help="a path reaching more nodes is not extended")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse what is only counted as a warning (an answer that is not a node of the KB)")
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     summary = prepare_dataset(args.source, args.out, args.scheme, args.seed, args.data_root,
-                              PathSearch(max_hops=args.max_hops, max_paths=args.max_paths, max_branch=args.max_branch))
+                              PathSearch(max_hops=args.max_hops, max_paths=args.max_paths, max_branch=args.max_branch),
+                              args.strict)
     print(json.dumps(summary, indent=2))
     print(f"wrote {args.out}")
     return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 SPLITS = ("train", "dev", "test", "")
 
@@ -116,15 +116,20 @@ class QAExample:
             isinstance(p, list) and all(isinstance(r, str) and r for r in p) for p in paths
         ):
             raise SchemaError("field 'gold_paths' must be a list of lists of relation strings")
+        intersect = data.get("intersect", False)
         hops = data.get("hops")
-        if hops is None:
-            hops = min((len(p) for p in paths), default=0)
+        if hops is None:  # the shortest alternative; all of an intersect question's walks are taken
+            hops = (max if intersect is True else min)((len(p) for p in paths), default=0)
         if isinstance(hops, bool) or not isinstance(hops, int):
             raise SchemaError(f"field 'hops' has type {type(hops).__name__}")
+        if not hops_fit(hops, paths, intersect is True):
+            lengths = sorted({len(p) for p in paths})
+            counted = " (an intersect question counts its longest)" if intersect is True else ""
+            raise SchemaError(f"field 'hops' is {hops}, but the gold paths have {', '.join(map(str, lengths))} "
+                              f"relation(s){counted}; correct hops or the paths")
         split = data.get("split")
         if split is not None and not isinstance(split, str):  # `0` or `false` must not read as "no split"
             raise SchemaError(f"field 'split' must be a string (train, dev or test), got {json.dumps(split)}")
-        intersect = data.get("intersect", False)
         if not isinstance(intersect, bool):
             raise SchemaError(f"field 'intersect' must be true or false, got {json.dumps(intersect)}")
         known = {"id", "question", "topic_entities", "answers", "gold_paths", "hops", "source", "split", "intersect"}
@@ -140,6 +145,14 @@ class QAExample:
             intersect=intersect,
             extra=_extra(data, known),
         )
+
+
+def hops_fit(hops: int, paths: Sequence[Sequence[str]], intersect: bool) -> bool:
+    """True when `hops` (0: unknown) is what the gold paths walk: one alternative's length, or for an
+    intersect question the longest walk. Without paths any count stands."""
+    if hops == 0 or not paths:
+        return True
+    return hops == max(map(len, paths)) if intersect else hops in {len(p) for p in paths}
 
 
 def _extra(data: dict[str, Any], known: set[str]) -> dict[str, Any]:

@@ -20,7 +20,11 @@ import pandas as pd
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
-from kgreasoner.kg.rdf import RDFS_LABEL, id_to_term, iter_ntriples_as_ids
+from kgreasoner.kg.kb_checks import (
+    NAME_FIELDS, TRIPLE_FIELDS, KBFileError, bad_relation, check_header, check_id_triples, check_nul, literal_message,
+    literal_problem, relation_message, repeated_id_message,
+)
+from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
 
 
 class MemoryKG(KnowledgeGraph):
@@ -131,6 +135,7 @@ class MemoryKG(KnowledgeGraph):
                 s_list.append(s)
                 r_list.append(r)
                 o_list.append(o)
+        check_id_triples(path, s_list, r_list, o_list)
         return cls(s_list, r_list, o_list, names or None)
 
     # --- KnowledgeGraph -----------------------------------------------------------------------
@@ -350,10 +355,12 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read a 3-column TSV; a malformed line raises a ValueError naming file and line.
 
     Malformed: not UTF-8, not exactly three non-empty tab-separated fields, a field with
-    spaces at its edge, or a literal (`"..."`) that is not valid N-Triples. An empty file is
-    an error too: a KB with no triples is a mistake, not a graph.
+    spaces at its edge, or a literal (`"..."`) that is not valid N-Triples, or any case of
+    `kgreasoner.kg.kb_checks` (a NUL byte, a header line, a `^relation`, an impossible date). An
+    empty file is an error too: a KB with no triples is a mistake, not a graph.
     """
     data = read_utf8(path)
+    check_nul(path, data, TRIPLE_FIELDS)
     padded = _padded_field(data)
     if padded is not None:
         line = data.count(b"\n", 0, padded) + 1
@@ -379,9 +386,19 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     # Columns come from the first line: a frame that is not 3 wide, or has an empty cell, has a bad line.
     if frame.shape[1] != 3 or (frame == "").to_numpy().any():
         raise _bad_line(path, data)
+    check_header(path, _first_line_number(data), list(frame.iloc[0]), TRIPLE_FIELDS)
     subjects, relations, objects = (frame[c].to_numpy(object) for c in frame.columns)
+    relation = bad_relation(relations)
+    if relation is not None:
+        raise KBFileError(f"{path}:{_line_of(data, relation, 1)}: {relation_message(relation)}")
     _check_literals(path, data, subjects, objects)
     return subjects, relations, objects
+
+
+def _first_line_number(data: bytes) -> int:
+    """1-based number of the first line with something on it."""
+    text = data.lstrip(b"\r\n")
+    return data[:len(data) - len(text)].count(b"\n") + 1
 
 
 def _bad_line(path: Path, data: bytes) -> ValueError:
@@ -398,36 +415,52 @@ def _bad_line(path: Path, data: bytes) -> ValueError:
 
 
 def _check_literals(path: Path, data: bytes, subjects: np.ndarray, objects: np.ndarray) -> None:
-    """Every literal id must parse as N-Triples, as `kg load` requires (each distinct one is parsed once)."""
+    """Every literal id must parse as N-Triples, as `kg load` requires, and hold a value of its datatype
+    (each distinct one is parsed once)."""
     for node in pd.unique(np.concatenate([subjects, objects])):
         if is_literal_id(node):
             try:
-                id_to_term(node)
+                problem = literal_problem(node)
             except (SyntaxError, ValueError) as err:
                 line = _line_of(data, node)
                 raise ValueError(f"{path}:{line}: {node!r} is not a valid N-Triples literal ({err})") from None
+            if problem is not None:
+                line = _line_of(data, node, 2)
+                field = "object" if line else "subject"
+                raise KBFileError(f"{path}:{line or _line_of(data, node, 0)}: {literal_message(field, node, problem)}")
 
 
-def _line_of(data: bytes, field: str) -> int:
-    """1-based number of the first line holding `field` as a whole tab-separated field."""
+def _line_of(data: bytes, field: str, column: int | None = None) -> int:
+    """1-based number of the first line holding `field` as a whole tab-separated field (in `column`
+    when given), else 0."""
     for number, line in enumerate(data.decode("utf-8").split("\n"), start=1):
-        if field in line.removesuffix("\r").split("\t"):
+        fields = line.removesuffix("\r").split("\t")
+        if (field in fields) if column is None else (len(fields) > column and fields[column] == field):
             return number
     return 0
 
 
 def read_names(path: Path) -> dict[str, str]:
-    """Read `id \\t label` lines; a malformed line raises a ValueError naming file and line."""
+    """Read `id \\t label` lines; a malformed line, a header line, a NUL byte or an id named twice
+    raises a ValueError naming file and line."""
     names: dict[str, str] = {}
-    for number, text in enumerate(read_utf8(path).decode("utf-8").split("\n"), start=1):
+    lines: dict[str, int] = {}
+    data = read_utf8(path)
+    check_nul(path, data, NAME_FIELDS)
+    for number, text in enumerate(data.decode("utf-8").split("\n"), start=1):
         text = text.removesuffix("\r")
         if not text:
             continue
         parts = text.split("\t")
+        if not lines:
+            check_header(path, number, parts, NAME_FIELDS)
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise ValueError(f"{path}:{number}: expected 'id<TAB>label'")
         if parts[0] != parts[0].strip(" \x0b\x0c"):  # as in kb.tsv: `Utah ` would name no node of the graph
             raise ValueError(f"{path}:{number}: the id starts or ends with a space, which would make it a different "
                              "id; remove the space")
+        if parts[0] in lines:
+            raise KBFileError(f"{path}:{number}: {repeated_id_message(parts[0], lines[parts[0]])}")
         names[parts[0]] = parts[1]
+        lines[parts[0]] = number
     return names

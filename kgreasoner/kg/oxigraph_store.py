@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.kb_checks import check_id_triples
 from kgreasoner.kg.memory import read_names, read_tsv_triples
 from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, iter_ntriples_as_ids, term_to_id, to_iri
 
@@ -300,6 +301,7 @@ def _read_input(triples, names):
                     subjects.append(s)
                     relations.append(r)
                     objects.append(o)
+            check_id_triples(path, subjects, relations, objects)
             if names is None:
                 names = nt_names or None
         else:

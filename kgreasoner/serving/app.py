@@ -9,7 +9,8 @@ Endpoints:
   `QUESTION Topic Entity: NAME[, NAME]`. The server builds the protocol prompt itself (other
   messages are not used), runs the whole trajectory with its tool, and returns it as the
   assistant message's content, with the structured answer attached as `trajectory`.
-  `max_tokens` above the server's limit is lowered to it; `stream` and `n > 1` are refused.
+  `max_tokens` above the server's limit is lowered to it; `stream`, `n > 1` and fields it does not
+  honour (`tools`, `logprobs`, `response_format`, `stop`, ...: `UNHONOURED_CHAT_FIELDS`) are refused.
 - `GET /v1/models`, `GET|HEAD /health`, `GET /metrics` (Prometheus text).
 
 Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, `param`
@@ -87,10 +88,28 @@ class ChatMessageIn(BaseModel):
     content: StrictStr
 
 
-class ChatIn(BaseModel):
-    """The OpenAI fields this server reads; other fields OpenAI clients send are ignored."""
+UNHONOURED_CHAT_FIELDS = {
+    "tools": "the server runs its own KG search tool and returns the whole trajectory",
+    "tool_choice": "the server runs its own KG search tool and returns the whole trajectory",
+    "functions": "the server runs its own KG search tool and returns the whole trajectory",
+    "function_call": "the server runs its own KG search tool and returns the whole trajectory",
+    "logprobs": "the trajectory is returned without token log-probabilities",
+    "top_logprobs": "the trajectory is returned without token log-probabilities",
+    "response_format": "the answer is the protocol's <answer> block, in the trajectory's own layout",
+    "stop": "a trajectory stops at </answer>, max_tokens or max_turns",
+    "logit_bias": "sampling takes temperature, top_p and seed only",
+    "presence_penalty": "sampling takes temperature, top_p and seed only",
+    "frequency_penalty": "sampling takes temperature, top_p and seed only",
+}
+"""Chat fields that would change what a client gets, but that this server does not honour: each is
+refused (400, naming it) unless it has its off value, so no client believes it took effect."""
+OFF_VALUES = (None, False, 0, [], {}, {"type": "text"})
 
-    model_config = ConfigDict(extra="ignore", strict=True)
+
+class ChatIn(BaseModel):
+    """The OpenAI fields this server reads; others are ignored, except `UNHONOURED_CHAT_FIELDS` when set."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
     messages: list[ChatMessageIn] = Field(min_length=1)
     model: StrictStr | None = None
     topic_entities: list[Union[StrictStr, TopicIn]] | None = None
@@ -248,6 +267,9 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
             raise RequestError("stream", "streaming is not supported: the trajectory is returned whole", status=400)
         if body.n not in (None, 1):
             raise RequestError("n", "only n=1 is supported", status=400)
+        for name, value in (body.model_extra or {}).items():
+            if name in UNHONOURED_CHAT_FIELDS and value not in OFF_VALUES:
+                raise RequestError(name, f"not supported: {UNHONOURED_CHAT_FIELDS[name]}; leave it out", status=400)
         if body.model is not None and body.model != service.model_name:
             raise RequestError("model", f"model {body.model!r} is not served here; this server serves "
                                f"{service.model_name!r}", status=404, kind="model_not_found")

@@ -39,6 +39,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from kgreasoner.serving.app import create_app
     from kgreasoner.serving.config import ServeConfig
+    from kgreasoner.serving.header_timeout import header_timeout_protocol
     from kgreasoner.serving.metrics import Metrics
     from kgreasoner.serving.service import AnswerService
 
@@ -69,7 +70,8 @@ def run_serve(args: argparse.Namespace) -> int:
         url_host = f"[{host}]" if family == socket.AF_INET6 else host
         print(f"kgreasoner serve: {service.model_name} ({service.kind} backend) on http://{url_host}:{port} "
               f"(POST /v1/answer, /v1/chat/completions; GET /health, /metrics)", flush=True)
-        server = uvicorn.Server(uvicorn.Config(create_app(service, metrics), log_level="info", access_log=False))
+        server = uvicorn.Server(uvicorn.Config(create_app(service, metrics), log_level="info", access_log=False,
+                                               http=header_timeout_protocol(config.header_timeout)))
         server.run(sockets=[sock])
     finally:
         service.close()

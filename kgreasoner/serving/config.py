@@ -46,6 +46,9 @@ class ServeConfig:
     max_question_chars: int = field(default=2000, metadata={"help": "longest question accepted (characters)"})
     max_topic_entities: int = field(default=16, metadata={"help": "most topic entities one request may name"})
     max_body_bytes: int = field(default=65536, metadata={"help": "largest HTTP request body; larger ones get 413"})
+    header_timeout: float = field(default=10.0, metadata={
+        "help": "seconds to receive a request's headers, from the connection's opening (or the next request's first "
+                "byte); a slower client gets 408 and loses its connection (uvicorn has no such limit of its own)"})
     body_timeout: float = field(default=30.0, metadata={
         "help": "seconds to receive a request's whole body; a slower client gets 408 and loses its connection "
                 "(so a client trickling its body cannot hold a connection)"})
@@ -83,7 +86,7 @@ class ServeConfig:
                      "backend_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("request_timeout", "backend_timeout", "body_timeout"):
+        for name in ("request_timeout", "backend_timeout", "body_timeout", "header_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.batch_wait < 0:

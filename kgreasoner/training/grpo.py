@@ -33,6 +33,7 @@ from typing import Any
 from accelerate.logging import get_logger
 from transformers import TrainerCallback
 
+from kgreasoner.config import resolve_recipe
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.common import LoraSettings, ddp_backend, is_saved_model, last_complete_checkpoint
@@ -501,7 +502,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
         save_steps=recipe.save_steps,
         save_total_limit=recipe.save_total_limit,
         report_to=recipe.report_to,
-        deepspeed=recipe.deepspeed,
+        deepspeed=resolve_recipe(recipe.deepspeed),
         ddp_backend=ddp_backend(),
         use_cpu=not torch.cuda.is_available(),
         use_vllm=recipe.rollout_backend == "vllm",

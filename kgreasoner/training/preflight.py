@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kgreasoner.config import resolve_recipe
+
 GIB = 1024 ** 3
 OVERHEAD_BYTES = 2 * GIB
 PROMPT_TOKENS = 512
@@ -289,7 +291,7 @@ def _count(parameters) -> int:
 def _deepspeed(recipe) -> dict[str, Any]:
     if not recipe.deepspeed:
         return {}
-    return json.loads(Path(recipe.deepspeed).read_text(encoding="utf-8"))
+    return json.loads(Path(resolve_recipe(recipe.deepspeed)).read_text(encoding="utf-8"))
 
 
 def _zero_stage(ds: dict[str, Any]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from accelerate.logging import get_logger
 
+from kgreasoner.config import resolve_recipe
 from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.data.trajectories import read_warmup
@@ -146,7 +147,7 @@ def sft_config(recipe: SFTRecipe, has_eval: bool):
         metric_for_best_model="eval_loss" if evaluate else None,
         greater_is_better=False if evaluate else None,
         report_to=recipe.report_to,
-        deepspeed=recipe.deepspeed,
+        deepspeed=resolve_recipe(recipe.deepspeed),
         ddp_backend=ddp_backend(),
         dataloader_num_workers=recipe.dataloader_num_workers,
         completion_only_loss=False,

@@ -55,3 +55,64 @@ def test_a_gold_path_with_a_relation_the_kb_lacks_is_refused(tmp_path):
     assert str(err.value) == (f"dataset 'd': example q1: gold path ['capital', 'time_zone'] uses relation 'time_zone', "
                               f"which {source / 'kb.tsv'} does not have")
     assert not (tmp_path / "out").exists()
+
+
+def _write(folder, *records: dict):
+    folder.mkdir()
+    (folder / "kb.tsv").write_text(KB, encoding="utf-8")
+    (folder / "names.tsv").write_text(NAMES, encoding="utf-8")
+    lines = [_question("q1", ["capital"])] + [json.dumps(r) + "\n" for r in records]
+    (folder / "questions.jsonl").write_text("".join(lines), encoding="utf-8")
+    return folder
+
+
+def _record(qid: str, **fields) -> dict:
+    return {"id": qid, "question": "which city", "split": "train",
+            "topic_entities": [{"id": "e.utah", "name": "Utah"}],
+            "answers": [{"id": "e.slc", "name": "Salt Lake City"}], "gold_paths": [["capital"]], **fields}
+
+
+def test_a_topic_entity_the_kb_lacks_is_refused(tmp_path, capsys):
+    source = _write(tmp_path / "d", _record("q2", topic_entities=[{"id": "e.nowhere", "name": "Nowhere"}]))
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"kgreasoner prepare-data: error: {source / 'questions.jsonl'}:2: field 'topic_entities[0].id': "
+        f"'e.nowhere' is not a node of {source / 'kb.tsv'}; no search could start there\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_hops_that_no_gold_path_walks_are_refused(tmp_path, capsys):
+    source = _write(tmp_path / "d", _record("q2", hops=3))
+    message = (f"{source / 'questions.jsonl'}:2: field 'hops' is 3, but the gold paths have 1 relation(s); "
+               "correct hops or the paths")
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {message}\n"
+    with pytest.raises(ValueError) as err:  # the dataset folder loader itself
+        load_dataset(source)
+    assert str(err.value) == message
+
+
+def test_intersect_walks_that_never_meet_are_refused(tmp_path, capsys):
+    topics = [{"id": "e.utah", "name": "Utah"}, {"id": "e.slc", "name": "Salt Lake City"}]
+    meets = _record("q2", topic_entities=topics, gold_paths=[["capital"], ["contained_by", "capital"]], intersect=True)
+    assert prepare_dataset(str(_write(tmp_path / "ok", meets)), tmp_path / "ok-out")["gold_paths"]["given"] == 2
+    source = _write(tmp_path / "d", {**meets, "gold_paths": [["capital"], ["capital"]]})
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"kgreasoner prepare-data: error: {source / 'questions.jsonl'}:2: field 'gold_paths': the walks of this "
+        "intersect question never meet (e.utah -> capital: 1 node(s); e.slc -> capital: 0 node(s)); an intersect "
+        "question's answers are the nodes every walk reaches\n")
+
+
+def test_an_answer_the_kb_lacks_is_a_warning_in_the_summary_and_an_error_with_strict(tmp_path, capsys):
+    source = _write(tmp_path / "d", _record("q2", answers=[{"id": "e.slc"}, {"id": "e.ogden", "name": "Ogden"}]),
+                    _record("q3", answers=["Salt Lake City"]))
+    first = f"{source / 'questions.jsonl'}:2: field 'answers[1].id': 'e.ogden' is not a node of {source / 'kb.tsv'}"
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 0
+    captured = capsys.readouterr()
+    assert json.loads((tmp_path / "out" / "prepare.json").read_text())["warnings"] == {"answers_not_in_kb": 2}
+    assert captured.err == (f"prepare-data: warning: {first} (and any others counted in prepare.json; "
+                            "--strict refuses them)\n")
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "strict"), "--strict"]) == 1
+    assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {first} (--strict)\n"
+    assert not (tmp_path / "strict").exists()

@@ -40,6 +40,7 @@ SERVE_CONFIG = {
     "max_topic_entities": 4,
     "max_body_bytes": 16384,
     "body_timeout": 2.0,
+    "header_timeout": 1.0,
     "max_batch_size": 16,
     "batch_wait": 0.05,
     "request_timeout": 60.0,

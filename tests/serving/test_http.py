@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
+import socket
+import time
 
 import httpx
 import pytest
@@ -225,3 +227,58 @@ def test_health_and_metrics(server, dataset):
     assert value('kgreasoner_tokens_total{kind="completion"}') >= 1
     assert value("kgreasoner_batch_size_count") >= 1 and value("kgreasoner_queue_depth") == 0
     assert "# TYPE kgreasoner_request_duration_seconds histogram" in text
+
+
+def _trickle_headers(url: str, seconds: float) -> tuple[float, bytes]:
+    """Open a connection and send one header line every 0.2 s; (seconds until the server closed it, its reply)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=0.2) as connection:
+        start = time.monotonic()
+        connection.sendall(b"POST /v1/answer HTTP/1.1\r\nHost: x\r\n")
+        reply = b""
+        while time.monotonic() - start < seconds:
+            try:
+                chunk = connection.recv(4096)
+            except socket.timeout:
+                try:
+                    connection.sendall(b"X-Slow: 1\r\n")
+                except OSError:  # the server closed it between our read and write
+                    break
+                continue
+            if not chunk:
+                break
+            reply += chunk
+        return time.monotonic() - start, reply
+
+
+def test_clients_trickling_headers_are_cut_off_at_the_header_timeout(server, dataset):
+    limit = SERVE_CONFIG["header_timeout"]
+    with concurrent.futures.ThreadPoolExecutor(30) as pool:
+        slow = [pool.submit(_trickle_headers, server, limit + 10) for _ in range(30)]
+        [example] = _questions(dataset, 1)
+        assert httpx.post(f"{server}/v1/answer", json=_body(example), timeout=60).status_code == 200
+        results = [future.result() for future in slow]
+    for seconds, reply in results:
+        assert limit - 0.1 < seconds < limit + 2.0, seconds
+        assert reply == b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize(("field", "value", "why"), [
+    ("tools", [{"type": "function", "function": {"name": "f"}}],
+     "the server runs its own KG search tool and returns the whole trajectory"),
+    ("logprobs", True, "the trajectory is returned without token log-probabilities"),
+    ("response_format", {"type": "json_object"},
+     "the answer is the protocol's <answer> block, in the trajectory's own layout"),
+    ("stop", ["\n"], "a trajectory stops at </answer>, max_tokens or max_turns"),
+])
+def test_chat_fields_the_server_does_not_honour_are_refused_by_name(server, dataset, field, value, why):
+    [example] = _questions(dataset, 1)
+    user = {"role": "user", "content": f"{example.question} Topic Entity: {example.topic_entities[0].name}"}
+    reply = httpx.post(f"{server}/v1/chat/completions", json={"messages": [user], field: value}, timeout=30)
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"] == {"message": f"{field}: not supported: {why}; leave it out",
+                                     "type": "invalid_request_error", "param": field, "code": 400}
+    # Their off values, as OpenAI clients send by default, are accepted.
+    off = {"tools": [], "logprobs": False, "response_format": {"type": "text"}, "stop": None}[field]
+    accepted = httpx.post(f"{server}/v1/chat/completions", json={"messages": [user], field: off}, timeout=60)
+    assert accepted.status_code == 200, accepted.text

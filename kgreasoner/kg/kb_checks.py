@@ -1,0 +1,130 @@
+"""What a KB or names file may not hold, though it parses: the checks every loader of them runs.
+
+`kg load`, `kg stats`, `prepare-data` and the dataset loaders all read KB files through
+`kgreasoner.kg.memory` (`read_tsv_triples`, `read_names`) or `kgreasoner.kg.rdf` (N-Triples), and
+those readers call these checks, so each case below is refused the same way everywhere, with the
+file, line and field:
+
+- a NUL byte in any field (an id no one can type, and a C string ends there);
+- a header line (`subject relation object`, `id label`): its words would become nodes and a relation;
+- a relation whose name starts with `^`, which in a gold path means "walked backwards";
+- a typed literal its datatype cannot hold (`"1815-13-45"^^xsd:date`, see `kgreasoner.kg.xsd`);
+- in names.tsv, an id named twice (the last label would win, so the first no longer resolves).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from kgreasoner.kg.base import INVERSE_PREFIX, is_literal_id
+from kgreasoner.kg.rdf import id_to_term
+from kgreasoner.kg.xsd import invalid_reason
+
+TRIPLE_FIELDS = ("subject", "relation", "object")
+NAME_FIELDS = ("id", "label")
+# Column names a header line uses, by position: a first line made of these is a header, not a triple.
+_TRIPLE_HEADER_WORDS = (
+    {"subject", "head", "source", "src", "s", "h", "from", "entity", "subj"},
+    {"relation", "predicate", "property", "rel", "r", "p", "edge", "pred", "relation_type"},
+    {"object", "tail", "target", "dst", "o", "t", "to", "value", "obj"},
+)
+_NAMES_HEADER_WORDS = ({"id", "entity", "node", "mid", "qid", "entity_id"}, {"label", "name", "names", "title"})
+
+
+class KBFileError(ValueError):
+    """A KB or names file holds something no loader accepts; the message names the file, line and field."""
+
+
+def check_header(path: Path, line: int, first_line: Sequence[str], fields: Sequence[str]) -> None:
+    """Refuse a first line whose every field is a column name (`subject relation object`, `id label`)."""
+    words = _TRIPLE_HEADER_WORDS if fields == TRIPLE_FIELDS else _NAMES_HEADER_WORDS
+    if len(first_line) == len(words) and all(f.strip().lower() in w for f, w in zip(first_line, words)):
+        kind = "triple" if fields == TRIPLE_FIELDS else "name"
+        raise KBFileError(f"{path}:{line}: a header line ({' '.join(first_line)!r}) would be loaded as a {kind}; "
+                          "the file has no header: remove the line")
+
+
+def check_nul(path: Path, data: bytes, fields: Sequence[str]) -> None:
+    """Refuse a NUL byte anywhere in the file, naming the line and the field that holds it."""
+    at = data.find(b"\x00")
+    if at < 0:
+        return
+    line_start = data.rfind(b"\n", 0, at) + 1
+    index = data.count(b"\t", line_start, at)
+    field = fields[index] if index < len(fields) else f"field {index + 1}"
+    line = data.count(b"\n", 0, at) + 1
+    raise KBFileError(f"{path}:{line}: field '{field}' holds a NUL byte (column {at - line_start + 1}); "
+                      "ids and labels cannot contain one")
+
+
+def bad_relation(relations: Sequence[str]) -> str | None:
+    """The first relation name no path could walk (a leading `^`), else None."""
+    unique = pd.unique(np.asarray(relations, dtype=object))
+    starts = [r for r in unique if r.startswith(INVERSE_PREFIX)]
+    return starts[0] if starts else None
+
+
+def relation_message(relation: str) -> str:
+    return (f"field 'relation' is {relation!r}: a leading '{INVERSE_PREFIX}' means 'walked backwards' in gold paths, "
+            "so no path could name this relation; rename it")
+
+
+def literal_problem(node: str) -> str | None:
+    """Why a literal id (already valid N-Triples) holds no value of its datatype, else None."""
+    term = id_to_term(node)
+    datatype = getattr(term, "datatype", None)
+    return None if datatype is None else invalid_reason(term.value, datatype.value)
+
+
+def bad_literal(nodes: Sequence[str]) -> tuple[str, str] | None:
+    """(literal id, reason) of the first distinct literal whose datatype cannot hold its text, else None."""
+    for node in pd.unique(np.asarray(nodes, dtype=object)):
+        if is_literal_id(node):
+            reason = literal_problem(node)
+            if reason is not None:
+                return node, reason
+    return None
+
+
+def literal_message(field: str, literal: str, reason: str) -> str:
+    datatype = literal.rpartition("^^<")[2][:-1].replace("http://www.w3.org/2001/XMLSchema#", "xsd:")
+    return f"field '{field}' is {literal}, which is not a valid {datatype} ({reason})"
+
+
+def repeated_id_message(identifier: str, first_line: int) -> str:
+    return (f"field 'id': {identifier!r} is named again (first at line {first_line}); give each id one label, "
+            "or the earlier one stops resolving")
+
+
+def check_id_triples(path: Path, subjects: Sequence[str], relations: Sequence[str], objects: Sequence[str]) -> None:
+    """The checks above on triples already read as ids (N-Triples), each error naming the first line
+    whose text holds the offending term."""
+    from kgreasoner.kg.rdf import RELATION_NS, to_iri
+
+    for field, values in zip(TRIPLE_FIELDS, (subjects, relations, objects)):
+        held = [v for v in pd.unique(np.asarray(values, dtype=object)) if "\x00" in v]
+        if held:
+            raise KBFileError(f"{path}:{_nt_line(path, held[0])}: field '{field}' holds a NUL byte ({held[0]!r}); "
+                              "ids and labels cannot contain one")
+    relation = bad_relation(relations)
+    if relation is not None:
+        line = _nt_line(path, to_iri(relation, RELATION_NS), relation)
+        raise KBFileError(f"{path}:{line}: {relation_message(relation)}")
+    found = bad_literal(objects)
+    if found is not None:
+        node, reason = found
+        line = _nt_line(path, str(id_to_term(node)), node)
+        raise KBFileError(f"{path}:{line}: {literal_message('object', node, reason)}")
+
+
+def _nt_line(path: Path, *needles: str) -> int:
+    """1-based number of the first line of `path` holding one of `needles` as text (0 when none does)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if any(needle in line for needle in needles):
+                return number
+    return 0
