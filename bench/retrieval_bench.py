@@ -91,7 +91,8 @@ def main() -> None:
 
     config = ToolConfig(ranking="gat", top_k=args.top_k, rerank_pool=args.rerank_pool, relation_first=args.relation_first,
                         max_context=int(meta.get("max_context", 16)), encoder=encoder_config)
-    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached | texts encoded |")
+    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached "
+          "| texts encoded |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
     # one folder for every backend: a later backend embeds only the texts its edge order adds
@@ -143,7 +144,8 @@ def embed_first_searches(kg: KnowledgeGraph, queries: list[tuple[str, TopicEntit
 def embed_note(report: EmbedReport) -> str:
     rate = report.encoded / report.seconds if report.seconds > 0 else float("nan")
     per_text = report.table_bytes / max(report.table_texts, 1)
-    return (f"the first searches' graph texts: {report.texts} texts, {report.encoded} encoded in {report.seconds:.1f} s "
+    return (f"the first searches' graph texts: {report.texts} texts, {report.encoded} encoded in "
+            f"{report.seconds:.1f} s "
             f"({rate:,.0f} texts/s: {1e6 / rate / 3600:.2f} h per million texts), table {report.table_texts} texts, "
             f"{per_text:,.0f} bytes a text ({per_text * 1e6 / 1e9:.2f} GB per million texts)")
 

@@ -95,8 +95,8 @@ def run_embed(args: argparse.Namespace) -> int:
             setting = {name: getattr(args, name, getattr(tool, name))
                        for name in ("rerank_pool", "relation_first", "neighbor_limit")}
             topics = dict.fromkeys((t.id, e.id) for e in examples for t in e.topic_entities)
-            texts = list(first_search_texts(kg, topics, max_context=max_context, expand_mediators=tool.expand_mediators,
-                                            **setting))
+            texts = list(first_search_texts(kg, topics, max_context=max_context,
+                                            expand_mediators=tool.expand_mediators, **setting))
             scope = f"the first searches of {len(topics)} topic entities"
         else:
             if not isinstance(kg, MemoryKG):

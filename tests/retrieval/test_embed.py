@@ -119,7 +119,8 @@ def test_after_kg_embed_a_first_search_of_any_node_encodes_nothing(tmp_path, cap
     assert fresh.seen == [] and cached.misses == 0 and cached.batches == 0
     out = capsys.readouterr()
     assert f"kg embed: {len(written - set(QUESTIONS))} graph texts ({kg.num_triples} triples, {context} context " \
-           f"edges) and 3 questions of {dataset / 'questions.jsonl'} -> hashing-{DIM} in {tmp_path / 'cache'}" in out.out
+           f"edges) and 3 questions of {dataset / 'questions.jsonl'} -> hashing-{DIM} in {tmp_path / 'cache'}" \
+        in out.out
 
 
 def test_topics_embed_the_first_search_of_each_topic_entity_over_memory_and_sparql(tmp_path, oxigraph_server):
@@ -208,7 +209,8 @@ def test_a_live_encoder_reads_tables_written_after_it_opened_and_after_a_merge(t
 
 
 def test_first_search_texts_follow_the_search_at_a_hub_ranked_relation_first():
-    kg = MemoryKG.from_triples([("hub", "r.a", f"a{i}") for i in range(5)] + [("hub", "r.b", f"b{i}") for i in range(3)])
+    kg = MemoryKG.from_triples([("hub", "r.a", f"a{i}") for i in range(5)]
+                               + [("hub", "r.b", f"b{i}") for i in range(3)])
     texts = set(first_search_texts(kg, [("hub", None)], max_context=1, rerank_pool=2, relation_first=4))
     # the relations' words, the first two edges of each relation, and those targets' contexts
     assert texts == {"r a", "r b", "a0", "a1", "b0", "b1", "r a of hub", "r b of hub", "r a of", "r b of"}
