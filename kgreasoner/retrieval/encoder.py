@@ -47,7 +47,8 @@ class EncoderConfig:
     batch_size: int = field(default=128, metadata={"help": "texts per forward pass"})
     max_length: int = field(default=64, metadata={"help": "token limit per text (labels and questions are short)"})
     hashing_dim: int = field(default=256, metadata={"help": "vector size of the hashing encoder"})
-    cache_dir: str | None = field(default=None, metadata={"help": "folder for the on-disk embedding cache; None: memory only"})
+    cache_dir: str | None = field(default=None, metadata={
+        "help": "folder for the on-disk embedding cache (`kgreasoner kg embed` fills it ahead); None: memory only"})
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads while encoding; None: leave as is"})
 
     def __post_init__(self) -> None:
