@@ -8,9 +8,17 @@ empty embedding cache (cold), with a new encoder over the on-disk cache the firs
 what another process or rank sees; a new tool, so no ranking or context is cached), again (warm: the
 same question and entity, as the rollouts of one GRPO group, answered by the ranking cache), and
 again with the ranking cache emptied (rerank: the ranker runs, the contexts and texts are cached).
+Then with embeddings made ahead (`kgreasoner kg embed --topics`, here for the searched entities): the
+graph texts that the first search of each searched entity can read, whatever the question, are
+embedded into an empty cache folder's table, and a new tool and encoder over it time the searches
+(ahead, new question: the questions are not embedded, so each search encodes its question; ahead:
+the questions embedded too, as `kg embed` does with a dataset's questions.jsonl). The embedding
+rate and table size of that run, per million texts, follow the table, with the number of texts a
+whole-graph `kg embed` of the memory store would write.
 Backends: the embedded `memory` store, and `sparql` (an `oxigraph serve` on 127.0.0.1 over a store
 built from the same triples). Time is split into KG fetches (candidates and their context), text
-encoding and ranking (the network); `cached` counts searches the ranking cache answered. The memory
+encoding and ranking (the network); `cached` counts searches the ranking cache answered, `texts
+encoded` the texts that the encoder had to run on (found in no cache). The memory
 store's load time and resident bytes per triple are printed first.
 
     python bench/retrieval_bench.py --work /tmp/retrieval-bench [--triples 1000000] [--backends memory,sparql]
@@ -19,6 +27,7 @@ store's load time and resident bytes per triple are printed first.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +38,7 @@ from data_gen.synthetic import write_synthetic
 from kgreasoner.data.schema import QAExample, TopicEntity, read_jsonl
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.embed import EmbedReport, embed_ahead, first_search_texts, kg_texts
 from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
 from kgreasoner.retrieval.ranker import RankerModelConfig, load_ranker
 from kgreasoner.retrieval.ranking import Timings
@@ -81,9 +91,13 @@ def main() -> None:
 
     config = ToolConfig(ranking="gat", top_k=args.top_k, rerank_pool=args.rerank_pool, relation_first=args.relation_first,
                         max_context=int(meta.get("max_context", 16)), encoder=encoder_config)
-    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for backend in args.backends.split(","):
+    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached "
+          "| texts encoded |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    notes = []
+    # one folder for every backend: a later backend embeds only the texts its edge order adds
+    ahead = tempfile.TemporaryDirectory(dir=args.work)
+    for index, backend in enumerate(args.backends.split(",")):
         with open_backend(backend, data_dir, args.work) as backend_kg, tempfile.TemporaryDirectory(dir=args.work) as cache_dir:
             # cold: an empty embedding cache; disk: a new encoder (as in another process or rank)
             # over the shards the cold pass flushed; warm: the same searches again in memory.
@@ -97,6 +111,43 @@ def main() -> None:
                 if cache == "rerank":
                     tool.scorer.forget_rankings()
                 print(row(backend, cache, time_calls(tool, queries)), flush=True)
+            ahead_config = dataclasses.replace(encoder_config, cache_dir=ahead.name)
+            report = embed_first_searches(backend_kg, queries, config, ahead_config, questions=False)
+            notes.append(f"{backend}: {embed_note(report)}")
+            passes = ("ahead, new question", "ahead") if index == 0 else ("ahead",)
+            for cache in passes:
+                if cache == "ahead":
+                    embed_first_searches(backend_kg, queries, config, ahead_config, questions=True)
+                fresh = KGSearchTool(backend_kg, config, ranker=model, encoder=build_encoder(ahead_config))
+                print(row(backend, cache, time_calls(fresh, queries)), flush=True)
+    ahead.cleanup()
+    for note in notes:
+        print(f"embedded ahead, {note}")
+    texts = {context: len(set(kg_texts(kg, None if context == "all" else config.max_context + 1)))
+             for context in ("all", "first")}
+    print(f"a whole-graph `kg embed` of these {kg.num_triples} triples: {texts['all']} texts "
+          f"(--context first: {texts['first']})")
+
+
+def embed_first_searches(kg: KnowledgeGraph, queries: list[tuple[str, TopicEntity]], config: ToolConfig,
+                         encoder_config: EncoderConfig, questions: bool) -> EmbedReport:
+    """`kg embed --topics` for the searched entities (and, with `questions`, the searches' questions)."""
+    texts = list(first_search_texts(
+        kg, dict.fromkeys((topic.id, None) for _, topic in queries), max_context=config.max_context,
+        rerank_pool=config.rerank_pool, relation_first=config.relation_first, neighbor_limit=config.neighbor_limit,
+        expand_mediators=config.expand_mediators))
+    if questions:
+        texts += [question for question, _ in queries]
+    return embed_ahead(build_encoder(encoder_config), texts, batch=encoder_config.batch_size, progress=False)
+
+
+def embed_note(report: EmbedReport) -> str:
+    rate = report.encoded / report.seconds if report.seconds > 0 else float("nan")
+    per_text = report.table_bytes / max(report.table_texts, 1)
+    return (f"the first searches' graph texts: {report.texts} texts, {report.encoded} encoded in "
+            f"{report.seconds:.1f} s "
+            f"({rate:,.0f} texts/s: {1e6 / rate / 3600:.2f} h per million texts), table {report.table_texts} texts, "
+            f"{per_text:,.0f} bytes a text ({per_text * 1e6 / 1e9:.2f} GB per million texts)")
 
 
 def pick_queries(kg: MemoryKG, examples: list[QAExample], calls: int, hubs: int) -> list[tuple[str, TopicEntity]]:
@@ -111,6 +162,8 @@ def pick_queries(kg: MemoryKG, examples: list[QAExample], calls: int, hubs: int)
 def time_calls(tool: KGSearchTool, queries: list[tuple[str, TopicEntity]]) -> dict:
     timings: Timings = tool.timings
     timings.reset()
+    encoder = tool.scorer.encoder
+    misses = encoder.misses if encoder is not None else 0
     latencies = []
     for question, topic in queries:
         session = tool.session(question, [topic])
@@ -122,13 +175,13 @@ def time_calls(tool: KGSearchTool, queries: list[tuple[str, TopicEntity]]) -> di
     n = len(queries)
     return {"calls": n, "p50": np.percentile(latencies, 50), "p99": np.percentile(latencies, 99),
             "mean": float(np.mean(latencies)), "fetch": timings.fetch / n, "encode": timings.encode / n, "rank": timings.rank / n,
-            "cached": timings.cached}
+            "cached": timings.cached, "encoded": (encoder.misses - misses) if encoder is not None else 0}
 
 
 def row(backend: str, cache: str, t: dict) -> str:
-    ms = {k: 1000 * v for k, v in t.items() if k not in ("calls", "cached")}
+    ms = {k: 1000 * v for k, v in t.items() if k not in ("calls", "cached", "encoded")}
     return (f"| {backend} | {cache} | {t['calls']} | {ms['p50']:.2f} | {ms['p99']:.1f} | {ms['mean']:.2f} | "
-            f"{ms['fetch']:.2f} | {ms['encode']:.2f} | {ms['rank']:.2f} | {t['cached']} |")
+            f"{ms['fetch']:.2f} | {ms['encode']:.2f} | {ms['rank']:.2f} | {t['cached']} | {t['encoded']} |")
 
 
 def resident_bytes() -> int:

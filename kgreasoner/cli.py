@@ -11,7 +11,8 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "kg": ("kgreasoner.kg.commands", "build, serve and inspect knowledge-graph stores"),
+    # the stores' own commands, plus `kg embed`, which needs the retrieval layer's encoder
+    "kg": ("kgreasoner.retrieval.commands", "build, serve, inspect and embed knowledge-graph stores"),
     "prepare-data": ("kgreasoner.data.prepare", "write a dataset as a folder with fixed splits and gold paths"),
     "warmup": ("data_gen.warmup", "generate warm-up SFT trajectories by running the search tool along gold paths"),
     "pipeline-sft": ("data_gen.pipeline_sft", "write SFT data for every LLM step of tog or sog (same-backbone baseline)"),

@@ -19,8 +19,9 @@ from kgreasoner.kg.server import LOOPBACK, start_oxigraph_server
 DEFAULT_PORT = 7878  # oxigraph's own default
 
 
-def register(subparsers) -> None:
-    kg = subparsers.add_parser("kg", help="build, serve and inspect knowledge-graph stores")
+def register(subparsers) -> argparse._SubParsersAction:
+    """Add `kg load | serve | stats`; returns the `kg` command's subparsers, for commands of upper layers."""
+    kg = subparsers.add_parser("kg", help="build, serve, inspect and embed knowledge-graph stores")
     kg.set_defaults(func=lambda args: _print_help(kg))
     commands = kg.add_subparsers(dest="kg_command", metavar="KG_COMMAND")
 
@@ -41,6 +42,7 @@ def register(subparsers) -> None:
     stats.add_argument("spec", help="memory:PATH, oxigraph:DIR or a bare path")
     stats.add_argument("--top", type=int, default=10, help="how many top-degree nodes to list")
     stats.set_defaults(func=run_stats)
+    return commands
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:

@@ -10,6 +10,9 @@ Every encoder returns float32 rows of unit length, so a dot product is a cosine.
 (append-only shards of `.npy` rows plus a file of text hashes), so labels seen once are never
 encoded again, across sessions and processes: several processes (training ranks, rollout
 workers) may share one cache folder, each writing its own shards and reading the others'.
+The same folder holds `EmbeddingTable`s, the texts of a whole KG embedded ahead
+(`kgreasoner kg embed`): sorted keys read whole, rows memory-mapped, so opening millions of
+them costs 16 bytes a text of memory and a search reads only the rows it looks up.
 Concurrent callers (the tool calls of one rollout step, run in threads) share forward passes:
 texts missed while another call is encoding wait for it and then go in one batch together.
 """
@@ -44,7 +47,8 @@ class EncoderConfig:
     batch_size: int = field(default=128, metadata={"help": "texts per forward pass"})
     max_length: int = field(default=64, metadata={"help": "token limit per text (labels and questions are short)"})
     hashing_dim: int = field(default=256, metadata={"help": "vector size of the hashing encoder"})
-    cache_dir: str | None = field(default=None, metadata={"help": "folder for the on-disk embedding cache; None: memory only"})
+    cache_dir: str | None = field(default=None, metadata={
+        "help": "folder for the on-disk embedding cache (`kgreasoner kg embed` fills it ahead); None: memory only"})
     num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads while encoding; None: leave as is"})
 
     def __post_init__(self) -> None:
@@ -174,6 +178,9 @@ class CachedEncoder:
     stat of the folder tells whether any came), so a text encoded by one rank is not encoded again
     by another once flushed. `flush_every` pending vectors trigger a flush.
 
+    Texts not in memory are looked up next in the folder's `EmbeddingTable`s (their rows then
+    join the memory cache); `embed_ahead` adds tables, and `merge_tables` makes one of them.
+
     Thread-safe. A call that misses texts while another thread encodes queues them and waits; when
     that batch ends, one waiting thread encodes everything queued meanwhile in one call of the
     wrapped encoder (`batches` counts those calls), so N sessions searching at once pay about one
@@ -189,6 +196,7 @@ class CachedEncoder:
         self._folder = Path(cache_dir) / _safe_name(encoder.name) if cache_dir else None
         self._pending: dict[str, np.ndarray] = {}
         self._shards: set[str] = set()  # shard files already in memory (loaded or written here)
+        self._tables: dict[str, EmbeddingTable] = {}  # keys file name -> open table
         self._folder_mtime: int | None = None
         self.hits = 0
         self.misses = 0
@@ -207,6 +215,8 @@ class CachedEncoder:
         with self._turn:
             if missing and self._load_new_shards():
                 missing = {key: text for key, text in missing.items() if key not in self._memory}
+            if missing and self._tables:
+                missing = self._from_tables(missing)
             self.misses += len(missing)
             self.hits += len(texts) - len(missing)
         if missing:
@@ -248,6 +258,55 @@ class CachedEncoder:
                 if len(self._pending) >= self.flush_every:
                     self.flush()
 
+    def _from_tables(self, missing: dict[str, str]) -> dict[str, str]:
+        """Move the rows of `missing` (key -> text) that a table holds into memory; what is left."""
+        keys = list(missing)
+        digests = _digests(keys)
+        left = np.ones(len(keys), dtype=bool)
+        for table in self._tables.values():
+            looked_up = np.flatnonzero(left)
+            found, rows = table.rows_of(digests[looked_up])
+            for index, row in zip(looked_up[found], rows):
+                self._memory[keys[index]] = row
+            left[looked_up[found]] = False
+            if not left.any():
+                break
+        return {keys[i]: missing[keys[i]] for i in np.flatnonzero(left)}
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts of `texts` that neither memory, the shards nor the tables hold (no row is read)."""
+        with self._turn:
+            self._load_new_shards()
+            left = {key: text for key, text in zip(map(_text_key, texts), texts) if key not in self._memory}
+            keys = list(left)
+            absent = np.ones(len(keys), dtype=bool)
+            digests = _digests(keys)
+            for table in self._tables.values():
+                absent &= ~table.contains(digests)
+            return [left[keys[i]] for i in np.flatnonzero(absent)]
+
+    def add_table(self, texts: Sequence[str], vectors: np.ndarray) -> Path:
+        """Write `texts`' `vectors` (encoded by this encoder) as a new table in the cache folder."""
+        if self._folder is None:
+            raise ValueError("embedding tables need a cache folder (encoder.cache_dir)")
+        keys = [_text_key(t) for t in texts]
+        with self._turn:
+            path = write_table(self._folder, _digests(keys), np.asarray(vectors, dtype=np.float32))
+            self._load_new_shards()
+        return path
+
+    def merge_tables(self) -> Path | None:
+        """Merge every table of the cache folder into one (a text held twice kept once); its path."""
+        if self._folder is None:
+            return None
+        with self._turn:
+            self._load_new_shards()
+            merged = merge_tables(self._folder, self.dim)
+            self._tables = {}
+            self._folder_mtime = None
+            self._load_new_shards()
+        return merged
+
     def flush(self) -> None:
         """Write the vectors encoded since the last flush as one new shard."""
         if self._folder is None or not self._pending:
@@ -277,6 +336,13 @@ class CachedEncoder:
             return False
         self._folder_mtime = mtime
         loaded = False
+        for keys_file in sorted(self._folder.glob(f"*{EmbeddingTable.KEYS}")):
+            if keys_file.name not in self._tables:
+                try:
+                    self._tables[keys_file.name] = EmbeddingTable(keys_file, self.dim)
+                except FileNotFoundError:  # merged into another table meanwhile: that one is opened too
+                    continue
+                loaded = True
         for keys_file in sorted(self._folder.glob("*.keys")):
             if keys_file.name in self._shards:
                 continue
@@ -303,6 +369,100 @@ class CachedEncoder:
             pass
 
 
+class EmbeddingTable:
+    """Vectors of texts embedded ahead: `<id>.table-keys.npy` (the texts' 16-byte blake2b
+    digests, sorted) and `<id>.table-rows.npy` (float32 rows in the same order).
+
+    The keys are read whole and the rows memory-mapped: a table of a million texts costs 16 MB
+    of memory to open, and a lookup is a binary search plus a read of the rows found. A table
+    counts once its keys file exists (written last, after the rows, each renamed into place).
+    """
+
+    KEYS = ".table-keys.npy"
+    ROWS = ".table-rows.npy"
+
+    def __init__(self, keys_file: Path, dim: int) -> None:
+        rows_file = keys_file.with_name(keys_file.name[: -len(self.KEYS)] + self.ROWS)
+        self.keys = np.load(keys_file)
+        self.rows = np.load(rows_file, mmap_mode="r")
+        if self.keys.dtype != np.dtype("S16") or self.rows.shape != (len(self.keys), dim):
+            raise ValueError(f"{keys_file}: {len(self.keys)} keys of type {self.keys.dtype} and rows of shape "
+                             f"{self.rows.shape} do not make a table of dim {dim}; delete the cache folder")
+        self.files = (keys_file, rows_file)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _positions(self, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not len(self.keys):
+            return np.zeros(len(digests), dtype=bool), np.zeros(len(digests), dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.keys, digests), len(self.keys) - 1)
+        return self.keys[at] == digests, at
+
+    def contains(self, digests: np.ndarray) -> np.ndarray:
+        """Whether each digest (an S16 array) is in the table."""
+        return self._positions(digests)[0]
+
+    def rows_of(self, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found mask, rows of the found digests in their order)."""
+        found, at = self._positions(digests)
+        return found, np.array(self.rows[at[found]], dtype=np.float32)
+
+
+def write_table(folder: Path, digests: np.ndarray, rows: np.ndarray) -> Path:
+    """Write one table of `rows` keyed by `digests` (distinct) into `folder`; the keys file's path."""
+    if len(digests) != len(rows) or len(np.unique(digests)) != len(digests):
+        raise ValueError(f"a table needs one row per distinct key: {len(np.unique(digests))} distinct of "
+                         f"{len(digests)} keys, {len(rows)} rows")
+    order = np.argsort(digests, kind="stable")
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp_rows = folder / f".{stem}{EmbeddingTable.ROWS}.tmp"
+    with open(tmp_rows, "wb") as handle:
+        np.save(handle, np.ascontiguousarray(rows[order], dtype=np.float32))
+    return _publish_table(folder, stem, tmp_rows, digests[order])
+
+
+def merge_tables(folder: Path, dim: int, block: int = 65536) -> Path | None:
+    """Replace the tables in `folder` by one holding each of their texts once; its keys file's path.
+
+    The rows are copied a block at a time through memory maps, so merging a table larger than
+    memory works. A killed merge leaves the old tables in place (and at worst a hidden temp file).
+    """
+    tables = [EmbeddingTable(keys_file, dim) for keys_file in sorted(folder.glob(f"*{EmbeddingTable.KEYS}"))]
+    if len(tables) < 2:
+        return tables[0].files[0] if tables else None
+    keys, first = np.unique(np.concatenate([t.keys for t in tables]), return_index=True)
+    starts = np.cumsum([0] + [len(t) for t in tables])
+    stem = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    tmp_rows = folder / f".{stem}{EmbeddingTable.ROWS}.tmp"
+    out = np.lib.format.open_memmap(tmp_rows, mode="w+", dtype=np.float32, shape=(len(keys), dim))
+    for lo in range(0, len(keys), block):
+        source = first[lo:lo + block]
+        owner = np.searchsorted(starts, source, side="right") - 1
+        for t in np.unique(owner):
+            mine = owner == t
+            out[lo + np.flatnonzero(mine)] = tables[t].rows[source[mine] - starts[t]]
+    out.flush()
+    del out
+    merged = _publish_table(folder, stem, tmp_rows, keys)
+    for table in tables:  # keys first: a reader scanning meanwhile skips a table whose rows are gone
+        for path in table.files:
+            path.unlink(missing_ok=True)
+    return merged
+
+
+def _publish_table(folder: Path, stem: str, tmp_rows: Path, sorted_digests: np.ndarray) -> Path:
+    """Rename written rows into place, then write and rename the keys that make the table count."""
+    tmp_keys = folder / f".{stem}{EmbeddingTable.KEYS}.tmp"
+    with open(tmp_keys, "wb") as handle:
+        np.save(handle, sorted_digests.astype("S16"))
+    os.replace(tmp_rows, folder / f"{stem}{EmbeddingTable.ROWS}")
+    keys_file = folder / f"{stem}{EmbeddingTable.KEYS}"
+    os.replace(tmp_keys, keys_file)
+    return keys_file
+
+
 def build_encoder(config: EncoderConfig) -> CachedEncoder:
     """The configured encoder behind a cache."""
     if config.kind == "hashing":
@@ -314,6 +474,11 @@ def build_encoder(config: EncoderConfig) -> CachedEncoder:
 
 def _text_key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _digests(keys: Sequence[str]) -> np.ndarray:
+    """`_text_key`s as the raw 16-byte digests that tables store."""
+    return np.array([bytes.fromhex(key) for key in keys], dtype="S16")
 
 
 def _safe_name(name: str) -> str:
