@@ -242,8 +242,8 @@ def sequence_tokens(recipe, kind: str) -> int:
 
 def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> Estimate:
     """Bytes one GPU needs for this recipe (see the module docstring for the accounting)."""
-    from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
-    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+    from kgreasoner.training.trl_internals import TOKEN_CHUNK_SIZE
+    from kgreasoner.training.trl_internals import CHUNKED_LOGPROB_CHUNK_SIZE as _CHUNKED_LOGPROB_CHUNK_SIZE
 
     config = model.config if not hasattr(model, "get_base_model") else model.get_base_model().config
     estimate = Estimate(budget=gpu_memory)
