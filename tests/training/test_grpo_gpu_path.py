@@ -254,3 +254,93 @@ def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(ti
     gc.collect()
     assert all(ref() is None for ref in models)
     assert (out / "hard_cases.jsonl").is_file() and (out / "episode-2" / "final" / "config.json").is_file()
+
+
+# ----------------------------------------------------------------- the dev evaluation on two ranks
+
+
+def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
+    """One of two gloo ranks: a real trainer, then the dev evaluation before step 1.
+
+    ZeRO-3 cannot run here (no GPU): a stand-in gives the model its contract. Outside TRL's generation
+    context every decoder layer's forward is a collective (ZeRO-3 fetches the layer's shards from every
+    rank); entering and leaving the context are collectives too (the whole model gathered, then freed),
+    and inside it a forward needs no other rank. A rank that evaluates alone therefore blocks the others.
+    """
+    import os
+    from contextlib import contextmanager
+
+    try:
+        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+        import torch
+        import torch.distributed as dist
+        import trl.models
+
+        from kgreasoner.training.grpo import DevEval, build_trainer
+
+        dataset, tool = _tool(recipe)
+        trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool,
+                                dataset.split("dev")[:3])
+        gathered, rows = [], []
+
+        def shard_fetch(module, args, kwargs):
+            if not gathered:
+                dist.all_reduce(torch.zeros(1))
+            rows.append(kwargs["hidden_states"].size(0) if "hidden_states" in kwargs else args[0].size(0))
+
+        for layer in trainer.model.model.layers:
+            layer.register_forward_pre_hook(shard_fetch, with_kwargs=True)
+        real = trl.models.unwrap_model_for_generation
+
+        @contextmanager
+        def zero3_generation(model, accelerator, **kwargs):
+            dist.all_reduce(torch.zeros(1))
+            gathered.append(True)
+            with real(model, accelerator, **kwargs) as unwrapped:
+                yield unwrapped
+            gathered.pop()
+            dist.all_reduce(torch.zeros(1))
+
+        trl.models.unwrap_model_for_generation = zero3_generation
+        [dev] = [c for c in trainer.callback_handler.callbacks if isinstance(c, DevEval)]
+        trainer.state.global_step = 0
+        dev._evaluate(trainer.state)
+        logs = [None, None]
+        dist.all_gather_object(logs, {name: list(values) for name, values in trainer._metrics["train"].items()})
+        queue.put((rank, logs, max(rows) if rows else 0))
+        dist.destroy_process_group()
+    except BaseException as err:  # report it to the parent instead of dying silently
+        queue.put((rank, "error", repr(err)))
+
+
+@pytest.mark.slow
+def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_dir, tmp_path):
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "dev", dev_eval_steps=1, dev_eval_questions=3,
+                     trainer={"ddp_timeout": 60})
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_dev_eval_rank, args=(rank, port, recipe, queue)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:  # a rank left waiting in a collective never reports: that is the failure this test is for
+        results = dict((r[0], r[1:]) for r in (queue.get(timeout=240) for _ in processes))
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    assert all(result[0] != "error" for result in results.values()), results
+    logs = results[0][0]
+    assert logs[0] == logs[1] == results[1][0][0], "the ranks logged different dev figures"
+    assert set(logs[0]) >= {"dev/hits1", "dev/searches"}
+    # each rank rolled out its own share of the three questions: two and one rows
+    assert (results[0][1], results[1][1]) == (2, 1)
+    rows = [json.loads(line) for line in (tmp_path / "dev" / "steps.jsonl").read_text().splitlines()]
+    assert [(r["step"], "dev/hits1" in r) for r in rows] == [(0, True)]
