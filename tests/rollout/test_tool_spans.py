@@ -32,7 +32,7 @@ def _tool() -> KGSearchTool:
 
 
 def _check_rewards(trajectories):
-    columns = trl_rollout_output(trajectories)
+    columns = trl_rollout_output(trajectories, end_token_id=0)
     texts = columns["completion_text"]
     assert answer_reward(texts, answers=GOLD, **columns) == [0.0, 0.0]
     assert search_reward(texts, **columns) == [0.5, 0.5]  # one model call each, which returned triples

@@ -344,3 +344,29 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
     assert (results[0][1], results[1][1]) == (2, 1)
     rows = [json.loads(line) for line in (tmp_path / "dev" / "steps.jsonl").read_text().splitlines()]
     assert [(r["step"], "dev/hits1" in r) for r in rows] == [(0, True)]
+
+
+@pytest.mark.slow
+def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint, synthetic_dir, tmp_path):
+    """vLLM cannot run here: `engine` stands in for the `vllm.LLM` TRL built for episode 1 (only its
+    identity matters: no second engine may be started in the process)."""
+    from types import SimpleNamespace
+
+    import trl.trainer.grpo_trainer as grpo_trainer
+
+    from kgreasoner.training.grpo import build_trainer
+    from kgreasoner.training.trl_internals import release_trainer, vllm_engine
+
+    stock = grpo_trainer.VLLMGeneration
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "vllm", rollout_backend="vllm")
+    dataset, tool = _tool(recipe)
+    examples = dataset.split("train")[:4]
+    engine = SimpleNamespace(name="episode 1's vllm.LLM")
+    started = SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(mode="colocate", llm=engine))
+    first = build_trainer(recipe, 1, recipe.episodes[0], examples, str(tiny_checkpoint), tool, (), started)
+    release_trainer(first)
+    assert first.vllm_generation.model is None and first.model is None
+    second = build_trainer(recipe, 2, recipe.episodes[0], examples, str(tiny_checkpoint), tool, (), first)
+    assert vllm_engine(second) == (engine, None)
+    assert second.vllm_generation.model is second.model and second.vllm_generation.accelerator is second.accelerator
+    assert grpo_trainer.VLLMGeneration is stock
