@@ -196,7 +196,8 @@ def trl_rollout_output(trajectories: list[Trajectory], end_token_id: int) -> dic
     """The dict TRL's GRPOTrainer expects from `rollout_func`, plus per-row extras for rewards.
 
     Required: `prompt_ids`, `completion_ids`, `logprobs`; `env_mask` becomes the trainer's tool mask.
-    A row that ended (`ENDED_REASONS`) and does not end with `end_token_id` already gets it appended with env_mask 0 and logprob 0.0: TRL counts a completion whose last id
+    A row that ended (`ENDED_REASONS`) and does not end with `end_token_id` already gets it
+    appended, with env_mask 0 and logprob 0.0: TRL counts a completion whose last id
     is not an end-of-sequence (or pad) id as clipped (`completions/clipped_ratio`, and masked with
     `mask_truncated_completions`), and reads that last id, so a row that failed before writing a
     token must not hand TRL an empty completion. The appended id carries no loss (env_mask 0)

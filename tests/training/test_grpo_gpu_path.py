@@ -49,8 +49,9 @@ def test_the_recipe_sets_the_lengths_itself():
 
 
 def test_sleep_mode_is_refused_with_what_to_do():
-    with pytest.raises(ConfigError, match="trainer: vllm_enable_sleep_mode: True is not supported: the multi-turn "
-                                          "rollout calls the engine's generate itself.*lower vllm_gpu_memory_utilization"):
+    message = ("trainer: vllm_enable_sleep_mode: True is not supported: the multi-turn rollout calls the "
+               "engine's generate itself.*lower vllm_gpu_memory_utilization")
+    with pytest.raises(ConfigError, match=message):
         load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm",
                                         "trainer.vllm_enable_sleep_mode=true"])
     load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "trainer.vllm_enable_sleep_mode=false"])
