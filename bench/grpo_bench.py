@@ -90,7 +90,7 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
 
     from trl import GRPOTrainer
 
-    import kgreasoner.training.grpo as grpo
+    from kgreasoner.training import trl_internals
     from kgreasoner.data import load_dataset
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import Episode, _open_kg, build_trainer
@@ -100,7 +100,8 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
     out = Path(recipe.output_dir)
     # The `today` rows reproduce the trainer before the scored LM head: TRL's own class.
-    with mock.patch.object(grpo, "_scoring_trainer_class", grpo._scoring_trainer_class if scored else lambda: GRPOTrainer):
+    with mock.patch.object(trl_internals, "scoring_trainer_class",
+                           trl_internals.scoring_trainer_class if scored else lambda: GRPOTrainer):
         trainer = build_trainer(recipe, 1, Episode("all", max_steps=steps), examples, recipe.model, tool)
     tokenizer = trainer.processing_class
     prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False)["input_ids"])

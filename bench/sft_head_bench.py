@@ -14,9 +14,9 @@ import argparse
 import time
 
 import torch
-from trl.trainer.utils import add_fused_lm_head
 
 from kgreasoner.models import load_model_and_tokenizer
+from kgreasoner.training.trl_internals import add_fused_lm_head
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.warmup_data import encode_record

@@ -9,10 +9,12 @@ loads neither torch nor vLLM.
 
 from kgreasoner.rollout.engine import RolloutEngine, RowState
 from kgreasoner.rollout.types import (
-    FINISH_REASONS, RolloutConfig, SamplingParams, ToolCall, Trajectory, trl_rollout_output,
+    ENDED_REASONS, FINISH_REASONS, RolloutConfig, SamplingParams, ToolCall, Trajectory, completion_tokens,
+    sequence_tokens, trl_rollout_output,
 )
 
 __all__ = [
+    "ENDED_REASONS",
     "FINISH_REASONS",
     "RolloutConfig",
     "RolloutEngine",
@@ -20,5 +22,7 @@ __all__ = [
     "SamplingParams",
     "ToolCall",
     "Trajectory",
+    "completion_tokens",
+    "sequence_tokens",
     "trl_rollout_output",
 ]

@@ -176,20 +176,49 @@ class Trajectory:
         }
 
 
-def trl_rollout_output(trajectories: list[Trajectory]) -> dict[str, list]:
+ENDED_REASONS = ("answer", "eos", "error")
+"""Finish reasons of a row that ended rather than ran into a limit (`max_tokens`, `max_turns`)."""
+
+
+def completion_tokens(config: RolloutConfig) -> int:
+    """The most tokens one row's completion can hold as TRL gets it: every model token, every tool
+    block, and the end-of-sequence id `trl_rollout_output` may append."""
+    return config.max_new_tokens + config.max_turns * config.max_tool_tokens + 1
+
+
+def sequence_tokens(config: RolloutConfig, prompt_tokens: int) -> int:
+    """The longest prompt + completion of one row: what vLLM must hold (`vllm_max_model_length`) and
+    what one training row can be, for prompts of at most `prompt_tokens` tokens."""
+    return prompt_tokens + completion_tokens(config)
+
+
+def trl_rollout_output(trajectories: list[Trajectory], end_token_id: int) -> dict[str, list]:
     """The dict TRL's GRPOTrainer expects from `rollout_func`, plus per-row extras for rewards.
 
     Required: `prompt_ids`, `completion_ids`, `logprobs`; `env_mask` becomes the trainer's tool mask.
+    A row that ended (`ENDED_REASONS`) and does not end with `end_token_id` already gets it
+    appended, with env_mask 0 and logprob 0.0: TRL counts a completion whose last id
+    is not an end-of-sequence (or pad) id as clipped (`completions/clipped_ratio`, and masked with
+    `mask_truncated_completions`), and reads that last id, so a row that failed before writing a
+    token must not hand TRL an empty completion. The appended id carries no loss (env_mask 0)
+    and is not in `completion_text`. Rows cut by a limit end as they are: they were clipped.
     Extras (forwarded to reward functions as kwargs): `completion_text` (our decoding, which keeps
     the tags even where the tokenizer marks them special), `tool_spans` (where the tool blocks sit
     in `completion_text`, so rewards read model-written text only), `num_searches`,
     `num_tool_calls`, `num_backtracks`, `finish_reason`, `resolved_answers`.
     """
+    completion_ids, logprobs, env_mask = [], [], []
+    for t in trajectories:
+        ended = t.finish_reason in ENDED_REASONS or not t.completion_ids
+        tail = [end_token_id] if ended and t.completion_ids[-1:] != [end_token_id] else []
+        completion_ids.append(t.completion_ids + tail)
+        logprobs.append(t.logprobs + [0.0] * len(tail))
+        env_mask.append(t.env_mask + [0] * len(tail))
     return {
         "prompt_ids": [t.prompt_ids for t in trajectories],
-        "completion_ids": [t.completion_ids for t in trajectories],
-        "logprobs": [t.logprobs for t in trajectories],
-        "env_mask": [t.env_mask for t in trajectories],
+        "completion_ids": completion_ids,
+        "logprobs": logprobs,
+        "env_mask": env_mask,
         "completion_text": [t.text for t in trajectories],
         "tool_spans": [[list(span) for span in t.tool_spans] for t in trajectories],
         "num_searches": [t.num_searches for t in trajectories],

@@ -79,10 +79,46 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
 
 
 def is_saved_model(folder: str | Path) -> bool:
-    """True when `folder` holds a saved model: a full checkpoint (`config.json`) or, from a LoRA
-    run, an adapter (`adapter_config.json`; PEFT saves no `config.json` there)."""
-    folder = Path(folder)
-    return (folder / "config.json").is_file() or (folder / "adapter_config.json").is_file()
+    """True when `folder` holds a finished model (`save_final` writes `config.json` last of all)."""
+    return (Path(folder) / "config.json").is_file()
+
+
+def save_final(trainer, final: str | Path, base: str) -> Path:
+    """Save the trained model as a full checkpoint in `final`, every rank together; returns `final`.
+
+    The next stage (a later GRPO episode, vLLM, evaluation) loads `final` as a model. A LoRA run's
+    trainer saves only its adapter, which no `from_pretrained` of a model reads; so the adapter goes
+    beside it (`<final>-adapter`), and the main process merges it into `base`, the model the run
+    started from, and saves the merged model. Everything is written to `<final>.partial` first and
+    renamed at the end, so a run killed while saving leaves no `final` that `is_saved_model` accepts.
+    """
+    import shutil
+
+    final = Path(final)
+    partial = final.with_name(final.name + ".partial")
+    if trainer.is_world_process_zero() and partial.exists():
+        shutil.rmtree(partial)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(partial))  # a collective under ZeRO-3: the weights are gathered for it
+    if trainer.is_world_process_zero():
+        if (partial / "adapter_config.json").is_file():
+            from peft import PeftModel
+            from transformers import AutoModelForCausalLM
+
+            adapter = final.with_name(final.name + "-adapter")
+            if adapter.exists():
+                shutil.rmtree(adapter)
+            partial.rename(adapter)
+            merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="auto"),
+                                               str(adapter)).merge_and_unload()
+            merged.save_pretrained(str(partial))
+        trainer.model.generation_config.save_pretrained(str(partial))
+        trainer.processing_class.save_pretrained(str(partial))
+        if final.exists():
+            shutil.rmtree(final)
+        partial.rename(final)
+    trainer.accelerator.wait_for_everyone()
+    return final
 
 
 def finish_distributed() -> None:

@@ -36,11 +36,20 @@ from transformers import TrainerCallback
 from kgreasoner.config import resolve_recipe
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
-from kgreasoner.training.common import LoraSettings, ddp_backend, is_saved_model, last_complete_checkpoint
+from kgreasoner.training.common import (
+    LoraSettings, ddp_backend, is_saved_model, last_complete_checkpoint, save_final,
+)
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
 
 EPISODE_DATA = ("all", "hard")
+UNSUPPORTED_TRAINER = {
+    "vllm_enable_sleep_mode": (False, "the multi-turn rollout calls the engine's generate itself, and a sleeping "
+                                      "engine's KV cache is never woken for it; remove it and lower "
+                                      "vllm_gpu_memory_utilization if memory is short"),
+    "vllm_mode": ("colocate", "the multi-turn rollout drives TRL's colocated engine; remove vllm_mode"),
+}
+"""GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
@@ -133,9 +142,9 @@ class GRPORecipe:
         default="hf", metadata={"help": "hf (our batched KV-cache loop on the training weights) or vllm "
                                         "(TRL's colocated vLLM engine after its weight sync, driven from token ids)"}
     )
-    vllm_mode: str = field(default="colocate", metadata={
-        "help": "vllm backend: colocate (server mode, TRL's `trl vllm-serve`, is not wired to the rollout yet)"})
-    vllm_server_base_url: str | None = field(default=None, metadata={"help": "vllm server mode: its base URL"})
+    max_prompt_tokens: int = field(default=512, metadata={
+        "help": "longest prompt in tokens; longer questions are left out of training (with a warning). With the "
+                "rollout limits it sizes vLLM's context (vllm_max_model_length) and TRL's max_completion_length"})
 
     def __post_init__(self) -> None:
         if not self.episodes:
@@ -147,9 +156,6 @@ class GRPORecipe:
             raise ValueError("num_generations must be >= 2: GRPO compares rollouts of one question")
         if self.rollout_backend not in ("hf", "vllm"):
             raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
-        if self.rollout_backend == "vllm" and self.vllm_mode != "colocate":
-            raise ValueError(f"vllm_mode must be colocate with rollout_backend vllm, got {self.vllm_mode!r}: "
-                             "the multi-turn rollout drives TRL's colocated engine; server mode is not wired yet")
         if self.split_scheme not in ("random", "grouped"):
             raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
         from kgreasoner.rewards import SEARCH_FORMS
@@ -163,8 +169,13 @@ class GRPORecipe:
                              f"{self.dev_eval_steps} and {self.dev_eval_questions}")
         if self.length_chunk_rows < 1:
             raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
+        if self.max_prompt_tokens < 1:
+            raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
         if not isinstance(self.trainer, dict):
             raise ValueError("trainer must be a mapping of GRPOConfig field names to values")
+        for name, value in self.trainer.items():
+            if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
+                raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
 
 
 class KGRollout:
@@ -177,11 +188,12 @@ class KGRollout:
         self.rollout_seconds = 0.0
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
-        from trl.models.utils import unwrap_model_for_generation
+        from trl.models import unwrap_model_for_generation
 
         from kgreasoner.rollout.engine import RolloutEngine
         from kgreasoner.rollout.hf_backend import HFBackend
-        from kgreasoner.rollout.types import SamplingParams
+        from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
+        from kgreasoner.training.trl_internals import log_metric, vllm_engine
 
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
@@ -195,10 +207,8 @@ class KGRollout:
 
             # TRL has synced the current weights into its engine just before calling us. With tensor
             # parallelism the ranks of a TP group share one engine: the backend gathers their requests.
-            generation = trainer.vllm_generation
-            backend = VLLMBackend(trainer.processing_class, llm=generation.llm,
-                                  tp_group=getattr(generation, "tp_group", None)
-                                  if generation.tensor_parallel_size > 1 else None)
+            llm, tp_group = vllm_engine(trainer)
+            backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
             trajectories = RolloutEngine(backend, None, self.recipe.rollout).run(prompts, sessions, sampling)
         else:
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
@@ -211,17 +221,8 @@ class KGRollout:
         tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
         # TRL's metric path: it averages these over the ranks when it flushes the step's reward metrics
         for name, value in self.figures(trajectories, examples, elapsed, tool_seconds).items():
-            trainer._log_metric(name, value)
-        return {
-            "prompt_ids": [t.prompt_ids for t in trajectories],
-            "completion_ids": [t.completion_ids for t in trajectories],
-            "logprobs": [t.logprobs for t in trajectories],
-            "env_mask": [t.env_mask for t in trajectories],
-            "num_searches": [t.num_searches for t in trajectories],
-            "resolved_answers": [t.resolved_answers for t in trajectories],
-            "completion_text": [t.text for t in trajectories],
-            "tool_spans": [[list(span) for span in t.tool_spans] for t in trajectories],
-        }
+            log_metric(trainer, name, value)
+        return trl_rollout_output(trajectories, trainer.processing_class.eos_token_id)
 
     @staticmethod
     def figures(trajectories, examples, elapsed: float, tool_seconds: float) -> dict[str, float]:
@@ -308,6 +309,8 @@ class RolloutMetrics(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         import torch
 
+        from kgreasoner.training.trl_internals import add_metric
+
         # TRL flushes metrics logged through its path at the next generation, a step late; the step's
         # own timings are averaged over the ranks here (every rank ends every step) and join the buffer
         # TRL logs from at this step, as its own `step_time` does.
@@ -315,8 +318,8 @@ class RolloutMetrics(TrainerCallback):
         accelerator = self.trainer.accelerator
         local = torch.tensor([step_seconds, step_seconds - self.rollout.rollout_seconds], device=accelerator.device)
         step_s, training_s = accelerator.reduce(local, reduction="mean").tolist()
-        self.trainer._metrics["train"]["time/step_s"].append(step_s)
-        self.trainer._metrics["train"]["time/training_s"].append(training_s)
+        add_metric(self.trainer, "time/step_s", step_s)
+        add_metric(self.trainer, "time/training_s", training_s)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs and "loss" in logs:
@@ -329,8 +332,11 @@ class DevEval(TrainerCallback):
 
     The curve RL is judged by: reward can rise while answers do not (a policy paid for searching
     learns to search). Rows go to the step log (`dev/hits1`) and through `trainer.log` to `report_to`.
-    Runs on the main process only; the others wait at the next collective. The figures join the
-    trainer's metric buffer, so the next logged step carries them to `report_to` as well.
+    Every rank rolls out its share of the sample (every world_size-th question) inside TRL's
+    generation context, as the training rollouts do: under ZeRO-3 that context gathers the weights
+    on all ranks together, so a rank left out would hang the others. The verdicts are gathered, and
+    every rank computes the same figures; they join the trainer's metric buffer, so the next logged
+    step carries them to `report_to` as well, and the main process writes the step log.
     """
 
     def __init__(self, recipe: GRPORecipe, examples, tool, step_log: StepLog) -> None:
@@ -349,132 +355,57 @@ class DevEval(TrainerCallback):
             self._evaluate(state)
 
     def _evaluate(self, state) -> None:
-        if not state.is_world_process_zero or not self.examples:
+        if not self.examples:
             return
+        from accelerate.utils import gather_object
+        from trl.models import unwrap_model_for_generation
+
         from kgreasoner.data.sampling import hop_count
         from kgreasoner.rewards import answer_reward
         from kgreasoner.rollout.engine import RolloutEngine
         from kgreasoner.rollout.hf_backend import HFBackend
         from kgreasoner.rollout.types import SamplingParams
+        from kgreasoner.training.trl_internals import add_metric
 
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        was_training = model.training
-        model.eval()
-        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in self.examples]
-        engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
-        trajectories = engine.run(list(self.examples), sessions, SamplingParams(temperature=0.0))
-        model.train(was_training)
-        right = answer_reward([t.text for t in trajectories], answers=[e.answers for e in self.examples],
+        accelerator = self.trainer.accelerator
+        positions = list(range(len(self.examples)))[accelerator.process_index::accelerator.num_processes]
+        share = [self.examples[i] for i in positions]
+        with unwrap_model_for_generation(self.trainer.model_wrapped, accelerator) as model:
+            was_training = model.training
+            model.eval()
+            sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]
+            engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
+            trajectories = engine.run(share, sessions, SamplingParams(temperature=0.0))
+            model.train(was_training)
+        right = answer_reward([t.text for t in trajectories], answers=[e.answers for e in share],
                               resolved_answers=[t.resolved_answers for t in trajectories],
-                              tool_spans=[t.tool_spans for t in trajectories])
+                              tool_spans=[t.tool_spans for t in trajectories]) if share else []
+        verdicts = sorted(gather_object([(i, r, t.num_searches) for i, r, t in zip(positions, right, trajectories)]))
+        right = [r for _, r, _ in verdicts]
         logs = {"dev/hits1": sum(right) / len(right),
-                "dev/searches": sum(t.num_searches for t in trajectories) / len(trajectories)}
+                "dev/searches": sum(n for _, _, n in verdicts) / len(verdicts)}
         for hops in sorted({hop_count(e) for e in self.examples}):
             picked = [r for r, e in zip(right, self.examples) if hop_count(e) == hops]
             logs[f"dev/hits1_hop{hops}"] = sum(picked) / len(picked)
-        self.step_log.append(state.global_step, logs)
+        if state.is_world_process_zero:
+            self.step_log.append(state.global_step, logs)
         for name, value in logs.items():
-            self.trainer._metrics["train"][name].append(value)
-
-
-def length_chunks(attention_mask, rows_per_chunk: int):
-    """Rows grouped by length, each group with the span of columns that holds its real tokens.
-
-    `attention_mask` is TRL's (rows, prompt + completion) mask: prompts padded on the left,
-    completions on the right. Rows are sorted by where their real tokens end and cut into groups of
-    `rows_per_chunk`; each group comes with `(rows, first, end)`: the row indices (a tensor) and the
-    columns `[first, end)` from its earliest real token to its latest. Every real token of every
-    row lies in its group's span, so scoring the span loses nothing. A row with no real token at
-    all adds nothing to its group's span.
-    """
-    import torch
-
-    if rows_per_chunk < 1:
-        raise ValueError(f"rows_per_chunk must be >= 1, got {rows_per_chunk}")
-    width = attention_mask.size(1)
-    real = attention_mask.bool()
-    columns = torch.arange(width, device=attention_mask.device).expand_as(attention_mask)
-    ends = torch.where(real, columns + 1, 0).amax(dim=1)
-    starts = torch.where(real, columns, width).amin(dim=1)
-    order = torch.argsort(ends, stable=True)
-    chunks = []
-    for offset in range(0, order.numel(), rows_per_chunk):
-        rows = order[offset:offset + rows_per_chunk]
-        end = int(ends[rows].max())
-        chunks.append((rows, min(int(starts[rows].min()), end), end))
-    return chunks
-
-
-def _scoring_trainer_class():
-    """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
-
-    The loss reads the log-probabilities of model-written completion tokens (completion mask times
-    env_mask). TRL's fused LM head scores only labelled positions on GPUs, but on other devices it
-    scores every position, prompt and tool blocks included: with a tiny model's vocabulary
-    projection twice the size of its body, and tool blocks 80% of a completion, most of a CPU step
-    went to logits the loss multiplies by zero. Here those positions get label -100 and the fused
-    head runs on the labelled rows only, on every device. Log-probabilities and gradients at the
-    positions the loss reads are unchanged (tested); the others are 0.
-
-    The batch is also scored in chunks of rows of similar length (`length_chunks`), each cut to its
-    own span of real tokens: TRL pads every sequence to the longest rollout of the step, and one
-    six-turn rollout among two-turn ones made most of the forward and backward run over padding.
-    Cutting the shared left padding shifts every position of a row by the same amount, which
-    rotary position embeddings leave unchanged (attention reads only position differences).
-    """
-    from unittest import mock
-
-    import torch
-    import trl.trainer.utils as trl_utils
-    from trl import GRPOTrainer
-
-    class ScoringGRPOTrainer(GRPOTrainer):
-        _scored = None
-        length_chunk_rows = 4
-
-        def _compute_loss(self, model, inputs):
-            mask = inputs["completion_mask"]
-            self._scored = mask if inputs.get("tool_mask") is None else mask * inputs["tool_mask"]
-            try:
-                return super()._compute_loss(model, inputs)
-            finally:
-                self._scored = None
-
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
-                                               **multimodal):
-            if self._scored is None or compute_aux_loss or any(v is not None for v in multimodal.values()):
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                    compute_aux_loss, **multimodal)
-            prompt_width = input_ids.size(1) - logits_to_keep
-            logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
-            entropies = torch.zeros_like(logps) if compute_entropy else None
-            for rows, first, end in length_chunks(attention_mask, batch_size or self.length_chunk_rows):
-                kept = end - prompt_width  # completion columns inside the chunk's span
-                if kept <= 0:
-                    continue
-                first = min(first, prompt_width)
-                ids, attention = input_ids[rows, first:end], attention_mask[rows, first:end]
-                columns = torch.arange(kept, device=logps.device)[None, :]
-                labels = ids.masked_fill(attention == 0, -100)
-                labels[:, :-kept] = -100
-                labels[:, -kept:] = labels[:, -kept:].masked_fill(self._scored[rows, :kept] == 0, -100)
-                with self.accelerator.autocast(), mock.patch.object(trl_utils, "_use_triton", lambda device: True):
-                    outputs = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
-                # index_put keeps the autograd graph of every chunk in the one tensor the loss reads
-                logps = logps.index_put((rows[:, None], columns), outputs.log_probs[:, -kept:].float())
-                if compute_entropy:
-                    entropies = entropies.index_put((rows[:, None], columns), outputs.entropy[:, -kept:].float())
-            return logps, entropies, None
-
-    return ScoringGRPOTrainer
+            add_metric(self.trainer, name, value)
 
 
 def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
+    """TRL's GRPOConfig of one episode, with the recipe's `trainer` mapping passed through.
+
+    The lengths come from the recipe's own budget (`rollout.types.sequence_tokens`): vLLM's context
+    holds the longest prompt plus the longest completion, instead of the model's whole context
+    (131,072 tokens for Llama-3.1, whose KV cache for one such sequence does not fit vLLM's share), and
+    `max_completion_length` is the longest completion the rollout hands TRL (`dr_grpo` divides by it).
+    """
     from trl import GRPOConfig
 
     import torch
+
+    from kgreasoner.rollout.types import completion_tokens, sequence_tokens
 
     owned = dict(
         output_dir=str(output_dir),
@@ -506,8 +437,8 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
         ddp_backend=ddp_backend(),
         use_cpu=not torch.cuda.is_available(),
         use_vllm=recipe.rollout_backend == "vllm",
-        vllm_mode=recipe.vllm_mode,
-        vllm_server_base_url=recipe.vllm_server_base_url,
+        vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
+        max_completion_length=completion_tokens(recipe.rollout),
         log_completions=False,
         mask_truncated_completions=False,
         model_init_kwargs={"dtype": "bfloat16" if recipe.bf16 else "float32"},
@@ -547,8 +478,9 @@ def _open_kg(recipe: GRPORecipe, dataset):
     return open_dataset_kg(dataset)
 
 
-def _episode_dataset(examples, tokenizer, order: str, seed: int):
-    """The episode's rows in training order (TRL keeps it unless the order is `shuffled`)."""
+def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int):
+    """The episode's rows in training order (TRL keeps it unless the order is `shuffled`), and the
+    number of questions left out because their prompt is longer than `max_prompt_tokens`."""
     from datasets import Dataset
 
     from kgreasoner.data.sampling import balanced_order, hop_count
@@ -556,41 +488,59 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int):
 
     if order == "stratified":
         examples = balanced_order(examples, seed)
-    rows, by_prompt = [], {}
+    rows, by_prompt, dropped = [], {}, 0
     for example in examples:
         prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
+        if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
+            dropped += 1
+            continue
         by_prompt[prompt] = example
         forms = [form for answer in example.answers for form in answer.surface_forms()]
         rows.append({"prompt": prompt, "answers": forms, "id": example.id, "hops": hop_count(example)})
-    return Dataset.from_list(rows), by_prompt
+    return Dataset.from_list(rows), by_prompt, dropped
 
 
 def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool,
-                  dev_examples=()):
-    """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks."""
+                  dev_examples=(), engine_from=None):
+    """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks.
+
+    With `engine_from` (the previous episode's trainer) a vLLM rollout drives that trainer's
+    colocated engine instead of starting a second one in the process.
+    """
     from transformers import AutoTokenizer
 
     from kgreasoner.rewards import reward_functions
+    from kgreasoner.training.trl_internals import reusing_vllm_engine, scoring_trainer_class, send_unfused_experts
 
     root = Path(recipe.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    data, by_prompt = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed)
+    data, by_prompt, dropped = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed,
+                                                recipe.max_prompt_tokens)
+    if not len(data):
+        raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
+    args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
+    if dropped:
+        logger.warning("episode %d: left out %d questions whose prompt is longer than max_prompt_tokens=%d",
+                       number, dropped, recipe.max_prompt_tokens)
     rollout = KGRollout(recipe, tool, by_prompt)
     step_log = StepLog(root / STEP_LOG, number)
     metrics = RolloutMetrics(step_log, rollout)
     callbacks = [metrics]
     if recipe.dev_eval_steps and dev_examples:
         callbacks.append(DevEval(recipe, dev_examples, tool, step_log))
-    trainer = _scoring_trainer_class()(
-        model=model_path,
-        reward_funcs=reward_functions(search_form=recipe.search_reward),
-        args=grpo_config(recipe, root / f"episode-{number}", episode),
-        train_dataset=data,
-        processing_class=tokenizer,
-        peft_config=recipe.lora.peft_config(),
-        rollout_func=rollout,
-        callbacks=callbacks,
-    )
+    with reusing_vllm_engine(engine_from):
+        trainer = scoring_trainer_class()(
+            model=model_path,
+            reward_funcs=reward_functions(search_form=recipe.search_reward),
+            args=args,
+            train_dataset=data,
+            processing_class=tokenizer,
+            peft_config=recipe.lora.peft_config(),
+            rollout_func=rollout,
+            callbacks=callbacks,
+        )
+    if args.use_vllm:
+        send_unfused_experts(trainer)
     for callback in callbacks:
         callback.trainer = trainer
     trainer.length_chunk_rows = recipe.length_chunk_rows
@@ -598,11 +548,27 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
 
 
 def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
-    """Run every episode in turn; returns the final model directory of the last one."""
+    """Run every episode in turn; returns the final model directory of the last one.
+
+    What is alive on each GPU, in order (what preflight adds up for episode 2):
+    1. Hard-case mining, when a later episode trains on hard cases that are not mined yet: the warm-up
+       model (`recipe.model`, inference dtype) on every rank, before anything else exists; freed
+       (and the CUDA cache emptied) before episode 1 starts. Mining reads only the warm-up model
+       and the reference trajectories, so it need not wait for episode 1.
+    2. Episode k: its trainer (policy, reference model when beta > 0, optimiser states, DeepSpeed
+       engine) and, with `rollout_backend: vllm`, one colocated vLLM engine.
+    3. Between episodes: the finished trainer is saved, then released (`trl_internals.release_trainer`):
+       policy, reference model, optimiser and DeepSpeed engine are dropped and the CUDA cache emptied
+       before the next trainer is built. The vLLM engine alone stays alive (its weights and KV cache,
+       `vllm_gpu_memory_utilization` of the GPU): episode k + 1's trainer drives the same engine
+       (`engine_from`), whose first weight sync loads the new policy. So episode 2 holds what
+       episode 1 held, no more.
+    """
 
     from kgreasoner.data import load_dataset
     from kgreasoner.data.entity_names import with_kg_names
     from kgreasoner.retrieval.tool import KGSearchTool
+    from kgreasoner.training.trl_internals import release_trainer
 
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
@@ -619,29 +585,28 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         dev_examples = with_kg_names(dev_examples, tool.kg)
     root = Path(recipe.output_dir)
     root.mkdir(parents=True, exist_ok=True)
-    model_path = recipe.model
-    for number, episode in enumerate(recipe.episodes, 1):
-        episode_dir = root / f"episode-{number}"
-        final = episode_dir / "final"
+    finals = [root / f"episode-{number}" / "final" for number in range(1, len(recipe.episodes) + 1)]
+    hard = None
+    if any(e.data == "hard" and not is_saved_model(f) for e, f in zip(recipe.episodes, finals)):
+        hard = _hard_ids(recipe)  # before any trainer exists: see the docstring
+    model_path, previous = recipe.model, None
+    for number, (episode, final) in enumerate(zip(recipe.episodes, finals), 1):
+        episode_dir = final.parent
         if is_saved_model(final):
             model_path = str(final)
             logger.info("episode %d/%d already done: %s", number, len(recipe.episodes), final)
             continue
         examples = train_examples
         if episode.data == "hard":
-            hard = _hard_ids(recipe)
             examples = [e for e in train_examples if e.id in hard]
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
-        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples)
+        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous)
         checkpoint = last_complete_checkpoint(episode_dir) if resume else None
         logger.info("episode %d/%d: %d %s questions from %s%s", number, len(recipe.episodes), len(examples),
                     episode.data, model_path, f", resuming {checkpoint}" if checkpoint else "")
         trainer.train(resume_from_checkpoint=checkpoint)
-        trainer.save_model(str(final))
-        if trainer.is_world_process_zero():
-            trainer.processing_class.save_pretrained(str(final))
-            trainer.model.generation_config.save_pretrained(str(final))
-        trainer.accelerator.wait_for_everyone()
-        model_path = str(final)
+        model_path = str(save_final(trainer, final, model_path))
+        release_trainer(trainer)
+        previous = trainer if trainer.use_vllm else None  # kept for its vLLM engine only
     return Path(model_path)

@@ -15,7 +15,8 @@ import functools
 import types
 
 import torch
-from trl.trainer.utils import FusedCausalLMOutput
+
+from kgreasoner.training.trl_internals import FusedCausalLMOutput
 
 
 def logit_scaling(model) -> str | None:

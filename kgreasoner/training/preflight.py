@@ -22,10 +22,10 @@ P = parameters, T = trainable parameters). A training step holds:
 - activations: per token and layer, the stored layer input (hidden x 2 bytes) with gradient
   checkpointing plus one layer's working set being recomputed, or every layer's working set
   ((12 hidden + 3 MLP width) x 2 bytes) without it; the batch is `per_device_train_batch_size`
-  sequences of the longest length (SFT `max_length`; GRPO `PROMPT_TOKENS` + every model token +
-  every tool block the rollout allows);
+  sequences of the longest length (SFT `max_length`; GRPO `max_prompt_tokens` + every model token +
+  every tool block the rollout allows + the end id);
 - LM head: TRL projects through the vocabulary in tiles of `TOKEN_CHUNK_SIZE` tokens by
-  `_CHUNKED_LOGPROB_CHUNK_SIZE` vocabulary columns (its fused LM head, used by both trainers), so
+  `CHUNKED_LOGPROB_CHUNK_SIZE` vocabulary columns (its fused LM head, used by both trainers), so
   the logits never take batch x length x vocabulary; one tile in fp32, with its gradient;
 - vLLM (GRPO, colocated): `vllm_gpu_memory_utilization` of the GPU, held all run. It must hold the
   bf16 weights (split over `vllm_tensor_parallel_size`), the activations of its profiling forward and
@@ -59,9 +59,6 @@ from kgreasoner.config import resolve_recipe
 
 GIB = 1024 ** 3
 OVERHEAD_BYTES = 2 * GIB
-PROMPT_TOKENS = 512
-"""Prompt budget of a GRPO sequence: the protocol's system prompt (~300 tokens with Qwen3's
-template) plus the question and topic entities."""
 KV_CACHE_FLOOR = 0.1
 """Share of vLLM's memory that must be left for its KV cache once the weights are in."""
 VLLM_BATCHED_TOKENS = 4096
@@ -307,8 +304,9 @@ def sequence_tokens(recipe, kind: str) -> int:
     """The longest sequence one training row can be (for GRPO also the context vLLM needs)."""
     if kind == "sft":
         return recipe.max_length
-    rollout = recipe.rollout
-    return PROMPT_TOKENS + rollout.max_new_tokens + rollout.max_turns * rollout.max_tool_tokens
+    from kgreasoner.rollout.types import sequence_tokens as rollout_sequence_tokens
+
+    return rollout_sequence_tokens(recipe.rollout, recipe.max_prompt_tokens)
 
 
 def generation_rows(recipe, args, gpus: int) -> int:
@@ -341,13 +339,12 @@ def mining_tokens(recipe) -> tuple[int, int]:
     for record in iter_warmup(recipe.hard_case_trajectories):
         longest = max(longest, sum(len(s.text.encode()) for s in record.segments))
         labelled = max(labelled, sum(len(s.text.encode()) for s in record.segments if s.train))
-    return PROMPT_TOKENS + longest, labelled
+    return recipe.max_prompt_tokens + longest, labelled
 
 
 def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> Estimate:
     """Bytes one GPU needs for this recipe, phase by phase (see the module docstring for the accounting)."""
-    from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE
-    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE
+    from kgreasoner.training.trl_internals import CHUNKED_LOGPROB_CHUNK_SIZE, TOKEN_CHUNK_SIZE
 
     config = _base(model).config
     estimate = Estimate(budget=gpu_memory)
@@ -399,7 +396,7 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     else:
         estimate.add(TRAINING, "activations", tokens * per_token * layers,
                      f"{tokens} tokens x {layers} layers (no checkpointing)")
-    vocab_tile = min(_CHUNKED_LOGPROB_CHUNK_SIZE, config.vocab_size)
+    vocab_tile = min(CHUNKED_LOGPROB_CHUNK_SIZE, config.vocab_size)
     estimate.add(TRAINING, "LM head tile", 2 * min(TOKEN_CHUNK_SIZE, tokens) * vocab_tile * 4,
                  f"TRL's fused head: {min(TOKEN_CHUNK_SIZE, tokens)} tokens x {vocab_tile} columns, fp32, with grad")
     estimate.add(TRAINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
@@ -429,7 +426,7 @@ def _generation_rows(estimate: Estimate, recipe, args, config, held, full_weight
     if recipe.rollout.max_turns and rows > 1:
         estimate.add(GENERATION, "tool-block cache copy", (rows - 1) * columns * kv,
                      "the calling rows' cache, copied to run a tool block")
-    forward = rows * max(PROMPT_TOKENS, recipe.rollout.max_tool_tokens)
+    forward = rows * max(recipe.max_prompt_tokens, recipe.rollout.max_tool_tokens)
     estimate.add(GENERATION, "rollout forward", forward * per_token + rows * config.vocab_size * 4 * 4,
                  f"{forward} prompt tokens through one layer; sampling logits")
     estimate.add(GENERATION, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
@@ -546,8 +543,8 @@ def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
     elif context < rollout:
         report.problems.append(
             f"vLLM's context ({context} tokens, vllm_max_model_length) is shorter than a rollout may grow "
-            f"({rollout} = {PROMPT_TOKENS} prompt + rollout.max_new_tokens + rollout.max_turns x "
-            f"rollout.max_tool_tokens): those rollouts would end in an error")
+            f"({rollout} = max_prompt_tokens {recipe.max_prompt_tokens} + rollout.max_new_tokens + "
+            f"rollout.max_turns x rollout.max_tool_tokens + 1): those rollouts would end in an error")
     else:
         report.checks.append(f"vLLM: one {context}-token sequence ({one / GIB:.2f} GiB of KV) fits the "
                              f"{room / GIB:.1f} GiB its share leaves after the weights")

@@ -15,7 +15,7 @@ from typing import Any
 from accelerate.logging import get_logger
 
 from kgreasoner.config import resolve_recipe
-from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint
+from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint, save_final
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.warmup_data import encode_record
@@ -199,12 +199,7 @@ def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
         # PEFT injects its adapters into `model` itself, so the patch also serves a LoRA run
         add_labelled_lm_head(model)
     trainer.train(resume_from_checkpoint=_last_checkpoint(recipe.output_dir) if resume else None)
-    final = Path(recipe.output_dir) / "final"
-    trainer.save_model(str(final))
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(final))
-        model.generation_config.save_pretrained(str(final))
-    return final
+    return save_final(trainer, Path(recipe.output_dir) / "final", model_path)
 
 
 def _last_checkpoint(output_dir: str) -> str | None:

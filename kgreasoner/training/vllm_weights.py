@@ -14,7 +14,7 @@ weight of a model without fused experts, passes as it is.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator
 
 import torch
 
@@ -60,17 +60,3 @@ def vllm_named_weights(weights: Iterable[tuple[str, torch.Tensor]],
         else:
             for expert, weight in enumerate(tensor):
                 yield f"{prefix}.{expert}.down_proj.weight", weight
-
-
-def send_unfused_experts(generation: Any) -> None:
-    """Make TRL's weight sync to vLLM (colocated `load_weights` and the server's stream) send unfused experts.
-
-    Overrides TRL private `VLLMGeneration._iter_named_params` (on this instance), through which both of
-    `VLLMGeneration.sync_weights`'s modes read the weights; moves into training/trl_internals.py at merge.
-    A model with fused experts of an unknown layout is refused here, before the first sync.
-    """
-    model = generation.model
-    model_type = model.config.model_type
-    check_unfusable(model_type, (name for name, _ in model.named_parameters()))
-    named_params = generation._iter_named_params
-    generation._iter_named_params = lambda: vllm_named_weights(named_params(), model_type)

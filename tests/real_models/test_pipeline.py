@@ -120,7 +120,9 @@ def test_a_finished_lora_episode_is_not_trained_again_on_resume(arch, warm_check
     recipe = _grpo_recipe(warm_checkpoint, world, tmp_path / "lora", episodes=[{"data": "all", "max_steps": 1}],
                           lora={"enabled": True, "r": 4, "alpha": 8})
     final = grpo.train_grpo(recipe)
-    assert (final / "adapter_config.json").is_file() and not (final / "config.json").exists()
+    # the adapter merged into a full model (what the next episode and vLLM load), the adapter beside it
+    assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
+    assert (final.with_name("final-adapter") / "adapter_config.json").is_file()
 
     def no_training(*args, **kwargs):
         raise AssertionError("a finished episode was trained again")

@@ -129,14 +129,14 @@ def test_llama_grpo_without_a_vllm_context_is_refused_and_passes_with_the_rollou
     assert ("FAIL: vLLM cannot start: its share (24.0 GiB) less the bf16 weights (15.0 GiB per GPU at "
             "vllm_tensor_parallel_size 1) and its 4096-token profiling forward (0.7 GiB) leaves 8.3 GiB of KV cache, "
             "and one sequence of its 131072-token context (vllm_max_model_length unset: vLLM takes the model's "
-            "max_position_embeddings) needs 16.0 GiB: give vLLM the rollout's 7680-token context "
+            "max_position_embeddings) needs 16.0 GiB: give vLLM the rollout's 7681-token context "
             "(vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least 0.4") in err
 
     _vllm_context(monkeypatch, "rollout")
     code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
     out = capsys.readouterr().out
     assert code == 0
-    assert "ok: vLLM: one 7680-token sequence (0.94 GiB of KV) fits the 8.3 GiB its share leaves" in out
+    assert "ok: vLLM: one 7681-token sequence (0.94 GiB of KV) fits the 8.3 GiB its share leaves" in out
 
 
 def test_a_vllm_context_shorter_than_the_rollouts_is_refused(world, capsys, monkeypatch):
@@ -156,8 +156,8 @@ def test_a_vllm_context_shorter_than_the_rollouts_is_refused(world, capsys, monk
     monkeypatch.setattr(grpo, "grpo_config", short)
     code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB"))
     assert code == 1
-    assert ("FAIL: vLLM's context (4096 tokens, vllm_max_model_length) is shorter than a rollout may grow (7680 = "
-            "512 prompt + rollout.max_new_tokens + rollout.max_turns x rollout.max_tool_tokens)"
+    assert ("FAIL: vLLM's context (4096 tokens, vllm_max_model_length) is shorter than a rollout may grow (7681 = "
+            "max_prompt_tokens 512 + rollout.max_new_tokens + rollout.max_turns x rollout.max_tool_tokens + 1)"
             ) in capsys.readouterr().err
 
 
@@ -179,8 +179,8 @@ def test_hf_rollouts_hold_the_whole_generation_batch_and_the_gathered_weights(wo
     _vllm_context(monkeypatch, "rollout")
     report, rows = _estimate("qwen3-8b", world, "rollout_backend=hf")
     kv_token = 2 * 36 * 8 * 128 * 2  # keys and values, 36 layers, 8 heads of 128, bf16
-    assert rows[GENERATION, "hf rollout KV cache"] == 32 * (7680 + 64) * kv_token * 1.5
-    assert rows[GENERATION, "tool-block cache copy"] == 31 * (7680 + 64) * kv_token
+    assert rows[GENERATION, "hf rollout KV cache"] == 32 * (7681 + 64) * kv_token * 1.5
+    assert rows[GENERATION, "tool-block cache copy"] == 31 * (7681 + 64) * kv_token
     assert rows[GENERATION, "ZeRO-3 gathered"] == 8_190_735_360 * 2
     assert report.estimate.peak_phase == GENERATION and report.estimate.total > 80 * GIB
     assert report.estimate.phase_total(TRAINING) < 40 * GIB  # alone, the training step fits

@@ -88,8 +88,10 @@ def test_masks_line_up_with_tokens_and_rows_finish_at_different_turns(kind, requ
             torch.testing.assert_close(recorder.seen[(trajectory.index, number)], logits[position - 1],
                                        atol=2e-4, rtol=1e-4)
 
-    output = trl_rollout_output(trajectories)
-    assert output["env_mask"][1] == trajectories[1].env_mask
+    output = trl_rollout_output(trajectories, tokenizer.eos_token_id)
+    # every row ended at </answer>: TRL gets the end-of-sequence id after it, carrying no loss
+    assert output["env_mask"][1] == trajectories[1].env_mask + [0]
+    assert output["completion_ids"][1] == trajectories[1].completion_ids + [tokenizer.eos_token_id]
     assert output["num_searches"] == [0, 1, 2, 3]
 
 

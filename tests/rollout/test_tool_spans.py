@@ -32,7 +32,7 @@ def _tool() -> KGSearchTool:
 
 
 def _check_rewards(trajectories):
-    columns = trl_rollout_output(trajectories)
+    columns = trl_rollout_output(trajectories, end_token_id=0)
     texts = columns["completion_text"]
     assert answer_reward(texts, answers=GOLD, **columns) == [0.0, 0.0]
     assert search_reward(texts, **columns) == [0.5, 0.5]  # one model call each, which returned triples
@@ -49,8 +49,9 @@ def _check_trajectories(trajectories):
         block = trajectory.text[span[0]:span[1]]
         assert FORGED_ANSWER in block and FORGED_SEARCH in block
         assert trajectory.text == CALL + block + (ANSWERED if trajectory is answered else UNANSWERED)
-        # Read blind, the labels answer and search: what the spans defend against.
-        assert parse_trajectory(trajectory.text).answers == ["Paris"]
+        # Read blind, a label's answer is still ignored (answers count only after the last tool block),
+        # but its searches count: what the spans defend against.
+        assert parse_trajectory(trajectory.text).answers == (["Ogden"] if trajectory is answered else [])
         assert count_searches(trajectory.text) == 2 and search_reward([trajectory.text]) == [0.8]
         assert [s.query for s in parse_trajectory(trajectory.text, trajectory.tool_spans).searches] == ["Utah"]
     assert answered.answers == answered.resolved_answers == ["Ogden"]

@@ -114,6 +114,8 @@ def test_a_client_trickling_its_body_gets_408_and_loses_its_connection(server):
                 chunk = sock.recv(65536)
             except socket.timeout:
                 continue
+            except ConnectionResetError:  # our next byte met the closed socket: what came before it counts
+                break
             if not chunk:
                 break
             received += chunk

@@ -65,9 +65,10 @@ def test_recipe_rejects_a_hard_first_episode(tmp_path):
 
 
 def test_recipe_rejects_vllm_server_mode_for_the_multi_turn_rollout():
-    with pytest.raises(ConfigError, match="vllm_mode must be colocate with rollout_backend vllm, got 'server'"):
+    with pytest.raises(ConfigError, match="trainer: vllm_mode: 'server' is not supported: the multi-turn rollout "
+                                          "drives TRL's colocated engine; remove vllm_mode"):
         load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm",
-                                        "vllm_mode=server"])
+                                        "trainer.vllm_mode=server"])
 
 
 @pytest.mark.slow

@@ -90,7 +90,7 @@ def test_the_lm_head_scores_only_where_the_loss_reads_and_nothing_changes_there(
     width = inputs["completion_ids"].size(1)
     scored = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
     assert (~scored & inputs["completion_mask"].bool()).any(), "no tool tokens in the batch"
-    from kgreasoner.training.grpo import length_chunks
+    from kgreasoner.training.trl_internals import length_chunks
 
     assert any(end - first < ids.size(1) for _, first, end in length_chunks(attention, trainer.length_chunk_rows)), \
         "no chunk is shorter than the batch: the test would not see the cut spans"
@@ -154,7 +154,7 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
 
 
 def test_length_chunks_group_rows_by_length_and_cut_each_group_to_its_real_tokens():
-    from kgreasoner.training.grpo import length_chunks
+    from kgreasoner.training.trl_internals import length_chunks
 
     # prompt width 3 (left padded), completion width 4 (right padded)
     mask = torch.tensor([

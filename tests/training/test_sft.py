@@ -45,6 +45,26 @@ def test_sft_learns_the_trajectories_and_saves_a_loadable_model(tiny_checkpoint,
     assert tokenizer.convert_tokens_to_ids("</answer>") in model.generation_config.eos_token_id
 
 
+def test_a_lora_warm_up_saves_the_merged_model_as_final(tiny_checkpoint, records, tmp_path):
+    """GRPO, vLLM and evaluation load the warm-up's `final` as a model: a LoRA run's adapter is merged into it."""
+    import torch
+    from safetensors.torch import load_file
+
+    from kgreasoner.training.common import LoraSettings
+
+    recipe = _recipe(tmp_path, tiny_checkpoint, records, max_steps=4, save_steps=4,
+                     lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    final = train_sft(recipe)
+    assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
+    assert (final.with_name("final-adapter") / "adapter_config.json").is_file()
+    base, merged = load_file(tiny_checkpoint / "model.safetensors"), load_file(final / "model.safetensors")
+    assert set(merged) == set(base)
+    changed = sorted(k for k in base if not torch.equal(base[k], merged[k]))
+    assert changed and all("q_proj" in k or "v_proj" in k for k in changed), changed
+    model, tokenizer = load_model_and_tokenizer(final)
+    assert tokenizer.convert_tokens_to_ids("</answer>") in model.generation_config.eos_token_id
+
+
 def test_resume_continues_from_the_last_checkpoint(tiny_checkpoint, records, tmp_path):
     first = _recipe(tmp_path, tiny_checkpoint, records, max_steps=6)
     train_sft(first)

@@ -17,7 +17,8 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from kgreasoner.data.paths import repo_root
-from kgreasoner.training.vllm_weights import send_unfused_experts, vllm_named_weights
+from kgreasoner.training.trl_internals import send_unfused_experts
+from kgreasoner.training.vllm_weights import vllm_named_weights
 
 MODELS = repo_root().parent / "shared" / "models"
 pytestmark = pytest.mark.skipif(not (MODELS / "qwen3" / "configs").is_dir(),
@@ -183,7 +184,7 @@ def test_trls_sync_sends_the_experts_unfused_once_hooked(moe, monkeypatch):
     assert "model.layers.0.mlp.experts.gate_up_proj" in [name for name, _ in generation.llm.loaded]
 
     generation = trl_generation(moe, monkeypatch)
-    send_unfused_experts(generation)
+    send_unfused_experts(types.SimpleNamespace(vllm_generation=generation))
     generation.sync_weights()
     loaded = generation.llm.loaded
     assert [(n, tuple(t.shape)) for n, t in loaded if "mlp.experts" in n] == PINNED_EXPERT_WEIGHTS
@@ -197,4 +198,4 @@ def test_the_hook_refuses_fused_experts_it_cannot_unfuse(moe, monkeypatch):
     generation = trl_generation(moe, monkeypatch)
     monkeypatch.setattr(moe.config, "model_type", "other_moe")
     with pytest.raises(ValueError, match="model type 'other_moe' keeps its experts fused"):
-        send_unfused_experts(generation)
+        send_unfused_experts(types.SimpleNamespace(vllm_generation=generation))

@@ -1,0 +1,234 @@
+"""Every use of TRL's private parts, in one place, checked against the TRL release it was written for.
+
+TRL makes no promise about underscored names, its `trainer.utils` and `kernels` modules, or the
+attributes of its trainers and vLLM wrapper: a minor release may rename or change any of them.
+The rest of kgreasoner uses TRL's public API (`GRPOTrainer`, `GRPOConfig`, `SFTTrainer`, ...) and
+reaches anything else through this module, so a TRL upgrade is checked here, and the import
+refuses a TRL outside `TESTED_TRL` with an error naming that range (`pyproject.toml` pins the same).
+
+What is here:
+- `scoring_trainer_class`: `GRPOTrainer` with `_compute_loss` and `_get_per_token_logps_and_entropies`
+  overridden to score only where the loss reads, in length chunks (`length_chunks`), through TRL's
+  fused LM head with its `_use_triton` device test patched.
+- `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
+- `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`).
+- `send_unfused_experts`: TRL's weight sync reads the weights through `vllm_weights.vllm_named_weights`
+  (`_iter_named_params`), so fused MoE experts reach vLLM under the names its loader takes.
+- `reusing_vllm_engine`: builds a trainer that drives an earlier trainer's colocated engine;
+  `release_trainer` frees a finished trainer's memory (its engine's reference to the policy included).
+- TRL's fused-head pieces and tile sizes: `FusedCausalLMOutput`, `add_fused_lm_head`,
+  `TOKEN_CHUNK_SIZE`, `CHUNKED_LOGPROB_CHUNK_SIZE`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import trl
+from packaging.version import Version
+
+TESTED_TRL = (">=1.16", "<1.17")
+"""The TRL releases this module was read against and tested with (`pyproject.toml` pins the same)."""
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """Raise ImportError unless `version` (default: the installed TRL's) lies in `TESTED_TRL`."""
+    version = trl.__version__ if version is None else version
+    low, high = (Version(bound.lstrip("<>=")) for bound in TESTED_TRL)
+    if not low <= Version(Version(version).base_version) < high:
+        spec = ",".join(TESTED_TRL)
+        raise ImportError(f"kgreasoner overrides TRL internals read in trl{spec}, but trl {version} is installed: "
+                          f"pip install 'trl{spec}' (or pip install -c constraints-gpu.txt ...)")
+
+
+check_trl_version()
+
+from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE  # noqa: E402  (after the version check)
+from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE as CHUNKED_LOGPROB_CHUNK_SIZE  # noqa: E402
+from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head  # noqa: E402
+
+__all__ = ["CHUNKED_LOGPROB_CHUNK_SIZE", "FusedCausalLMOutput", "TESTED_TRL", "TOKEN_CHUNK_SIZE", "add_fused_lm_head",
+           "add_metric", "check_trl_version", "length_chunks", "log_metric", "release_trainer", "reusing_vllm_engine",
+           "scoring_trainer_class", "send_unfused_experts", "vllm_engine"]
+
+
+def log_metric(trainer, name: str, value: float) -> None:
+    """A figure of this rank for the step, through the path TRL's reward functions get (averaged over ranks)."""
+    trainer._log_metric(name, value)
+
+
+def add_metric(trainer, name: str, value: float) -> None:
+    """A figure already the same on every rank, straight into the buffer TRL logs the step from."""
+    trainer._metrics["train"][name].append(value)
+
+
+def vllm_engine(trainer) -> tuple[Any, Any]:
+    """The trainer's colocated `vllm.LLM` and its tensor-parallel group (None without tensor parallelism)."""
+    generation = trainer.vllm_generation
+    group = getattr(generation, "tp_group", None) if generation.tensor_parallel_size > 1 else None
+    return generation.llm, group
+
+
+@contextlib.contextmanager
+def reusing_vllm_engine(previous):
+    """A `GRPOTrainer` built inside this context drives `previous`'s colocated vLLM engine (None: its own).
+
+    A second `vllm.LLM` in one process needs the first torn down, which vLLM does not do reliably for
+    an engine inside torchrun's ranks (`external_launcher`). TRL's `VLLMGeneration` is built as usual
+    (the new trainer's model, accelerator and settings) except that, instead of starting an engine,
+    it takes over the previous one; the first weight sync of the new trainer then loads its weights.
+    """
+    if previous is None or not getattr(previous, "use_vllm", False):
+        yield
+        return
+    import trl.trainer.grpo_trainer as grpo_trainer
+
+    kept = previous.vllm_generation
+    stock = grpo_trainer.VLLMGeneration
+    if kept.mode != "colocate":
+        raise ValueError("only a colocated vLLM engine can be handed to the next trainer")
+
+    class KeptEngine(stock):
+        def _init_vllm(self):
+            self.llm = kept.llm
+            if hasattr(kept, "tp_group"):
+                self.tp_group = kept.tp_group
+            self._llm_weights_sleeping = False
+
+    grpo_trainer.VLLMGeneration = KeptEngine
+    try:
+        yield
+    finally:
+        grpo_trainer.VLLMGeneration = stock
+
+
+def send_unfused_experts(trainer) -> None:
+    """Make TRL's weight sync to vLLM (colocated `load_weights` and the server's stream) send unfused experts.
+
+    Overrides TRL private `VLLMGeneration._iter_named_params` (on this instance), through which both of
+    `VLLMGeneration.sync_weights`'s modes read the weights (`kgreasoner.training.vllm_weights` says why).
+    A model with fused experts of an unknown layout is refused here, before the first sync.
+    """
+    from kgreasoner.training.vllm_weights import check_unfusable, vllm_named_weights
+
+    generation = trainer.vllm_generation
+    model = generation.model
+    model_type = model.config.model_type
+    check_unfusable(model_type, (name for name, _ in model.named_parameters()))
+    named_params = generation._iter_named_params
+    generation._iter_named_params = lambda: vllm_named_weights(named_params(), model_type)
+
+
+def release_trainer(trainer) -> None:
+    """Drop what a finished trainer holds on the accelerator: policy, reference model, optimiser,
+    scheduler, DeepSpeed engine, and the cached blocks. A colocated vLLM engine (`trainer.vllm_generation`)
+    survives for `reusing_vllm_engine`, without its reference to the policy."""
+    import gc
+
+    import torch
+
+    trainer.accelerator.free_memory()
+    for owner in (trainer, trainer.callback_handler):
+        for name in ("model", "model_wrapped", "ref_model", "optimizer", "lr_scheduler", "deepspeed"):
+            if getattr(owner, name, None) is not None:
+                setattr(owner, name, None)
+    if getattr(trainer, "vllm_generation", None) is not None:
+        trainer.vllm_generation.model = None
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def length_chunks(attention_mask, rows_per_chunk: int):
+    """Rows grouped by length, each group with the span of columns that holds its real tokens.
+
+    `attention_mask` is TRL's (rows, prompt + completion) mask: prompts padded on the left,
+    completions on the right. Rows are sorted by where their real tokens end and cut into groups of
+    `rows_per_chunk`; each group comes with `(rows, first, end)`: the row indices (a tensor) and the
+    columns `[first, end)` from its earliest real token to its latest. Every real token of every
+    row lies in its group's span, so scoring the span loses nothing. A row with no real token at
+    all adds nothing to its group's span.
+    """
+    import torch
+
+    if rows_per_chunk < 1:
+        raise ValueError(f"rows_per_chunk must be >= 1, got {rows_per_chunk}")
+    width = attention_mask.size(1)
+    real = attention_mask.bool()
+    columns = torch.arange(width, device=attention_mask.device).expand_as(attention_mask)
+    ends = torch.where(real, columns + 1, 0).amax(dim=1)
+    starts = torch.where(real, columns, width).amin(dim=1)
+    order = torch.argsort(ends, stable=True)
+    chunks = []
+    for offset in range(0, order.numel(), rows_per_chunk):
+        rows = order[offset:offset + rows_per_chunk]
+        end = int(ends[rows].max())
+        chunks.append((rows, min(int(starts[rows].min()), end), end))
+    return chunks
+
+
+def scoring_trainer_class():
+    """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
+
+    The loss reads the log-probabilities of model-written completion tokens (completion mask times
+    env_mask). TRL's fused LM head scores only labelled positions on GPUs, but on other devices it
+    scores every position, prompt and tool blocks included: with a tiny model's vocabulary
+    projection twice the size of its body, and tool blocks 80% of a completion, most of a CPU step
+    went to logits the loss multiplies by zero. Here those positions get label -100 and the fused
+    head runs on the labelled rows only, on every device. Log-probabilities and gradients at the
+    positions the loss reads are unchanged (tested); the others are 0.
+
+    The batch is also scored in chunks of rows of similar length (`length_chunks`), each cut to its
+    own span of real tokens: TRL pads every sequence to the longest rollout of the step, and one
+    six-turn rollout among two-turn ones made most of the forward and backward run over padding.
+    Cutting the shared left padding shifts every position of a row by the same amount, which
+    rotary position embeddings leave unchanged (attention reads only position differences).
+    """
+    from unittest import mock
+
+    import torch
+    import trl.trainer.utils as trl_utils
+    from trl import GRPOTrainer
+
+    class ScoringGRPOTrainer(GRPOTrainer):
+        _scored = None
+        length_chunk_rows = 4
+
+        def _compute_loss(self, model, inputs):
+            mask = inputs["completion_mask"]
+            self._scored = mask if inputs.get("tool_mask") is None else mask * inputs["tool_mask"]
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._scored = None
+
+        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
+                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
+                                               **multimodal):
+            if self._scored is None or compute_aux_loss or any(v is not None for v in multimodal.values()):
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
+                    compute_aux_loss, **multimodal)
+            prompt_width = input_ids.size(1) - logits_to_keep
+            logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
+            entropies = torch.zeros_like(logps) if compute_entropy else None
+            for rows, first, end in length_chunks(attention_mask, batch_size or self.length_chunk_rows):
+                kept = end - prompt_width  # completion columns inside the chunk's span
+                if kept <= 0:
+                    continue
+                first = min(first, prompt_width)
+                ids, attention = input_ids[rows, first:end], attention_mask[rows, first:end]
+                columns = torch.arange(kept, device=logps.device)[None, :]
+                labels = ids.masked_fill(attention == 0, -100)
+                labels[:, :-kept] = -100
+                labels[:, -kept:] = labels[:, -kept:].masked_fill(self._scored[rows, :kept] == 0, -100)
+                with self.accelerator.autocast(), mock.patch.object(trl_utils, "_use_triton", lambda device: True):
+                    outputs = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+                # index_put keeps the autograd graph of every chunk in the one tensor the loss reads
+                logps = logps.index_put((rows[:, None], columns), outputs.log_probs[:, -kept:].float())
+                if compute_entropy:
+                    entropies = entropies.index_put((rows[:, None], columns), outputs.entropy[:, -kept:].float())
+            return logps, entropies, None
+
+    return ScoringGRPOTrainer

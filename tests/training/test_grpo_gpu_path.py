@@ -1,0 +1,388 @@
+"""What a GPU run of GRPO relies on, checked on CPU with real TRL trainers and tiny models: lengths from the
+recipe's budget, settings that cannot work refused, a failed generation ending its row and not the run,
+LoRA across episodes, hard cases mined before episode 1, and each episode's trainer released before the next."""
+
+from __future__ import annotations
+
+import gc
+import json
+import weakref
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from kgreasoner.config import ConfigError, load_config
+from kgreasoner.rollout.types import RolloutConfig, Trajectory, completion_tokens, sequence_tokens, trl_rollout_output
+from kgreasoner.training.common import LoraSettings
+from kgreasoner.training.grpo import Episode, GRPORecipe
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+EOS = 7
+
+
+def _trajectory(ids, mask, reason) -> Trajectory:
+    return Trajectory(index=0, prompt_ids=[1, 2], completion_ids=list(ids), env_mask=list(mask),
+                      logprobs=[-0.5 if m else 0.0 for m in mask], text="", tool_calls=[], finish_reason=reason)
+
+
+def test_vllm_context_and_completion_length_come_from_the_recipe_budget(tmp_path):
+    from kgreasoner.training.grpo import grpo_config
+
+    recipe = load_config(GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"output_dir={tmp_path}",
+                                                                              "deepspeed=null"])
+    args = grpo_config(recipe, tmp_path / "episode-1", recipe.episodes[0])
+    # 512 prompt + 4096 model tokens + 8 tool blocks of 384 + the end-of-sequence id the rollout may append
+    assert args.vllm_max_model_length == 512 + 4096 + 8 * 384 + 1 == sequence_tokens(recipe.rollout, 512)
+    assert args.max_completion_length == 4096 + 8 * 384 + 1 == completion_tokens(recipe.rollout)
+    shorter = load_config(GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml",
+                          [f"output_dir={tmp_path}", "deepspeed=null", "max_prompt_tokens=256"])
+    assert grpo_config(shorter, tmp_path / "e", shorter.episodes[0]).vllm_max_model_length == 256 + 4096 + 3072 + 1
+
+
+def test_the_recipe_sets_the_lengths_itself():
+    from kgreasoner.training.grpo import grpo_config
+
+    recipe = GRPORecipe(model="m", dataset="d", output_dir="o", trainer={"max_completion_length": 64})
+    with pytest.raises(ValueError, match="trainer: max_completion_length set by the recipe's own fields"):
+        grpo_config(recipe, Path("o"), recipe.episodes[0])
+
+
+def test_sleep_mode_is_refused_with_what_to_do():
+    message = ("trainer: vllm_enable_sleep_mode: True is not supported: the multi-turn rollout calls the "
+               "engine's generate itself.*lower vllm_gpu_memory_utilization")
+    with pytest.raises(ConfigError, match=message):
+        load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm",
+                                        "trainer.vllm_enable_sleep_mode=true"])
+    load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "trainer.vllm_enable_sleep_mode=false"])
+
+
+@pytest.mark.parametrize("name", ["vllm_mode", "vllm_server_base_url"])
+def test_server_mode_fields_are_gone(name):
+    with pytest.raises(ConfigError, match=name):
+        load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", f"{name}=colocate"])
+
+
+def test_rows_that_ended_hand_trl_an_end_of_sequence_id_and_no_row_is_empty():
+    rows = [
+        _trajectory([10, 11, 12], [1, 0, 1], "answer"),   # </answer>: ended, no EOS written
+        _trajectory([10, EOS], [1, 1], "eos"),            # the model wrote EOS itself
+        _trajectory([10, 11], [1, 1], "max_tokens"),      # cut by a limit: clipped, left as it is
+        _trajectory([10, 11], [1, 0], "max_turns"),
+        _trajectory([], [], "error"),                     # generate failed before the first token
+        _trajectory([10], [1], "error"),
+    ]
+    out = trl_rollout_output(rows, EOS)
+    assert out["completion_ids"] == [[10, 11, 12, EOS], [10, EOS], [10, 11], [10, 11], [EOS], [10, EOS]]
+    assert out["env_mask"] == [[1, 0, 1, 0], [1, 1], [1, 1], [1, 0], [0], [1, 0]]
+    assert out["logprobs"] == [[-0.5, 0.0, -0.5, 0.0], [-0.5, -0.5], [-0.5, -0.5], [-0.5, 0.0], [0.0], [-0.5, 0.0]]
+    assert [len(i) == len(m) == len(p) for i, m, p in zip(out["completion_ids"], out["env_mask"], out["logprobs"])]
+    assert rows[0].completion_ids == [10, 11, 12]  # the trajectories themselves are left alone
+    # what TRL 1.16 counts as clipped: the last id is neither an EOS nor the pad id
+    assert [ids[-1] != EOS for ids in out["completion_ids"]] == [False, False, True, True, False, False]
+
+
+# ----------------------------------------------------------------- real trainers on the tiny model
+
+
+def _recipe(tiny_checkpoint, synthetic_dir, out: Path, **overrides) -> GRPORecipe:
+    from kgreasoner.retrieval.tool import ToolConfig
+
+    fields = dict(model=str(tiny_checkpoint), dataset=str(synthetic_dir), output_dir=str(out),
+                  tool=ToolConfig(entity_handles=True, top_k=5),
+                  rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
+                  episodes=[Episode("all", max_steps=1)], num_generations=2, per_device_train_batch_size=4,
+                  learning_rate=1e-3, report_to=[], save_steps=10, max_questions=8, beta=0.0)
+    fields.update(overrides)
+    return GRPORecipe(**fields)
+
+
+def _tool(recipe):
+    from kgreasoner.data import load_dataset, open_dataset_kg
+    from kgreasoner.retrieval.tool import KGSearchTool
+
+    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    return dataset, KGSearchTool(open_dataset_kg(dataset), recipe.tool)
+
+
+@pytest.mark.slow
+def test_a_failed_generate_ends_its_rows_and_the_step_trains_on(tiny_checkpoint, synthetic_dir, tmp_path):
+    """vLLM cannot run here: the stand-in is the state `VLLMBackend` leaves rows in when `llm.generate`
+    raises (every row of the turn finished with reason `error` before its first token), applied to half
+    the rows; the other half is rolled out for real by the hf backend."""
+    from kgreasoner.rollout.hf_backend import HFBackend
+    from kgreasoner.training.grpo import build_trainer
+
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run")
+    dataset, tool = _tool(recipe)
+    trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:8], str(tiny_checkpoint), tool)
+    real_generate = HFBackend.generate
+
+    def half_failing(self, engine, rows, sampling):
+        for row in rows[::2]:
+            row.finish("error", "vLLM generate failed: CUDA error: an illegal memory access")
+        real_generate(self, engine, rows[1::2], sampling)
+
+    returned = []
+    rollout = trainer.rollout_func
+
+    def recording(prompts, trainer):
+        returned.append(rollout(prompts, trainer))
+        return returned[-1]
+
+    trainer.rollout_func = recording
+    with mock.patch.object(HFBackend, "generate", half_failing):
+        trainer.train()
+    assert trainer.state.global_step == 1
+    [out] = returned
+    failed = [i for i, reason in enumerate(out["finish_reason"]) if reason == "error"]
+    assert failed == [0, 2]
+    for i in failed:
+        assert out["completion_ids"][i] == [trainer.processing_class.eos_token_id] and out["env_mask"][i] == [0]
+    logged = trainer.state.log_history[0]
+    clipped = sum(r in ("max_tokens", "max_turns") for r in out["finish_reason"]) / len(out["finish_reason"])
+    assert logged["completions/clipped_ratio"] == pytest.approx(clipped)
+    assert logged["rewards/answer_reward/mean"] >= 0.0 and logged["loss"] == logged["loss"]  # not NaN
+
+
+@pytest.mark.slow
+def test_the_rollout_returns_the_converters_dict_itself(tiny_checkpoint, synthetic_dir, tmp_path):
+    import kgreasoner.rollout.types as types
+    from kgreasoner.training.grpo import build_trainer
+
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run")
+    dataset, tool = _tool(recipe)
+    trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:4], str(tiny_checkpoint), tool)
+    built, original = [], types.trl_rollout_output
+
+    def converter(trajectories, end_token_id):
+        built.append(original(trajectories, end_token_id))
+        return built[-1]
+
+    prompts = list(trainer.train_dataset["prompt"][:2])
+    with mock.patch.object(types, "trl_rollout_output", converter):
+        out = trainer.rollout_func(prompts, trainer)
+    assert len(built) == 1 and out is built[0]
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+@pytest.mark.slow
+def test_lora_episode_two_starts_from_episode_ones_merged_weights(tiny_checkpoint, synthetic_dir, tmp_path):
+    import torch
+
+    import kgreasoner.training.grpo as grpo
+
+    out = tmp_path / "lora"
+    dataset, _ = _tool(_recipe(tiny_checkpoint, synthetic_dir, out))
+    hard = out.parent / "hard.jsonl"
+    hard.write_text("".join(json.dumps({"id": e.id}) + "\n" for e in dataset.split("train")[:8]))
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, out, episodes=[Episode("all", max_steps=1),
+                                                                   Episode("hard", max_steps=1)],
+                     hard_cases=str(hard),
+                     lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    started = []
+    build = grpo.build_trainer
+
+    def recording(recipe, number, episode, examples, model_path, *args):
+        trainer = build(recipe, number, episode, examples, model_path, *args)
+        merged = {name.removeprefix("base_model.model.").replace(".base_layer", ""): p.detach().clone()
+                  for name, p in trainer.model.named_parameters() if "lora_" not in name}
+        started.append((model_path, merged))
+        return trainer
+
+    # The untrained model earns no reward, so no advantage and no update: adapters that start random
+    # (PEFT's B is zero by default) make episode 1's merged weights differ from the base all the same.
+    peft_config = LoraSettings.peft_config
+
+    def random_adapters(settings):
+        config = peft_config(settings)
+        config.init_lora_weights = False
+        return config
+
+    with mock.patch.object(grpo, "build_trainer", recording), \
+            mock.patch.object(LoraSettings, "peft_config", random_adapters):
+        final = grpo.train_grpo(recipe)
+    assert final == out / "episode-2" / "final"
+    assert [path for path, _ in started] == [str(tiny_checkpoint), str(out / "episode-1" / "final")]
+    first = _weights(out / "episode-1" / "final")
+    base = _weights(tiny_checkpoint)
+    assert (out / "episode-1" / "final-adapter" / "adapter_config.json").is_file()
+    changed = [k for k in base if not torch.equal(base[k], first[k])]
+    assert changed and all(("q_proj" in k or "v_proj" in k) for k in changed), changed
+    for name, value in started[1][1].items():  # episode 2's policy before its first step: episode 1's merge
+        assert torch.equal(value, first[name]), name
+    assert (final / "config.json").is_file() and (final / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(tiny_checkpoint, synthetic_dir,
+                                                                               tmp_path):
+    import kgreasoner.training.grpo as grpo
+    import kgreasoner.training.hard_cases as hard_cases
+    from data_gen.warmup import WarmupConfig, run
+
+    out = tmp_path / "two"
+    trajectories = tmp_path / "all_train.jsonl"
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, out, episodes=[Episode("all", max_steps=1),
+                                                                   Episode("hard", max_steps=1)],
+                     hard_case_trajectories=str(trajectories), hard_case_quantile=0.0, max_questions=None)
+    run(WarmupConfig(dataset=str(synthetic_dir), output=str(trajectories), num_examples=None, dev_examples=0,
+                     tool=recipe.tool, progress=False))
+    events, models = [], []
+    build, mine = grpo.build_trainer, hard_cases.mine_hard_cases
+
+    def recording_build(recipe, number, *args):
+        # what is alive when an episode's trainer is built: nothing of an earlier episode's trainer
+        gc.collect()
+        events.append((f"build {number}", [ref() is None for ref in models]))
+        trainer = build(recipe, number, *args)
+        models.append(weakref.ref(trainer.model))
+        return trainer
+
+    def recording_mine(config):
+        events.append(("mine", [ref() is None for ref in models]))
+        return mine(config)
+
+    with mock.patch.object(grpo, "build_trainer", recording_build), \
+            mock.patch.object(hard_cases, "mine_hard_cases", recording_mine):
+        grpo.train_grpo(recipe)
+    assert events == [("mine", []), ("build 1", []), ("build 2", [True])]
+    gc.collect()
+    assert all(ref() is None for ref in models)
+    assert (out / "hard_cases.jsonl").is_file() and (out / "episode-2" / "final" / "config.json").is_file()
+
+
+# ----------------------------------------------------------------- the dev evaluation on two ranks
+
+
+def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
+    """One of two gloo ranks: a real trainer, then the dev evaluation before step 1.
+
+    ZeRO-3 cannot run here (no GPU): a stand-in gives the model its contract. Outside TRL's generation
+    context every decoder layer's forward is a collective (ZeRO-3 fetches the layer's shards from every
+    rank); entering and leaving the context are collectives too (the whole model gathered, then freed),
+    and inside it a forward needs no other rank. A rank that evaluates alone therefore blocks the others.
+    """
+    import os
+    from contextlib import contextmanager
+
+    try:
+        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+        import torch
+        import torch.distributed as dist
+        import trl.models
+
+        from kgreasoner.training.grpo import DevEval, build_trainer
+
+        dataset, tool = _tool(recipe)
+        trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool,
+                                dataset.split("dev")[:3])
+        gathered, rows = [], []
+
+        def shard_fetch(module, args, kwargs):
+            if not gathered:
+                dist.all_reduce(torch.zeros(1))
+            rows.append(kwargs["hidden_states"].size(0) if "hidden_states" in kwargs else args[0].size(0))
+
+        for layer in trainer.model.model.layers:
+            layer.register_forward_pre_hook(shard_fetch, with_kwargs=True)
+        real = trl.models.unwrap_model_for_generation
+
+        @contextmanager
+        def zero3_generation(model, accelerator, **kwargs):
+            dist.all_reduce(torch.zeros(1))
+            gathered.append(True)
+            with real(model, accelerator, **kwargs) as unwrapped:
+                yield unwrapped
+            gathered.pop()
+            dist.all_reduce(torch.zeros(1))
+
+        trl.models.unwrap_model_for_generation = zero3_generation
+        [dev] = [c for c in trainer.callback_handler.callbacks if isinstance(c, DevEval)]
+        trainer.state.global_step = 0
+        dev._evaluate(trainer.state)
+        logs = [None, None]
+        dist.all_gather_object(logs, {name: list(values) for name, values in trainer._metrics["train"].items()})
+        queue.put((rank, logs, max(rows) if rows else 0))
+        dist.destroy_process_group()
+    except BaseException as err:  # report it to the parent instead of dying silently
+        queue.put((rank, "error", repr(err)))
+
+
+@pytest.mark.slow
+def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_dir, tmp_path):
+    import multiprocessing
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "dev", dev_eval_steps=1, dev_eval_questions=3,
+                     trainer={"ddp_timeout": 60})
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_dev_eval_rank, args=(rank, port, recipe, queue)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:  # a rank left waiting in a collective never reports: that is the failure this test is for
+        results = dict((r[0], r[1:]) for r in (queue.get(timeout=240) for _ in processes))
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    assert all(result[0] != "error" for result in results.values()), results
+    logs = results[0][0]
+    assert logs[0] == logs[1] == results[1][0][0], "the ranks logged different dev figures"
+    assert set(logs[0]) >= {"dev/hits1", "dev/searches"}
+    # each rank rolled out its own share of the three questions: two and one rows
+    assert (results[0][1], results[1][1]) == (2, 1)
+    rows = [json.loads(line) for line in (tmp_path / "dev" / "steps.jsonl").read_text().splitlines()]
+    assert [(r["step"], "dev/hits1" in r) for r in rows] == [(0, True)]
+
+
+@pytest.mark.slow
+def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint, synthetic_dir, tmp_path,
+                                                                 monkeypatch):
+    """vLLM cannot run here: `engine` stands in for the `vllm.LLM` TRL built for episode 1 (only its
+    identity matters: no second engine may be started in the process). Each trainer's weight sync reads
+    its weights through `vllm_named_weights` (fused MoE experts go out unfused)."""
+    from types import SimpleNamespace
+
+    import trl.trainer.grpo_trainer as grpo_trainer
+
+    import kgreasoner.training.vllm_weights as vllm_weights
+
+    synced = []
+
+    def recording(weights, model_type):
+        synced.append(model_type)
+        yield from weights
+
+    monkeypatch.setattr(vllm_weights, "vllm_named_weights", recording)
+
+    from kgreasoner.training.grpo import build_trainer
+    from kgreasoner.training.trl_internals import release_trainer, vllm_engine
+
+    stock = grpo_trainer.VLLMGeneration
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "vllm", rollout_backend="vllm")
+    dataset, tool = _tool(recipe)
+    examples = dataset.split("train")[:4]
+    engine = SimpleNamespace(name="episode 1's vllm.LLM")
+    started = SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(mode="colocate", llm=engine))
+    first = build_trainer(recipe, 1, recipe.episodes[0], examples, str(tiny_checkpoint), tool, (), started)
+    release_trainer(first)
+    assert first.vllm_generation.model is None and first.model is None
+    second = build_trainer(recipe, 2, recipe.episodes[0], examples, str(tiny_checkpoint), tool, (), first)
+    assert vllm_engine(second) == (engine, None)
+    assert second.vllm_generation.model is second.model and second.vllm_generation.accelerator is second.accelerator
+    assert grpo_trainer.VLLMGeneration is stock
+    names = [name for name, _ in second.vllm_generation._iter_named_params()]
+    assert synced == [second.model.config.model_type]
+    assert "model.embed_tokens.weight" in names
