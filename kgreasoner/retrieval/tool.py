@@ -14,8 +14,8 @@ ranked as usual, `top_k` at a time: calling it again gives the next page (whose 
 first while it has more). A neighbour counts by the relation of the edge that leaves NAME (a
 mediator's first edge), in either direction. REL is written as the listing prints it, which reads
 back to exactly that relation (`protocol.relation_filter_text`: `=backtrack`, `="born \\| in"`), or as
-its id or printed words. A listing that does not fit ends `and N more relations` (relations no listing
-of this session has named yet), and `<search>NAME | relations</search>` lists those next.
+its id or printed words. A listing that does not fit ends `and N more relations` (N not in the line),
+and `<search>NAME | relations</search>` lists the relations no listing has named yet.
 
 No text passes `max_chars`: a page, its listing and every error are built to fit (the listing keeps
 at least a quarter of it), and a first candidate longer than the rest of the room is cut. A query
@@ -497,7 +497,7 @@ class SearchSession:
         """(`more:` line, its (name, count) pairs, relations still unlisted) of the node's unseen neighbours'
         relations, within `room` characters: the likeliest first (`first` before them while it has
         unseen neighbours); with `fresh`, only those no listing has named yet, or all again when every one
-        was. The line ends `and N more relations` while some were never listed; "" when none is unseen."""
+        was. The line ends `and N more relations` when N of them are not in it; "" when none is unseen."""
         counts = self._unseen_counts(node)
         if not counts:
             return "", (), 0
@@ -519,9 +519,9 @@ class SearchSession:
         unlisted = sum(1 for r in counts if r not in node.listed)
         more = tuple((names[order[i]], counts[order[i]]) for i in picked)
         if not picked:
-            return f"{prefix}{unlisted or len(counts)} relations", more, unlisted
-        text = prefix + ", ".join(items[i] for i in picked)
-        return text + (_more_relations(unlisted) if unlisted else ""), more, unlisted
+            return f"{prefix}{len(counts)} relations", more, unlisted
+        left = len(counts) - len(picked)
+        return prefix + ", ".join(items[i] for i in picked) + (_more_relations(left) if left else ""), more, unlisted
 
     def _names(self, node: _Node) -> dict[str, str]:
         """Each relation at the node as its listings print it: as its triple lines print it

@@ -167,9 +167,9 @@ def test_max_chars_caps_lines_listing_and_errors_without_wasting_handles(utah_kg
     listed = s.call("Utah | relations")
     assert (listed.error, listed.edges, listed.unlisted) == (None, [], 1)
     assert listed.text == ("more: government.governmental_jurisdiction.governing_officials (2), "
-                           "location.location.contains (1) and 1 more relation")
+                           "location.location.contains (1) and 2 more relations")
     last = s.call("E1 | Relations")
-    assert (last.text, last.unlisted) == ("more: location.location.containedby (1)", 0)
+    assert (last.text, last.unlisted) == ("more: location.location.containedby (1) and 3 more relations", 0)
     again = s.call("Utah | relations")
     assert again.text.startswith("more: government.governmental_jurisdiction.governing_officials (2), ")
     assert s.call("Utah").text.splitlines()[0] == "(E1 Utah, location.us_state.capital, E3 Salt Lake City)"
