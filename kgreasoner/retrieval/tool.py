@@ -249,9 +249,10 @@ class SearchSession:
                                backtracked=backtrack)
         relation = entity = None
         parts = None if backtrack else split_relation_filter(name)
-        # a bar is a filter unless the whole text is a shown label (labels may hold one); a handle
-        # names only its own word, so `E1 | rel` is E1's filtered page, not a search of E1
-        if parts is not None and self._resolve(name, fuzzy=False, by_handle=False) is None:
+        # a bar is a filter unless the whole text is a shown label or id as it stands (labels may hold one;
+        # normalised, `Hub | ==` would read as `Hub`); a handle names only its own word, so `E1 | rel` is
+        # E1's filtered page, not a search of E1
+        if parts is not None and not self._is_shown_name(name):
             entity = self._resolve(parts[0], fuzzy=True)
             relation = parts[1] if entity is not None else None
         if entity is None:
@@ -585,7 +586,11 @@ class SearchSession:
     def _line(self, edge: Edge) -> str:
         return triple_line(self._display(edge.subject), edge.relation, self._display(edge.object), self._config.relation_format)
 
-    def _resolve(self, name: str, fuzzy: bool, by_handle: bool = True) -> str | None:
+    def _is_shown_name(self, name: str) -> bool:
+        """True when `name` is exactly the id or label of an entity shown so far."""
+        return name in self._labels or any(label == name for label in self._labels.values())
+
+    def _resolve(self, name: str, fuzzy: bool) -> str | None:
         """A shown entity's id: by handle (its first word), id, exact label, normalised label, then
         (if fuzzy) difflib.
 
@@ -593,7 +598,7 @@ class SearchSession:
         """
         name = name.strip()
         head = name.split(maxsplit=1)[0] if name else ""
-        if by_handle and head in self._by_handle and _HANDLE.fullmatch(head):
+        if head in self._by_handle and _HANDLE.fullmatch(head):
             return self._by_handle[head]
         if name in self._labels:
             return name
