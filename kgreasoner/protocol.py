@@ -23,6 +23,7 @@ A trajectory (what the model writes, with the tool's blocks inserted)::
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -35,11 +36,19 @@ TAGS = (THINK_OPEN, THINK_CLOSE, SEARCH_OPEN, SEARCH_CLOSE, TRIPLES_OPEN, TRIPLE
 
 BACKTRACK_MARK = "backtrack"
 """`<search>NAME | backtrack</search>` asks the tool to leave NAME for its parent's next candidates."""
+RELATIONS_MARK = "relations"
+"""`<search>NAME | relations</search>` lists the relations of NAME's unseen triples that no listing has named
+yet (a listing that leaves some out ends `and N more relations`); asked again once all were named, it starts over."""
 QUERY_SEPARATOR = "|"
 RELATION_ESCAPE = "="
-"""`<search>NAME | REL</search>` pages through NAME's unseen triples by relation REL (the tool's
-`more:` line lists them); `NAME | =REL` does so for any REL, `backtrack` included, which after the
-bar alone always means backtracking."""
+"""`<search>NAME | REL</search>` pages through NAME's unseen triples by relation REL, written as the tool's
+`more:` listing prints it (`relation_filter_text`). A relation printed as a mark (`backtrack`, `relations`)
+or starting with `=` is written `=REL`; one the bare form cannot carry (a bar, a quote, a backslash, a
+comma or parenthesis of the listing, spaces at its ends, a line break, a protocol tag) is written quoted,
+`="..."`, with `\\\\`, `\\"`, `\\|` and `\\uXXXX` escapes (the last for `<` and line breaks). After the bar
+alone a mark always means the mark."""
+RELATION_QUOTE = '"'
+MARKS = (BACKTRACK_MARK, RELATIONS_MARK)
 ANSWER_SEPARATOR = "|"
 """Several answers: `<answer>A | B</answer>`; Hits@1 scores the first."""
 
@@ -65,14 +74,18 @@ INSTRUCTIONS = (
     "entity turns out to be a dead end, the Assistant can write \"<search> entity | backtrack "
     "</search>\" to return to the previous entity and see its next candidate triples. When the "
     "triples end with a line \"more: relation (count), ...\", the entity has more triples by those "
-    "relations, and \"<search> entity | relation </search>\" shows the next ones by that relation."
+    "relations, and \"<search> entity | relation </search>\" shows the next ones by that relation. When the line "
+    "ends \"and N more relations\", \"<search> entity | relations </search>\" lists the others."
 )
-"""The paper's system prompt (Appendix C) plus one sentence for backtracking and one for relation filters."""
+"""The paper's system prompt (Appendix C) plus one sentence for backtracking and two for relation filters."""
 
-PROMPT_TEMPLATE = INSTRUCTIONS + " User: {question} Topic Entity: {topics} Assistant:"
+TOPIC_MARKER = "Topic Entity:"
+"""Introduces the topic entities after the question in the user turn."""
+
+PROMPT_TEMPLATE = INSTRUCTIONS + " User: {question} " + TOPIC_MARKER + " {topics} Assistant:"
 """The whole prompt as plain text, for tokenizers without a chat template (paper's layout)."""
 
-USER_TEMPLATE = "{question} Topic Entity: {topics}"
+USER_TEMPLATE = "{question} " + TOPIC_MARKER + " {topics}"
 """The user turn when the tokenizer has a chat template; INSTRUCTIONS go in the system turn."""
 
 
@@ -107,6 +120,15 @@ def build_prompt(question: str, topic_entities: Sequence[Any], tokenizer: Any = 
     return PROMPT_TEMPLATE.format(question=question, topics=topics)
 
 
+def split_user_turn(content: str) -> tuple[str, str] | None:
+    """A user turn in `USER_TEMPLATE`'s layout -> (question, topic names as written), both stripped; None
+    without the marker or with an empty part. The last marker counts: a question may quote the phrase."""
+    question, marker, topics = content.rpartition(TOPIC_MARKER)
+    if not marker or not question.strip() or not topics.strip():
+        return None
+    return question.strip(), topics.strip()
+
+
 def opened_think(prompt: str) -> str:
     """The tail of `prompt` from a final `<think>` on (`"<think>\\n"`), when the prompt itself opened the
     think block (chat templates of thinking-only models do); else "".
@@ -128,12 +150,111 @@ def split_search_query(query: str) -> tuple[str, bool]:
     """`"NAME | backtrack"` -> `("NAME", True)`; `" NAME "` -> `("NAME", False)`.
 
     A relation filter stays in the name part (`"NAME | REL"` -> `("NAME | REL", False)`): only the
-    session knows whether a bar belongs to a shown label or starts a filter.
+    session knows whether a bar belongs to a shown label or starts a filter (`split_relation_filter`).
     """
-    head, sep, tail = query.rpartition(QUERY_SEPARATOR)
-    if sep and tail.strip().lower() == BACKTRACK_MARK:
-        return head.strip(), True
+    parts = _split_at_last_bar(query)
+    if parts is not None and parts[1].strip().lower() == BACKTRACK_MARK:
+        return parts[0].strip(), True
     return query.strip(), False
+
+
+def split_relation_filter(name: str) -> tuple[str, str] | None:
+    """`NAME | REL` -> (NAME, REL as written), both stripped; None without a bar or with an empty part.
+
+    The split is at the last bar that is not escaped (`\\|`, which only a quoted relation holds), so a name may
+    hold bars and a quoted relation may too. A session reads a search this way only when the whole text
+    names no shown entity (a label may hold a bar).
+    """
+    parts = _split_at_last_bar(name)
+    if parts is None or not parts[0].strip() or not parts[1].strip():
+        return None
+    return parts[0].strip(), parts[1].strip()
+
+
+def is_relations_request(written: str) -> bool:
+    """True when the text after the bar asks for the listing's next relations (`NAME | relations`)."""
+    return written.strip().lower() == RELATIONS_MARK
+
+
+def relation_filter_text(relation: str) -> str:
+    """How a filter writes `relation` (as the tool prints it) and the `more:` listing lists it:
+    `read_relation_filter` gives `relation` back for every string."""
+    if _needs_quotes(relation):
+        body = "".join(_QUOTED_ESCAPES.get(c) or _escape_char(c) for c in relation)
+        return RELATION_ESCAPE + RELATION_QUOTE + body + RELATION_QUOTE
+    if relation.startswith(RELATION_ESCAPE) or relation.lower() in MARKS:
+        return RELATION_ESCAPE + relation
+    return relation
+
+
+def read_relation_filter(written: str) -> str:
+    """The relation a filter's text (after the bar) names: `="..."` unquoted, `=REL` without its `=`,
+    anything else as it is; surrounding spaces dropped. A quote left open or a bad escape is read as it
+    stands, so a near miss still matches a relation by its words."""
+    text = written.strip()
+    if not text.startswith(RELATION_ESCAPE):
+        return text
+    rest = text[len(RELATION_ESCAPE):]
+    if len(rest) >= 2 and rest.startswith(RELATION_QUOTE) and rest.endswith(RELATION_QUOTE):
+        unquoted = _unquote(rest[1:-1])
+        if unquoted is not None:
+            return unquoted
+    return rest.strip()
+
+
+def _split_at_last_bar(text: str) -> tuple[str, str] | None:
+    position = len(text)
+    while True:
+        position = text.rfind(QUERY_SEPARATOR, 0, position)
+        if position < 0:
+            return None
+        backslashes = len(text[:position]) - len(text[:position].rstrip("\\"))
+        if backslashes % 2 == 0:
+            return text[:position], text[position + len(QUERY_SEPARATOR):]
+
+
+_QUOTED_ESCAPES = {"\\": "\\\\", RELATION_QUOTE: "\\" + RELATION_QUOTE, QUERY_SEPARATOR: "\\" + QUERY_SEPARATOR}
+_UNQUOTED = {escaped[1:]: char for char, escaped in _QUOTED_ESCAPES.items()}
+_BARE_FORBIDDEN = frozenset("|\\\",()")
+
+
+def _needs_quotes(relation: str) -> bool:
+    return (not relation or relation != relation.strip() or any(c in _BARE_FORBIDDEN for c in relation)
+            or any(_is_line_breaking(c) for c in relation) or any(tag in relation for tag in TAGS))
+
+
+def _is_line_breaking(char: str) -> bool:
+    """Control characters and line or paragraph separators: what would break a listing's line."""
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp")
+
+
+def _escape_char(char: str) -> str:
+    """`<` (a protocol tag inside a quoted relation must not read as a tag) and line breaks as `\\uXXXX`."""
+    return f"\\u{ord(char):04x}" if char == "<" or _is_line_breaking(char) else char
+
+
+def _unquote(body: str) -> str | None:
+    """The text of a quoted relation, or None when an escape is malformed or a quote or bar is bare."""
+    out = []
+    index = 0
+    while index < len(body):
+        char = body[index]
+        if char in (RELATION_QUOTE, QUERY_SEPARATOR):
+            return None
+        if char != "\\":
+            out.append(char)
+            index += 1
+            continue
+        following = body[index + 1:index + 2]
+        if following in _UNQUOTED:
+            out.append(_UNQUOTED[following])
+            index += 2
+        elif following == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[index + 2:index + 6]):
+            out.append(chr(int(body[index + 2:index + 6], 16)))
+            index += 6
+        else:
+            return None
+    return "".join(out)
 
 
 def split_answers(text: str) -> list[str]:

@@ -3,6 +3,7 @@
 - `oxigraph_server`: a real `oxigraph serve-read-only` over given triples (a factory).
 - `synthetic_dir`: a small synthetic dataset folder (150 entities, 60 questions), made once.
 - `tiny_checkpoint`: one untrained tiny Qwen3 checkpoint (`kgreasoner.models.build_tiny`), made once.
+- `hub_dir`: a dataset folder whose entity `Hub` has 10,000 relations and 100,000 edges, made once.
 - `openai_server`: stand-in OpenAI-compatible HTTP servers on 127.0.0.1 answering from a function.
 """
 
@@ -71,6 +72,22 @@ def synthetic_dir(tmp_path_factory):
     from data_gen.synthetic import write_synthetic
 
     return write_synthetic(tmp_path_factory.mktemp("synthetic"), seed=0, num_entities=150, num_questions=60)
+
+
+HUB_RELATIONS, HUB_EDGES_PER_RELATION = 10_000, 10
+
+
+@pytest.fixture(scope="session")
+def hub_dir(tmp_path_factory) -> Path:
+    """kb.tsv + names.tsv: `hub` (named Hub) has HUB_RELATIONS relations `r00000`... of HUB_EDGES_PER_RELATION
+    edges each (100,000 edges), to nodes named `N<relation>_<edge>`; a Freebase-sized hub, where one
+    relation's listing entry alone is no problem but the listing of all is."""
+    folder = tmp_path_factory.mktemp("hub")
+    rows = (f"hub\tr{r:05d}\tn{r}_{e}\n" for r in range(HUB_RELATIONS) for e in range(HUB_EDGES_PER_RELATION))
+    (folder / "kb.tsv").write_text("".join(rows), encoding="utf-8")
+    names = (f"n{r}_{e}\tN{r}_{e}\n" for r in range(HUB_RELATIONS) for e in range(HUB_EDGES_PER_RELATION))
+    (folder / "names.tsv").write_text("hub\tHub\n" + "".join(names), encoding="utf-8")
+    return folder
 
 
 @pytest.fixture(scope="session")

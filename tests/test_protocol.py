@@ -2,6 +2,7 @@
 
 import random
 import re
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,8 @@ from kgreasoner.data import TopicEntity
 from kgreasoner.protocol import (
     INSTRUCTIONS,
     TAGS,
+    TOPIC_MARKER,
+    USER_TEMPLATE,
     build_prompt,
     check_format,
     format_tool_block,
@@ -16,6 +19,7 @@ from kgreasoner.protocol import (
     parse_trajectory,
     split_answers,
     split_search_query,
+    split_user_turn,
 )
 
 VALID = (
@@ -73,6 +77,28 @@ def test_split_search_query():
     assert split_search_query(" E5 | backtrack ") == ("E5", True)
     assert split_search_query("A | B") == ("A | B", False)
     assert split_search_query("  ") == ("", False)
+
+
+def test_split_user_turn_at_the_last_topic_marker():
+    assert split_user_turn("who? Topic Entity: A, B") == ("who?", "A, B")
+    assert split_user_turn("what is a Topic Entity: here? Topic Entity:  X ") == ("what is a Topic Entity: here?", "X")
+    assert split_user_turn("no marker") is None and split_user_turn("Topic Entity: X") is None
+    assert split_user_turn("who? Topic Entity:  ") is None
+    assert USER_TEMPLATE.format(question="q", topics="T") == f"q {TOPIC_MARKER} T"
+
+
+def test_the_system_prompt_teaches_the_relations_listing():
+    assert '"<search> entity | relations </search>" lists the others' in INSTRUCTIONS
+    assert "and N more relations" in INSTRUCTIONS
+
+
+def test_the_query_grammar_and_the_topic_marker_live_in_protocol_only():
+    root = Path(__file__).resolve().parents[1]
+    written = re.compile(r"Topic Entity:|rpartition\(QUERY_SEPARATOR|re\.escape\((QUERY_SEPARATOR|BACKTRACK_MARK)\)"
+                         r"|\.lower\(\) == BACKTRACK_MARK")
+    holders = sorted(str(path.relative_to(root)) for folder in ("kgreasoner", "data_gen", "bench")
+                     for path in (root / folder).rglob("*.py") if written.search(path.read_text(encoding="utf-8")))
+    assert holders == ["kgreasoner/protocol.py"]
 
 
 def test_last_open_search():

@@ -175,7 +175,7 @@ def test_the_system_prompt_is_learned_as_words(word_tok):
     prompt = build_prompt("what timezone is Utah in", [{"id": "Utah", "name": "Utah"}], word_tok)
     pieces = tokens(word_tok, prompt)
     assert not set(pieces) & set(BYTE_ALPHABET) - {"Ġ", "Ċ", '"', ",", ".", ":", "(", ")"}
-    assert len(pieces) < 250
+    assert len(pieces) < 280
     bare = train_tokenizer(TEXTS, TokenizerConfig(num_handles=64, include_prompt=False))
     assert len(tokens(bare, prompt)) > 3 * len(pieces)
 

@@ -13,8 +13,10 @@ execution reaches a gold answer) hop by hop with a real `SearchSession`:
   nodes, which the tool expands into two-line candidates, so a mediator hop consumes two
   relations in one search) and must still reach a gold answer by the rest of the path. When
   the page left it out, the entity is searched again with the relation filter the tool's `more:`
-  line offers (`NAME | REL`: its next page of unseen lines by the gold relation) up to
-  `max_repeats` times; a question is skipped (and counted) only when no listed page is left;
+  line offers (`NAME | REL`: its next page of unseen lines by the gold relation), after listing
+  the entity's other relations (`NAME | relations`) while the `more:` line does not name the gold
+  one, up to `max_repeats` calls in all; a question is skipped (and counted) only when no listed
+  page is left;
 - a multi-topic question (`intersect`) walks each topic entity's path in turn; the last search
   of every path but the first must show an answer an earlier one showed, and that entity,
   shown by both, is the answer;

@@ -79,7 +79,7 @@ class WarmupConfig:
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})
-    max_repeats: int = field(default=3, metadata={"help": "filtered pages (`NAME | REL`) of one entity when the gold continuation was not shown yet; beyond them the question is skipped (gold_not_shown:max_repeats)"})
+    max_repeats: int = field(default=3, metadata={"help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) of one entity when the gold continuation was not shown yet; beyond them the question is skipped (gold_not_shown:max_repeats)"})
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})
     templates: str | None = field(default=None, metadata={"help": "YAML mapping template group -> list of strings, replacing the built-in groups it names"})
     teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "optional LLM that writes the thinking text"})

@@ -49,6 +49,12 @@ DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
         "The triples do not show {need} yet, and {entity} has more {relation} lines, so I search those.",
         "Nothing here gives {need}; I look through more {relation} lines of {entity}.",
     ),
+    # ... and the listing does not name the relation it needs but says more relations are left: the next
+    # listing of the entity's relations (`NAME | relations`)
+    "list": (
+        "The listing of {entity} names no relation for {need}, and {entity} has more relations, so I list them.",
+        "{entity} has more relations than the listing shows; I list the others to find {need}.",
+    ),
     # a multi-topic question: the last route's end was reached, the next topic entity comes next
     "joint": (
         "The question also names {entity}, so I look for {need}.",

@@ -18,12 +18,13 @@ from kgreasoner.protocol import (
     ANSWER_SEPARATOR,
     BACKTRACK_MARK,
     QUERY_SEPARATOR,
+    RELATIONS_MARK,
     TOPIC_SEPARATOR,
     check_format,
     parse_trajectory,
     topic_names,
 )
-from kgreasoner.retrieval.tool import KGSearchTool, ToolResult, relation_filter_name
+from kgreasoner.retrieval.tool import KGSearchTool, ToolResult
 from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 
@@ -163,7 +164,8 @@ class WarmupGenerator:
         """Search along the route(s); with `detour_at`, take a wrong entity at that step and backtrack.
 
         Where the gold continuation is not among the triples shown, the entity is searched again with
-        the relation filter (`NAME | REL`, the relation its `more:` line lists) for its next page.
+        the relation filter (`NAME | REL`, the relation its `more:` line lists) for its next page, after
+        listing its other relations (`NAME | relations`) while the listing does not name the gold one.
         A multi-topic question walks each topic's route in turn; every route but the first must end
         at an answer an earlier route's last search showed, and that shared entity is the answer.
         """
@@ -233,17 +235,23 @@ class WarmupGenerator:
 
     def page(self, w: TrajectoryWriter, current: str, hop: int, result: ToolResult) -> ToolResult:
         """The next page of `current`'s lines by the hop's relation (`NAME | REL`), when its last result lists
-        unseen ones by it and `max_repeats` allows; else Skip."""
+        unseen ones by it, or the next listing of its relations (`NAME | relations`), when that result does not
+        name the relation but leaves some unnamed; each counts against `max_repeats`. Else Skip."""
         if result.error is not None:
             raise Skip(f"gold_not_shown:{result.error}")
         relation = w.route.path[hop]
-        wanted = relation_filter_name(relation.removeprefix(INVERSE_PREFIX), self.tool.config.relation_format)
-        if wanted not in dict(result.more):
+        wanted = w.session.filter_name(current, relation.removeprefix(INVERSE_PREFIX))
+        listed = wanted in dict(result.more)
+        if not listed and not result.unlisted:
             raise Skip("gold_not_shown")
         if w.repeats >= self.config.max_repeats:
             raise Skip("gold_not_shown:max_repeats")
         w.repeats += 1
         need = w.need(current, w.step_relations(current, hop))
+        if not listed:
+            w.think(w.template("list", entity=w.ref(current), need=need),
+                    f"search {w.query(current)} {QUERY_SEPARATOR} {RELATIONS_MARK}")
+            return w.search_entity(current, relation=RELATIONS_MARK)
         hint = w.template("again", entity=w.ref(current), need=need, relation=wanted)
         w.think(hint, f"search {w.query(current)} {QUERY_SEPARATOR} {wanted}")
         return w.search_entity(current, relation=wanted)

@@ -6,7 +6,9 @@ actually showed. Every named entity the walk reaches is searched, even when a li
 leads on from it (a path back near the topic, "the children of X's parents", needs the parents'
 other children, which only a search of the parents shows). Where the tool's `more:` line says the
 entity has unseen lines by the gold relation, the oracle pages through them with
-`NAME | REL` until none is left, so top-k cuts no branch. An unnamed mediator is not searched when
+`NAME | REL` until none is left, so top-k cuts no branch; where the listing does not name the gold
+relation but says more relations are left unnamed (a hub's), it lists them with `NAME | relations`
+until the gold one is named or none is left. An unnamed mediator is not searched when
 a shown line already leaves it by the next relation: the tool expands mediators, so paging
 through the relation that reaches one shows every edge beyond it. No LLM is used.
 
@@ -27,8 +29,8 @@ from typing import Any
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path
-from kgreasoner.protocol import QUERY_SEPARATOR
-from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolResult, relation_filter_name
+from kgreasoner.protocol import QUERY_SEPARATOR, RELATIONS_MARK
+from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolResult
 
 Shown = dict[tuple[str, str, str], None]
 
@@ -38,7 +40,7 @@ class OracleConfig:
     """Oracle settings (YAML section `oracle` of the eval config)."""
 
     max_frontier: int = field(default=200, metadata={"help": "entities searched per hop (the first reached); bounds the work where a hop reaches a hub's neighbours"})
-    max_pages: int = field(default=100, metadata={"help": "filtered pages (`NAME | REL`) per entity and hop, beyond its first search"})
+    max_pages: int = field(default=100, metadata={"help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) per entity and hop, beyond its first search"})
 
     def __post_init__(self) -> None:
         if self.max_frontier < 1 or self.max_pages < 0:
@@ -60,7 +62,7 @@ class OracleMethod(Method):
                     else [(example.topic_entities[0], example.gold_paths[0])])
         kg = self.tool.kg.for_example(example.id)
         walk = _Walk(self.tool.session(example.question, list(example.topic_entities), example_id=example.id),
-                     kg, self.config, self.tool.config.relation_format)
+                     kg, self.config)
         reached_sets: list[list[str]] = []
         full: set[str] | None = None
         trace_branches = []
@@ -89,14 +91,14 @@ class OracleMethod(Method):
 class _Walk:
     """The searches of one question: what the tool showed and what each entity's listing still offers."""
 
-    def __init__(self, session: SearchSession, kg: KnowledgeGraph, config: OracleConfig, relation_format: str) -> None:
+    def __init__(self, session: SearchSession, kg: KnowledgeGraph, config: OracleConfig) -> None:
         self.session = session
         self.kg = kg
         self.config = config
-        self.relation_format = relation_format
         self.shown: Shown = {}
         self.searched: set[str] = set()
         self.unseen: dict[str, dict[str, int]] = {}  # entity -> its last listing (filter name -> count)
+        self.unlisted: dict[str, int] = {}  # entity -> relations no listing has named yet
 
     def branch(self, topic: TopicEntity, path: tuple[str, ...]) -> tuple[list[str], list[dict[str, Any]]]:
         frontier = [topic.id]
@@ -116,21 +118,32 @@ class _Walk:
         return frontier, hops
 
     def exhaust(self, entity: str, relation: str) -> int:
-        """Search `entity` (once per question), then page through its unseen lines by `relation`; the page count."""
+        """Search `entity` (once per question), then page through its unseen lines by `relation`, listing the
+        entity's unnamed relations first while the listing does not name it; the count of calls after the search."""
         if entity not in self.searched:
             self.searched.add(entity)
             self.record(entity, self.session.call(entity))
-        wanted = relation_filter_name(relation, self.relation_format)
+        wanted = self.session.filter_name(entity, relation)
         pages = 0
-        while wanted in self.unseen.get(entity, {}) and pages < self.config.max_pages:
+        named = False
+        while pages < self.config.max_pages:
+            if wanted in self.unseen.get(entity, {}):
+                named = True
+                query = f"{entity} {QUERY_SEPARATOR} {wanted}"
+            elif not named and self.unlisted.get(entity):
+                query = f"{entity} {QUERY_SEPARATOR} {RELATIONS_MARK}"
+            else:
+                break
             pages += 1
-            self.record(entity, self.session.call(f"{entity} {QUERY_SEPARATOR} {wanted}"))
+            self.record(entity, self.session.call(query))
         return pages
 
     def record(self, entity: str, result: ToolResult) -> None:
         for edge in result.edges:
             self.shown.setdefault(edge.key(), None)
-        self.unseen[entity] = dict(result.more) if result.error is None and result.entity == entity else {}
+        ok = result.error is None and result.entity == entity
+        self.unseen[entity] = dict(result.more) if ok else {}
+        self.unlisted[entity] = result.unlisted if ok else 0
 
 
 def _leaves(shown: Shown, entity: str, relation: str, backwards: bool) -> bool:

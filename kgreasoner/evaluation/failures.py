@@ -80,9 +80,9 @@ from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.protocol import (
-    HANDLE_PREFIX, SEARCH_CLOSE, THINK_OPEN, TRIPLES_CLOSE, check_format, last_open_search, split_search_query,
+    HANDLE_PREFIX, SEARCH_CLOSE, THINK_OPEN, TRIPLES_CLOSE, check_format, last_open_search, split_relation_filter,
+    split_search_query,
 )
-from kgreasoner.retrieval.tool import split_relation_filter
 
 CATEGORIES = ("wrong_relation", "copy_failure", "data_ambiguity", "loop_or_turn_limit", "invalid_format",
               "answer_not_in_context", "other")

@@ -142,6 +142,12 @@ class KnowledgeGraph(abc.ABC):
         """`label` of each entity; a remote backend fetches many in one request."""
         return {entity: self.label(entity) for entity in entities}
 
+    def expresses(self, entity: str) -> bool:
+        """False for an id this backend cannot write as a node (an empty one, or one a SPARQL dialect
+        refuses: a blank node, a malformed literal, a lone surrogate). Such an id names no node, as an id
+        missing from the graph names none: its other methods may refuse it, and callers treat it as absent."""
+        return bool(entity)
+
     def relations(self, entity: str, direction: Direction = "out") -> list[str]:
         """Distinct relations at `entity`, in first-seen order."""
         seen: dict[str, None] = {}

@@ -515,6 +515,13 @@ class SparqlKG(KnowledgeGraph):
                 self._has_names = bool(self._select(f"SELECT DISTINCT ?s WHERE {{ ?s <{RDFS_LABEL}> ?l }} LIMIT 1", 1))
         return self._has_names
 
+    def expresses(self, entity: str) -> bool:
+        try:
+            self.dialect.entity_term(entity)
+        except ValueError:
+            return False
+        return True
+
     def label(self, entity: str) -> str:
         rows = self._select(self.label_query(entity), 1)
         if not rows:  # not in the graph

@@ -7,17 +7,24 @@ parent has none left (paper, Section 4.2.3). Names resolve only among the topic 
 entities this session has shown.
 
 No relation hides behind a hub: when the searched entity keeps unseen neighbours after a call,
-one line after the triples lists their relations with how many are left, in ranked order
-(`more: plays_for (23), citizen_of (12)`), and `<search>NAME | REL</search>` shows only NAME's
-unseen neighbours by relation REL (as the triple lines and that listing print it, or its id),
-ranked as usual, `top_k` at a time: calling it again gives the next page. A neighbour counts by
-the relation of the edge that leaves NAME (a mediator's first edge), in either direction. After
-the bar, `backtrack` always means backtracking; a relation printed `backtrack` is listed and
-filtered as `=backtrack` (`NAME | =REL` always filters). A query that is itself a shown name
-(a label holding ` | `) is a plain search of that name. With `entity_handles`, each entity gets a session-local handle
-(`E1`, `E2`, ... in order of appearance, topic entities first) printed before its label; handles
-and names are both accepted. Every problem comes back as a `ToolResult` whose `text` is a short
-sentence and whose `error` names the case; `SearchSession.call` never raises.
+one line after the triples lists their relations with how many are left, the likeliest first (in
+ranked order when a ranker runs, else the most neighbours first): `more: plays_for (23),
+citizen_of (12)`. `<search>NAME | REL</search>` shows only NAME's unseen neighbours by relation REL,
+ranked as usual, `top_k` at a time: calling it again gives the next page (whose listing names REL
+first while it has more). A neighbour counts by the relation of the edge that leaves NAME (a
+mediator's first edge), in either direction. REL is written as the listing prints it, which reads
+back to exactly that relation (`protocol.relation_filter_text`: `=backtrack`, `="born \\| in"`), or as
+its id or printed words. A listing that does not fit ends `and N more relations` (N not in the line),
+and `<search>NAME | relations</search>` lists the relations no listing has named yet.
+
+No text passes `max_chars`: a page, its listing and every error are built to fit (the listing keeps
+at least a quarter of it), and a first candidate longer than the rest of the room is cut. A query
+that is itself a shown name (a label holding ` | `) is a plain search of that name. With
+`entity_handles`, each entity gets a session-local handle (`E1`, `E2`, ... in order of appearance,
+topic entities first) printed before its label; handles and names are both accepted. Every problem
+comes back as a `ToolResult` whose `text` is a short sentence and whose `error` names the case;
+`SearchSession.call` never raises. An id the backend cannot express (`KnowledgeGraph.expresses`) has
+no neighbours, as an id missing from the graph has none.
 """
 
 from __future__ import annotations
@@ -29,8 +36,11 @@ from dataclasses import dataclass, field
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import TopicEntity
-from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph
-from kgreasoner.protocol import ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR, RELATION_ESCAPE
+from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph, literal_value
+from kgreasoner.protocol import (
+    ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR, is_relations_request,
+    read_relation_filter, relation_filter_text, split_relation_filter, split_search_query,
+)
 from kgreasoner.retrieval.candidates import Candidate, RankedCandidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker
@@ -39,6 +49,12 @@ from kgreasoner.retrieval.ranking import RANKING_METHODS, CandidateScorer, Timin
 ERRORS = ("unknown_entity", "unknown_relation", "empty_query", "no_neighbors", "exhausted", "backtrack_at_root", "kg_error")
 MORE_PREFIX = "more:"
 """Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
+MIN_MAX_CHARS = 64
+"""The smallest `max_chars`: room for a cut line and a listing that only counts the relations."""
+LISTING_SHARE = 4
+"""A page keeps 1/LISTING_SHARE of `max_chars` (or what its listing needs, if less) for the listing."""
+ECHO_CHARS = 80
+"""Text the model wrote (a name, a relation) is quoted back in an error up to this many characters."""
 RELATION_FORMATS = ("id", "words")
 _NAMESPACE_SEPARATOR = re.compile(r"\.|__")
 
@@ -81,9 +97,20 @@ def relation_key(relation: str, relation_format: str = "id") -> str:
 
 def relation_filter_name(relation: str, relation_format: str = "id") -> str:
     """A relation as the `more:` listing prints it and `NAME | REL` names it: as its triple lines print
-    it, escaped (`=backtrack`) where it reads as the backtrack mark."""
-    name = relation_display(relation, relation_format)
-    return RELATION_ESCAPE + name if name.strip().lower() == BACKTRACK_MARK else name
+    it, escaped where the bare form would read as something else (`protocol.relation_filter_text`).
+    A session prints the id instead where two relations of one entity print alike
+    (`SearchSession.filter_name`)."""
+    return relation_filter_text(relation_display(relation, relation_format))
+
+
+def parse_listing(line: str) -> list[tuple[str, int]]:
+    """The (relation as written, count) pairs of a `more:` line, in order; [] for any other line."""
+    if not line.startswith(MORE_PREFIX):
+        return []
+    return [(match.group(1), int(match.group(2))) for match in _LISTED.finditer(line, len(MORE_PREFIX))]
+
+
+_LISTED = re.compile(r'[ ,]\s*(=(?:"(?:[^"\\]|\\.)*"|[^,()"|\\]+)|[^=,()"|\\][^,()"|\\]*) \((\d+)\)(?=,|$| and )')
 
 
 @dataclass
@@ -91,7 +118,7 @@ class ToolConfig:
     """How the search tool ranks, caps and prints what it shows."""
 
     top_k: int = field(default=10, metadata={"help": "candidates shown per call (a mediator candidate prints 2 lines)"})
-    max_chars: int = field(default=2000, metadata={"help": "cap on the text of one call; the first candidate is always shown"})
+    max_chars: int = field(default=2000, metadata={"help": "cap on the text of one call, listing and errors included (>= 64); the first candidate is always shown, cut if it alone is longer"})
     ranking: str = field(default="none", metadata={"help": "gat (trained ranker), embedding (cosine of question and triple text) or none (KG order)"})
     ranker_path: str | None = field(default=None, metadata={"help": "folder of a trained ranker (model.safetensors + ranker.json); needed by ranking=gat unless a ranker is passed"})
     encoder: EncoderConfig = field(default_factory=EncoderConfig, metadata={"help": "text encoder for gat/embedding (a saved ranker's own encoder kind wins)"})
@@ -110,8 +137,11 @@ class ToolConfig:
             raise ValueError(f"relation_format must be one of {RELATION_FORMATS}, got {self.relation_format!r}")
         if self.ranking not in RANKING_METHODS:
             raise ValueError(f"ranking must be one of {RANKING_METHODS}, got {self.ranking!r}")
-        if self.top_k < 1 or self.max_chars < 1 or self.max_context < 0 or self.suggestions < 1:
-            raise ValueError("top_k, max_chars and suggestions must be >= 1; max_context >= 0")
+        if self.top_k < 1 or self.max_context < 0 or self.suggestions < 1:
+            raise ValueError("top_k and suggestions must be >= 1; max_context >= 0")
+        if self.max_chars < MIN_MAX_CHARS:
+            raise ValueError(f"max_chars must be >= {MIN_MAX_CHARS} (room for a line and the relations listing), "
+                             f"got {self.max_chars}")
         if not 0.0 < self.fuzzy_cutoff <= 1.0:
             raise ValueError(f"fuzzy_cutoff must be in (0, 1], got {self.fuzzy_cutoff}")
         if self.neighbor_limit is not None and self.neighbor_limit < 1:
@@ -133,6 +163,9 @@ class ToolResult:
     """The listing line's (relation as a filter names it, unseen neighbours) pairs, in its order."""
     relation: str | None = None
     """The relation filter of the call (as written after the bar), if any."""
+    unlisted: int = 0
+    """Relations of the entity's unseen neighbours that no listing of the session has named yet
+    (`NAME | relations` lists them)."""
 
 
 class KGSearchTool:
@@ -177,6 +210,10 @@ class _Node:
     parent: str | None
     ranked: RankedCandidates | None = None
     shown: int = 0
+    names: dict[str, str] | None = None
+    """Each relation at the entity as its listing prints it (`SearchSession._names`)."""
+    listed: set[str] = field(default_factory=set)
+    """Relations a listing of this session has named (`NAME | relations` lists the others)."""
 
 
 class SearchSession:
@@ -198,37 +235,41 @@ class SearchSession:
         self._topics: list[str] = []
         self._shown_edges: set[tuple[str, str, str]] = set()
         for topic in topic_entities:
-            self._register(topic.id, topic.name or self._kg.label(topic.id), parent=None)
+            self._register(topic.id, topic.name or self._label(topic.id), parent=None)
             self._topics.append(topic.id)
 
     # --- the contract ---------------------------------------------------------------------------
     def call(self, query: str) -> ToolResult:
         """Run the text written inside `<search>` tags; errors come back as results, never raised."""
         self.num_calls += 1
-        name, backtrack = parse_query(query)
+        name, backtrack = split_search_query(query)
         if not name:
-            return _error("empty_query", "Empty search: write a topic entity or an entity shown above "
-                          f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).", backtracked=backtrack)
+            return self._error("empty_query", "Empty search: write a topic entity or an entity shown above "
+                               f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
+                               backtracked=backtrack)
         relation = entity = None
         parts = None if backtrack else split_relation_filter(name)
-        # a bar is a filter unless the whole text is a shown label (labels may hold one); a handle
-        # names only its own word, so `E1 | rel` is E1's filtered page, not a search of E1
-        if parts is not None and self._resolve(name, fuzzy=False, by_handle=False) is None:
+        # a bar is a filter unless the whole text is a shown label or id as it stands (labels may hold one;
+        # normalised, `Hub | ==` would read as `Hub`); a handle names only its own word, so `E1 | rel` is
+        # E1's filtered page, not a search of E1
+        if parts is not None and not self._is_shown_name(name):
             entity = self._resolve(parts[0], fuzzy=True)
             relation = parts[1] if entity is not None else None
         if entity is None:
             entity = self._resolve(name, fuzzy=False) or self._resolve(name, fuzzy=True)
         if entity is None:
-            return _error("unknown_entity", self._unknown_text(name), backtracked=backtrack)
+            return self._error("unknown_entity", self._unknown_text(name), backtracked=backtrack)
         try:
             if backtrack:
                 self.num_backtracks += 1
                 return self._backtrack(entity)
+            if relation is not None and is_relations_request(relation):
+                return self._relations_page(entity, relation)
             if relation is not None:
                 return self._filtered(entity, relation)
             return self._search(entity)
-        except (KGError, ValueError) as err:  # ValueError: an id this backend cannot express (a SPARQL dialect's)
-            return _error("kg_error", f"The knowledge graph could not be queried: {err}", entity, backtrack)
+        except (KGError, ValueError) as err:  # ValueError: a backend's own refusal of an argument
+            return self._error("kg_error", f"The knowledge graph could not be queried: {err}", entity, backtrack)
 
     def resolve_answer(self, text: str) -> list[str]:
         """Answer text (`A | B`, names or handles) as labels; text that names no shown entity is kept as is."""
@@ -248,53 +289,99 @@ class SearchSession:
         """The entity's handle in this session ("" when handles are off or it was never shown)."""
         return self._handles.get(entity, "")
 
+    def filter_name(self, entity: str, relation: str) -> str:
+        """`relation` as the listings of `entity` print it (and so as `NAME | REL` writes it), once the
+        entity has been searched; before that, as `relation_filter_name` prints it."""
+        node = self._nodes.get(entity)
+        if node is None or node.ranked is None:
+            return relation_filter_name(relation, self._config.relation_format)
+        return self._names(node).get(relation) or relation_filter_name(relation, self._config.relation_format)
+
     # --- searching ------------------------------------------------------------------------------
     def _search(self, entity: str) -> ToolResult:
         node = self._node(entity)
         first = node.ranked is None
-        ranked = self._ranked(node)
-        label = self._display(entity)
+        self._ranked(node)
         if self._has_unseen(node):
             return self._show(node, backtracked=False)
+        return self._none_left(node, first)
+
+    def _none_left(self, node: _Node, first: bool) -> ToolResult:
+        """The error of a search that found no unseen neighbour."""
+        assert node.ranked is not None
+        label = self._display(node.entity)
         again = f"Search another entity or write `{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`."
-        if not ranked:
-            return _error("no_neighbors", f"{label} has no neighbours in the knowledge graph. {again}", entity)
+        if not node.ranked:
+            return self._error("no_neighbors", f"{label} has no neighbours in the knowledge graph. {again}",
+                               node.entity)
         if first:
-            return _error("no_neighbors", f"{label} has no neighbours besides the triples already shown. {again}", entity)
-        return _error("exhausted", f"All {len(ranked)} neighbours of {label} have been shown. {again}", entity)
+            return self._error("no_neighbors", f"{label} has no neighbours besides the triples already shown. {again}",
+                               node.entity)
+        return self._error("exhausted", f"All {len(node.ranked)} neighbours of {label} have been shown. {again}",
+                           node.entity)
 
     def _filtered(self, entity: str, written: str) -> ToolResult:
         """A page of the entity's unseen neighbours by the relation `written` names."""
         node = self._node(entity)
-        ranked = self._ranked(node)
+        self._ranked(node)
         label = self._display(entity)
-        wanted = written[len(RELATION_ESCAPE):].strip() if written.startswith(RELATION_ESCAPE) else written
-        relations = {c.edges[0].relation for c in ranked if _names_relation(wanted, c.edges[0].relation, self._config.relation_format)}
+        wanted = _echo(read_relation_filter(written))
+        relations = self._relations_named(node, written)
         if not relations:
-            known = Counter(self._filter_name(c) for c in ranked)
-            listed = ", ".join(f"{r} ({n})" for r, n in known.items())
-            its = f"Its relations: {listed}." if listed else f"{label} has no neighbours in the knowledge graph."
-            return _error("unknown_relation", f"{label} has no relation \"{wanted}\". {its}", entity)
+            return self._unknown_relation(node, label, wanted)
         if self._has_unseen(node, relations):
             return self._show(node, backtracked=False, relations=relations, written=written)
-        total = sum(1 for c in ranked if c.edges[0].relation in relations)
-        return _error("exhausted", f"All {total} neighbours of {label} by {wanted} have been shown. Search another "
-                      f"entity, another relation of {label}, or write `{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`.", entity)
+        totals = self._relation_totals(node)
+        total = sum(totals[r] for r in relations)
+        return self._error("exhausted", f"All {total} neighbours of {label} by {wanted} have been shown. Search "
+                           f"another entity, another relation of {label}, or write "
+                           f"`{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`.", entity)
+
+    def _unknown_relation(self, node: _Node, label: str, wanted: str) -> ToolResult:
+        """Every relation of the entity with its neighbours, the likeliest first, as many as fit."""
+        totals = self._relation_totals(node)
+        head = f"{label} has no relation \"{wanted}\". "
+        if not totals:
+            return self._error("unknown_relation", f"{head}{label} has no neighbours in the knowledge graph.",
+                               node.entity)
+        names = self._names(node)
+        order = self._likeliest_first(totals)
+        items = [f"{names[r]} ({totals[r]})" for r in order]
+        room = self._config.max_chars - len(head) - len("Its relations: .") - len(_more_relations(len(order)))
+        picked = _pack(items, room)
+        if not picked:
+            return self._error("unknown_relation", f"{head}It has {len(order)} relations.", node.entity)
+        text = ", ".join(items[i] for i in picked)
+        if len(picked) < len(order):
+            text += _more_relations(len(order) - len(picked))
+        return self._error("unknown_relation", f"{head}Its relations: {text}.", node.entity)
+
+    def _relations_page(self, entity: str, written: str) -> ToolResult:
+        """The listing of the entity's unseen neighbours' relations that no listing has named yet (all of them
+        again once every one was named), with the whole of `max_chars`."""
+        node = self._node(entity)
+        first = node.ranked is None
+        self._ranked(node)
+        if not self._has_unseen(node):
+            return self._none_left(node, first)
+        text, more, unlisted = self._listing(node, self._config.max_chars, fresh=True)
+        return ToolResult(text, [], None, entity, False, more, written, unlisted)
 
     def _backtrack(self, entity: str) -> ToolResult:
         label = self._display(entity)
         current = self._parent.get(entity)
         if current is None:
-            return _error("backtrack_at_root", f"{label} is a topic entity: there is nothing to backtrack to. "
-                          "Search one of the entities shown so far.", entity, True)
+            return self._error("backtrack_at_root", f"{label} is a topic entity: there is nothing to backtrack to. "
+                               "Search one of the entities shown so far.", entity, True)
         while current is not None:
             node = self._node(current)
             self._ranked(node)
             if self._has_unseen(node):
                 return self._show(node, backtracked=True)
             current = node.parent
-        return _error("backtrack_at_root", f"Nothing left to backtrack to: every neighbour on the path from {label} "
-                      "back to the topic entity has been shown. Search another entity shown above, or answer.", entity, True)
+        return self._error("backtrack_at_root", f"Nothing left to backtrack to: every neighbour on the path from "
+                           f"{label} back to the topic entity has been shown. Search another entity shown above, "
+                           "or answer.", entity, True)
 
     def _node(self, entity: str) -> _Node:
         if entity not in self._nodes:
@@ -303,8 +390,11 @@ class SearchSession:
 
     def _ranked(self, node: _Node) -> RankedCandidates:
         if node.ranked is None:
-            node.ranked = self._tool.scorer.rank(self.question, node.entity, self._kg, self._config.expand_mediators,
-                                                 self._config.neighbor_limit)
+            if not self._kg.expresses(node.entity):
+                node.ranked = RankedCandidates(())
+            else:
+                node.ranked = self._tool.scorer.rank(self.question, node.entity, self._kg,
+                                                     self._config.expand_mediators, self._config.neighbor_limit)
         return node.ranked
 
     def _has_unseen(self, node: _Node, relations: set[str] | None = None) -> bool:
@@ -320,14 +410,19 @@ class SearchSession:
     def _seen(self, candidate: Candidate) -> bool:
         return all(edge.key() in self._shown_edges for edge in candidate.edges)
 
-    def _show(self, node: _Node, backtracked: bool, relations: set[str] | None = None, written: str | None = None) -> ToolResult:
+    def _show(self, node: _Node, backtracked: bool, relations: set[str] | None = None,
+              written: str | None = None) -> ToolResult:
         """The node's next unseen candidates (by one of `relations`, when given), up to top_k and max_chars
         (at least one), then the listing of the relations its unseen candidates still have.
 
-        A candidate counts as seen once all its triples were shown in this session, from any
-        entity: the model has read them, so showing them again would only crowd out new ones.
+        The lines leave the listing the room it needs, up to a 1/LISTING_SHARE of max_chars: a hub's page
+        names its likeliest relations however long its lines are. A candidate counts as seen once all its
+        triples were shown in this session, from any entity: the model has read them, so showing them
+        again would only crowd out new ones.
         """
         assert node.ranked is not None
+        limit = self._config.max_chars
+        room = limit - min(self._listing_need(node), max(limit // LISTING_SHARE, _LISTING_FLOOR))
         lines: list[str] = []
         edges: list[Edge] = []
         size = shown = 0
@@ -345,33 +440,119 @@ class SearchSession:
                 if line not in lines and line not in new_lines:
                     new_lines.append(line)
             extra = sum(len(line) + 1 for line in new_lines)
-            if lines and size + extra > self._config.max_chars:
+            if lines and size + extra > room:
                 self._unregister(list(self._labels)[before:])
                 break
+            if extra > room:  # the first candidate alone is longer than the room: cut it
+                new_lines = [_clip("\n".join(new_lines), room - 1)]
+                extra = len(new_lines[0]) + 1
             lines.extend(new_lines)
             edges.extend(candidate.edges)
             self._shown_edges.update(edge.key() for edge in candidate.edges)
             size += extra
             shown += 1
         self._has_unseen(node)
-        more = self._unseen_relations(node)
-        if more:
-            lines.append(MORE_PREFIX + " " + ", ".join(f"{name} ({count})" for name, count in more))
-        return ToolResult("\n".join(lines), edges, None, node.entity, backtracked, tuple(more), written)
+        first = next(iter(relations)) if relations is not None and len(relations) == 1 else None
+        listing, more, unlisted = self._listing(node, limit - size, first=first)
+        if listing:
+            lines.append(listing)
+        return ToolResult("\n".join(lines), edges, None, node.entity, backtracked, more, written, unlisted)
 
-    def _unseen_relations(self, node: _Node) -> list[tuple[str, int]]:
-        """(relation as a filter names it, unseen candidates by it) for the node, in ranked order.
+    def _unseen_counts(self, node: _Node) -> dict[str, int]:
+        """Unseen candidates of the node by the relation of their first edge, in ranked order.
 
         Relation groups of a hub that no page has reached yet count their edges, unbuilt: exact
         unless they lead to mediators or one of their lines was shown from its other end."""
         assert node.ranked is not None
-        counts = Counter(self._filter_name(c) for c in node.ranked.built[node.shown:] if not self._seen(c))
+        counts = Counter(c.edges[0].relation for c in node.ranked.built[node.shown:] if not self._seen(c))
         for relation, _, edges in node.ranked.pending_counts():
-            counts[relation_filter_name(relation, self._config.relation_format)] += edges
-        return list(counts.items())
+            counts[relation] += edges
+        return dict(counts)
 
-    def _filter_name(self, candidate: Candidate) -> str:
-        return relation_filter_name(candidate.edges[0].relation, self._config.relation_format)
+    def _relation_totals(self, node: _Node) -> dict[str, int]:
+        """All the node's candidates (seen or not) by the relation of their first edge, in ranked order."""
+        assert node.ranked is not None
+        counts = Counter(c.edges[0].relation for c in node.ranked.built)
+        for relation, _, edges in node.ranked.pending_counts():
+            counts[relation] += edges
+        return dict(counts)
+
+    def _likeliest_first(self, counts: dict[str, int]) -> list[str]:
+        """Relations in ranked order when a ranker ordered them, else the most neighbours first (ties in KG order)."""
+        if self._config.ranking != "none":
+            return list(counts)
+        return sorted(counts, key=lambda r: -counts[r])
+
+    def _listing_need(self, node: _Node) -> int:
+        """Characters the node's whole listing takes now (a bound on it after a page), counted up to max_chars."""
+        names = self._names(node)
+        need = 0
+        for relation, count in self._unseen_counts(node).items():
+            need += len(names[relation]) + len(str(count)) + 5  # "name (count), "
+            if need > self._config.max_chars:
+                break
+        return need + len(MORE_PREFIX) if need else 0
+
+    def _listing(self, node: _Node, room: int, first: str | None = None,
+                 fresh: bool = False) -> tuple[str, tuple, int]:
+        """(`more:` line, its (name, count) pairs, relations still unlisted) of the node's unseen neighbours'
+        relations, within `room` characters: the likeliest first (`first` before them while it has
+        unseen neighbours); with `fresh`, only those no listing has named yet, or all again when every one
+        was. The line ends `and N more relations` when N of them are not in it; "" when none is unseen."""
+        counts = self._unseen_counts(node)
+        if not counts:
+            return "", (), 0
+        order = self._likeliest_first(counts)
+        if first in counts:
+            order.remove(first)
+            order.insert(0, first)
+        if fresh:
+            order = [r for r in order if r not in node.listed] or order
+            if order[0] in node.listed:
+                node.listed.clear()
+        names = self._names(node)
+        items = [f"{names[r]} ({counts[r]})" for r in order]
+        prefix = MORE_PREFIX + " "
+        picked = list(range(len(items)))
+        if len(prefix) + sum(len(item) + 2 for item in items) - 2 > room:
+            picked = _pack(items, room - len(prefix) - len(_more_relations(len(counts))))
+        node.listed.update(order[i] for i in picked)
+        unlisted = sum(1 for r in counts if r not in node.listed)
+        more = tuple((names[order[i]], counts[order[i]]) for i in picked)
+        if not picked:
+            return f"{prefix}{len(counts)} relations", more, unlisted
+        left = len(counts) - len(picked)
+        return prefix + ", ".join(items[i] for i in picked) + (_more_relations(left) if left else ""), more, unlisted
+
+    def _names(self, node: _Node) -> dict[str, str]:
+        """Each relation at the node as its listings print it: as its triple lines print it
+        (`relation_filter_name`), or by its id where that form is shared with another relation of the
+        node (two ids that print the same words), so that the filter reads it back to this relation alone."""
+        if node.names is None:
+            assert node.ranked is not None
+            relations = dict.fromkeys(c.edges[0].relation for c in node.ranked.built)
+            relations.update(dict.fromkeys(r for r, _, _ in node.ranked.pending_counts()))
+            fmt = self._config.relation_format
+            shown = {r: relation_display(r, fmt) for r in relations}
+            uses = Counter(shown.values())
+            node.names = {r: relation_filter_text(r if uses[d] > 1 or (d != r and d in relations) else d)
+                          for r, d in shown.items()}
+        return node.names
+
+    def _relations_named(self, node: _Node, written: str) -> set[str]:
+        """The relations at the node a filter's text names: exactly (its id, or its printed form read back),
+        else its id or printed words with case and spacing aside."""
+        wanted = read_relation_filter(written)
+        names = self._names(node)
+        exact = {r for r in names if r == wanted} or {r for r, n in names.items() if read_relation_filter(n) == wanted}
+        if exact:
+            return exact
+        fmt = self._config.relation_format
+        return {r for r in names if _names_relation(wanted, r, fmt)}
+
+    def _error(self, kind: str, text: str, entity: str | None = None, backtracked: bool = False) -> ToolResult:
+        return ToolResult(text=_clip(text, self._config.max_chars), edges=[], error=kind, entity=entity,
+                          backtracked=backtracked)
 
     # --- names and handles ----------------------------------------------------------------------
     def _register(self, entity: str, label: str, parent: str | None) -> None:
@@ -393,15 +574,23 @@ class SearchSession:
             if handle is not None:
                 del self._by_handle[handle]
 
+    def _label(self, entity: str) -> str:
+        """The KG's label of `entity`; an id the backend cannot express is shown as an unknown id is."""
+        return self._kg.label(entity) if self._kg.expresses(entity) else literal_value(entity)
+
     def _display(self, entity: str) -> str:
-        label = self._labels.get(entity) or self._kg.label(entity)
+        label = self._labels.get(entity) or self._label(entity)
         handle = self._handles.get(entity)
         return f"{handle} {label}" if handle else label
 
     def _line(self, edge: Edge) -> str:
         return triple_line(self._display(edge.subject), edge.relation, self._display(edge.object), self._config.relation_format)
 
-    def _resolve(self, name: str, fuzzy: bool, by_handle: bool = True) -> str | None:
+    def _is_shown_name(self, name: str) -> bool:
+        """True when `name` is exactly the id or label of an entity shown so far."""
+        return name in self._labels or any(label == name for label in self._labels.values())
+
+    def _resolve(self, name: str, fuzzy: bool) -> str | None:
         """A shown entity's id: by handle (its first word), id, exact label, normalised label, then
         (if fuzzy) difflib.
 
@@ -409,7 +598,7 @@ class SearchSession:
         """
         name = name.strip()
         head = name.split(maxsplit=1)[0] if name else ""
-        if by_handle and head in self._by_handle and _HANDLE.fullmatch(head):
+        if head in self._by_handle and _HANDLE.fullmatch(head):
             return self._by_handle[head]
         if name in self._labels:
             return name
@@ -436,44 +625,48 @@ class SearchSession:
         for entity, label in reversed(self._labels.items()):
             by_norm.setdefault(normalize_answer(label), entity)
         close = difflib.get_close_matches(normalize_answer(name), list(by_norm), n=self._config.suggestions, cutoff=0.4)
+        name = _echo(name)
         if close:
-            names = [self._display(by_norm[c]) for c in close]
+            names = [_echo(self._display(by_norm[c])) for c in close]
             return f"Unknown entity \"{name}\": it is not a topic entity or an entity shown so far. Close names: {'; '.join(names)}."
-        names = [self._display(e) for e in self._topics][: self._config.suggestions]
+        names = [_echo(self._display(e)) for e in self._topics][: self._config.suggestions]
         return (f"Unknown entity \"{name}\": it is not a topic entity or an entity shown so far. "
                 f"Search a topic entity ({'; '.join(names)}) or an entity from the triples above.")
 
 
 _HANDLE = re.compile(re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*")
-_BACKTRACK_SUFFIX = re.compile(r"\s*" + re.escape(QUERY_SEPARATOR) + r"\s*" + re.escape(BACKTRACK_MARK) + r"\s*$", re.IGNORECASE)
+_LISTING_FLOOR = len(f"{MORE_PREFIX} 1000000 relations")
 
 
-def parse_query(query: str) -> tuple[str, bool]:
-    """`NAME | backtrack` -> (NAME, True); `NAME` -> (NAME, False); surrounding spaces dropped."""
-    text = query.strip()
-    match = _BACKTRACK_SUFFIX.search(text)
-    if match:
-        return text[: match.start()].strip(), True
-    return text, False
+def _more_relations(count: int) -> str:
+    return f" and {count} more relation{'' if count == 1 else 's'}"
 
 
-def split_relation_filter(name: str) -> tuple[str, str] | None:
-    """`NAME | REL` -> (NAME, REL), split at the last bar, both parts stripped; None without a bar or with an empty
-    part.
+def _pack(items: list[str], room: int) -> list[int]:
+    """Indices of the items that fit `room` characters joined by ", ", taken in order, an item too long
+    for what is left skipped (a shorter one after it may still fit)."""
+    picked: list[int] = []
+    size = -2
+    for index, item in enumerate(items):
+        if size + 2 + len(item) <= room:
+            picked.append(index)
+            size += 2 + len(item)
+        elif size + 2 + 1 > room:
+            break
+    return picked
 
-    A session reads a search this way only when the whole text names no shown entity (a label may hold a bar).
-    """
-    head, sep, tail = name.rpartition(QUERY_SEPARATOR)
-    if sep and head.strip() and tail.strip():
-        return head.strip(), tail.strip()
-    return None
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
+
+
+def _echo(text: str) -> str:
+    """Text the model wrote, as an error quotes it back: its first ECHO_CHARS characters."""
+    return _clip(text, ECHO_CHARS)
 
 
 def _names_relation(written: str, relation: str, relation_format: str) -> bool:
     """True when a filter's text names `relation`: its id or its printed form, case and spacing aside."""
     wanted = " ".join(written.split()).lower()
-    return wanted in (relation.lower(), " ".join(relation_display(relation, relation_format).split()).lower())
-
-
-def _error(kind: str, text: str, entity: str | None = None, backtracked: bool = False) -> ToolResult:
-    return ToolResult(text=text, edges=[], error=kind, entity=entity, backtracked=backtracked)
+    printed = relation_display(relation, relation_format)
+    return wanted in (" ".join(relation.split()).lower(), " ".join(printed.split()).lower())

@@ -3,8 +3,8 @@
 When a row's own tokens end with the
 token ids of `<search>` or `<answer>`, the row enters a constrained span: the next tokens must
 spell one of the allowed entity strings, followed by the closing tag (`<search>` also allows
-`NAME | backtrack`, and `NAME | REL` for every relation REL a `more:` line of the row's tool
-output has listed, `listed_relations`). Allowed strings are the topic entity names plus every
+`NAME | backtrack`, `NAME | relations`, and `NAME | REL` for every relation REL a `more:` line of the
+row's tool output has listed, `listed_relations`). Allowed strings are the topic entity names plus every
 handle and label the session has shown (`SearchSession.shown_entities()`), read at the moment the
 span starts.
 
@@ -30,13 +30,12 @@ only a tool call shows new entities or lines, so what is allowed cannot change w
 
 from __future__ import annotations
 
-import re
 from typing import Callable, Sequence
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, BACKTRACK_MARK, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN,
+    ANSWER_CLOSE, ANSWER_OPEN, MARKS, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN,
 )
-from kgreasoner.retrieval.tool import MORE_PREFIX
+from kgreasoner.retrieval.tool import parse_listing
 
 _END = -1
 """Trie key marking that a complete continuation ends at this node."""
@@ -53,16 +52,13 @@ def quoted_lines(tool_texts: Sequence[str]) -> list[str]:
             if line.startswith(QUOTE_OPEN) and line.endswith(QUOTE_CLOSE) and len(line) > 2]
 
 
-_LISTED = re.compile(r"(.+?) \(\d+\)(?:, |$)")
-
-
 def listed_relations(tool_texts: Sequence[str]) -> list[str]:
-    """The relations the `more:` lines of tool outputs list (`more: plays_for (23), citizen_of (12)`), in order, once."""
+    """The relations the `more:` lines of tool outputs list (`more: plays_for (23), citizen_of (12)`), as a
+    filter writes them, in order, once."""
     found: dict[str, None] = {}
     for text in tool_texts:
         for line in text.split("\n"):
-            if line.startswith(MORE_PREFIX):
-                found.update(dict.fromkeys(_LISTED.findall(line[len(MORE_PREFIX):].strip())))
+            found.update(dict.fromkeys(name for name, _ in parse_listing(line)))
     return list(found)
 
 
@@ -73,7 +69,8 @@ class ConstraintVocabulary:
         self._encode = encode
         self._cache: dict[str, tuple[int, ...]] = {}
         self.openers = {SEARCH_OPEN: self.variants(SEARCH_OPEN), ANSWER_OPEN: self.variants(ANSWER_OPEN)}
-        self.search_tails = [self.ids(SEARCH_CLOSE), self.ids(f" {QUERY_SEPARATOR} {BACKTRACK_MARK}") + self.ids(SEARCH_CLOSE)]
+        self.search_tails = [self.ids(SEARCH_CLOSE)] + [self.ids(f" {QUERY_SEPARATOR} {mark}") + self.ids(SEARCH_CLOSE)
+                                                         for mark in MARKS]
         self.answer_tails = [self.ids(ANSWER_CLOSE)]
         self.quote_openers = self.variants(QUOTE_OPEN)
         self.quote_tails = self.fused(QUOTE_CLOSE)
@@ -175,7 +172,7 @@ def _literal(text: str) -> str:
 def turn_regex(names: Sequence[str], lines: Sequence[str] | None = None, relations: Sequence[str] = ()) -> str:
     """One turn under constrained decoding, as a regex: free thinking (no `<` but the think tags), then
     optionally `<search>` or `<answer>` holding exactly one of `names` (a leading space allowed, as the
-    token-level trie allows it; a search may add `| backtrack`, or `| REL` for one of `relations`) and
+    token-level trie allows it; a search may add `| backtrack`, `| relations`, or `| REL` for one of `relations`) and
     its closing tag. With `lines`
     (constrained quotes, once a line has been shown), a `(` in the thinking must open one of them.
 
@@ -191,7 +188,7 @@ def turn_regex(names: Sequence[str], lines: Sequence[str] | None = None, relatio
         free = f"([^<]|{_literal(THINK_OPEN)}|{_literal(THINK_CLOSE)})*"
     if not entity:  # nothing may be searched or answered yet: thinking only
         return free
-    suffixes = "|".join(_literal(f" {QUERY_SEPARATOR} {tail}") for tail in dict.fromkeys([BACKTRACK_MARK, *relations]))
+    suffixes = "|".join(_literal(f" {QUERY_SEPARATOR} {tail}") for tail in dict.fromkeys([*MARKS, *relations]))
     search = f"{_literal(SEARCH_OPEN)} ?({entity})({suffixes})?{_literal(SEARCH_CLOSE)}"
     answer = f"{_literal(ANSWER_OPEN)} ?({entity}){_literal(ANSWER_CLOSE)}"
     return f"{free}({search}|{answer})?"

@@ -6,9 +6,10 @@ Endpoints:
   `max_turns` / `max_new_tokens` and set `temperature`, `top_p`, `top_k`, `seed`.
 - `POST /v1/chat/completions`: OpenAI-compatible. The last message must be the user's question;
   topic entities come from a `topic_entities` field, else from the protocol's user-turn layout
-  `QUESTION Topic Entity: NAME[, NAME]`. The server builds the protocol prompt itself (other
-  messages are not used), runs the whole trajectory with its tool, and returns it as the
-  assistant message's content, with the structured answer attached as `trajectory`.
+  (`protocol.USER_TEMPLATE`: the question, `protocol.TOPIC_MARKER`, then the names). The server
+  builds the protocol prompt itself (other messages are not used), runs the whole trajectory with
+  its tool, and returns it as the assistant message's content, with the structured answer attached
+  as `trajectory`.
   `max_tokens` above the server's limit is lowered to it; `stream`, `n > 1` and fields it does not
   honour (`tools`, `logprobs`, `response_format`, `stop`, ...: `UNHONOURED_CHAT_FIELDS`) are refused.
 - `GET /v1/models`, `GET|HEAD /health`, `GET /metrics` (Prometheus text).
@@ -37,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kgreasoner.protocol import TOPIC_SEPARATOR
+from kgreasoner.protocol import TOPIC_MARKER, TOPIC_SEPARATOR, split_user_turn
 from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
 from kgreasoner.kg.base import KGError
 from kgreasoner.serving.batching import ServiceBusy
@@ -47,8 +48,6 @@ from kgreasoner.serving.validation import AnswerOptions, RequestError, check_uni
 
 logger = logging.getLogger(__name__)
 
-TOPIC_MARKER = "Topic Entity:"
-"""How `protocol.USER_TEMPLATE` introduces the topic entities in a user turn."""
 ENDPOINTS = ("/v1/answer", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
 WAIT_GRACE = 2.0
 """Seconds past a request's deadline the handler waits for the batch that stopped it."""
@@ -343,19 +342,19 @@ async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
 
 
 def _split_user_turn(service: AnswerService, content: str, param: str) -> tuple[str, list[str]]:
-    """`QUESTION Topic Entity: A, B` -> (QUESTION, names); a whole name containing ', ' is kept whole."""
-    question, marker, tail = content.rpartition(TOPIC_MARKER)
-    if not marker or not question.strip() or not tail.strip():
+    """A user turn in the protocol's layout -> (question, names); a whole name containing ', ' is kept whole."""
+    split = split_user_turn(content)
+    if split is None:
         raise RequestError("topic_entities", f"name the topic entities: send a 'topic_entities' list, or end the "
                            f"user message with '{TOPIC_MARKER} NAME[{TOPIC_SEPARATOR}NAME]'")
-    tail = tail.strip()
+    question, tail = split
     if TOPIC_SEPARATOR not in tail:
-        return question.strip(), [tail]
+        return question, [tail]
     check_unicode(param, tail)
     try:
         whole = service.kg.resolve(tail)
     except KGError as err:
         raise kg_failure(param, err) from err
     if whole:
-        return question.strip(), [tail]
-    return question.strip(), [name.strip() for name in tail.split(TOPIC_SEPARATOR) if name.strip()]
+        return question, [tail]
+    return question, [name.strip() for name in tail.split(TOPIC_SEPARATOR) if name.strip()]

@@ -106,3 +106,33 @@ def test_hubs_over_top_k_hide_no_way_from_the_oracle():
     plain = [OracleMethod(tool, OracleConfig(max_pages=0)).answer(q) for q in questions]
     assert [hits_at_1(r.answers, q.answers) for r, q in zip(plain, questions)] == [0.0, 0.0, 0.0, 1.0, 1.0]
     assert [r.trace["recall"] for r in plain] == [0.0, 0.0, 0.0, 0.8, 1.0]  # Rovers' first page: 8 of its 15 players
+
+
+def many_relations_hub(relations: int = 400):
+    """A hub with `relations` relations of three edges each and one more, `zz_gold`, of one edge whose
+    neighbour leads on by `leads_to`: by count the gold relation comes last in every listing."""
+    triples = [("hub", f"rel_{r:03d}", f"n{r}_{i}") for r in range(relations) for i in range(3)]
+    triples += [("hub", "zz_gold", "mid"), ("mid", "leads_to", "end"), ("hub", "backtrack", "undo")]
+    names = {"hub": "Hub", "mid": "Mid", "end": "End", "undo": "Undo"}
+    kg = MemoryKG.from_triples(triples, names)
+    questions = [QAExample.from_dict({"id": f"h{n}", "question": "q?", "topic_entities": [{"id": "hub", "name": "Hub"}],
+                                      "answers": [{"id": answer, "name": names[answer]}], "gold_paths": [path]})
+                 for n, (path, answer) in enumerate([(["zz_gold"], "mid"), (["zz_gold", "leads_to"], "end"),
+                                                      (["backtrack"], "undo")])]
+    return kg, questions
+
+
+def test_a_gold_relation_past_the_first_listing_is_listed_with_relations_pages():
+    kg, questions = many_relations_hub()
+    tool = KGSearchTool(kg, ToolConfig(top_k=10))
+    first = tool.session("q?", list(questions[0].topic_entities)).call("Hub")
+    assert "zz_gold" not in first.text and first.unlisted > 0 and len(first.text) <= 2000
+    assert first.text.splitlines()[-1].endswith(f" and {first.unlisted} more relations")
+    for question in questions:
+        result = OracleMethod(tool).answer(question)
+        assert hits_at_1(result.answers, question.answers) == 1.0 and result.trace["recall"] == 1.0
+        # the search, the relations pages up to the one naming the gold relation, its filtered page
+        assert result.trace["hops"][0]["pages"] >= 3
+    # Without the relations pages the listing never names the gold relation.
+    stuck = OracleMethod(tool, OracleConfig(max_pages=1)).answer(questions[0])
+    assert stuck.answers == []

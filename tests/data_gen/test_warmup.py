@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from data_gen.synthetic import write_synthetic
+from data_gen.warmup.writer import Skip
 from data_gen.warmup import (
     DEFAULT_TEMPLATES,
     Teacher,
@@ -173,6 +174,7 @@ ONE_TEMPLATE = {
     "again": "Again {entity} for {need}.", "final": "The answer is {answer}.", "detour": "Maybe {wrong}.",
     "notice_relation": "{wrong} is {wrong_relation}, not {need}.", "notice_dead_end": "{wrong} has no {next_relation}.",
     "notice_empty": "{wrong} leads nowhere.", "recover": "Back at {entity}: {fact}.",
+    "list": "List {entity} for {need}.",
 }
 
 
@@ -629,3 +631,30 @@ def test_multi_topic_synthetic_questions_get_trajectories(generated):
         searched = [s.query.split(" | ")[0] for s in parse_trajectory(record.completion).searches]
         handles = generated["config"].tool.entity_handles
         assert ("E2" if handles else record.topic_entities[1].name) in searched
+
+
+def test_a_hub_s_relations_are_listed_until_the_gold_one_is_named(templates_file):
+    triples = [("hub", f"rel_{r:02d}", f"n{r}_{i}") for r in range(30) for i in range(3)]
+    triples += [("hub", "zz_gold", "mid"), ("mid", "leads_to", "end")]
+    kg = MemoryKG(*zip(*triples), names={"hub": "Hub", "mid": "Mid", "end": "End"})
+    generator = tiny_generator(kg, templates_file, "tool.top_k=2", "tool.max_chars=200", "tool.entity_handles=false",
+                               "max_repeats=4")
+    example = QAExample(id="h", question="what does the hub's gold lead to", split="train",
+                        topic_entities=(TopicEntity("hub", "Hub"),), answers=(Answer("end", "End"),),
+                        gold_paths=(("zz_gold", "leads_to"),), hops=2)
+    record = generator.make(example, correction=False)
+    searches = [s.raw for s in parse_trajectory(record.completion).searches]
+    assert searches == ["Hub", "Hub | relations", "Hub | relations", "Hub | zz_gold", "Mid"]
+    blocks = [s.text for s in record.segments if not s.train]
+    assert all(len(block) <= 200 + len("\n<triples>\n\n</triples>\n") for block in blocks)
+    # The first listing and the next name 25 relations by count; the third names the rest, the gold one last.
+    assert blocks[1] == ("\n<triples>\nmore: " + ", ".join(f"rel_{r:02d} (3)" for r in range(12, 26))
+                         + " and 17 more relations\n</triples>\n")
+    assert blocks[2] == ("\n<triples>\nmore: rel_26 (3), rel_27 (3), rel_28 (3), rel_29 (3), rel_00 (1), zz_gold (1) "
+                         "and 25 more relations\n</triples>\n")
+    assert "List Hub for the zz gold of Hub." in record.completion
+    assert generator.stats["repeated_searches"] == 3
+    few = tiny_generator(kg, templates_file, "tool.top_k=2", "tool.max_chars=200", "tool.entity_handles=false",
+                         "max_repeats=2")
+    with pytest.raises(Skip, match="gold_not_shown:max_repeats"):
+        few.make(example, correction=False)

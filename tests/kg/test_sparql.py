@@ -308,7 +308,8 @@ def test_search_session_never_raises_on_hostile_topic_ids(url, dialect):
             result = session.call(query)
             assert result.error is None or result.error in ERRORS
             errors.append(result.error)
-    assert len(errors) == 3 * 189 and "kg_error" in errors
+    # an id the dialect cannot express names no node: no neighbours, never a "could not be queried"
+    assert len(errors) == 3 * 189 and "kg_error" not in errors and "no_neighbors" in errors
 
 
 class _Flaky(BaseHTTPRequestHandler):
@@ -492,3 +493,26 @@ def test_many_entities_are_asked_in_requests_of_context_batch_entities(url, smal
     assert len(entities) == 15
     assert kg.neighbors_of_each(entities, 2) == [reference.neighbors(e, "both", limit=2) for e in entities]
     assert kg.queries_sent == 1 + 4
+
+
+INVALID_IDS = ["", "\ud800", "e.utah\udfff", "_:b0", '"unterminated', '"x"^^<bad iri>', '"x"@', '"lit\n']
+
+
+@pytest.mark.parametrize("dialect", ["generic", "freebase"])
+def test_an_empty_or_invalid_topic_id_is_answered_as_the_memory_store_answers_it(url, small_kb, dialect):
+    """An id the endpoint cannot express names no node: the same errors as an id missing from the memory
+    store (no_neighbors, empty_query, ...), never kg_error (which reads like an outage) or an exception."""
+    memory = KGSearchTool(MemoryKG.from_file(small_kb.dir / "kb.tsv"), ToolConfig(entity_handles=True))
+    sparql = KGSearchTool(SparqlKG(url, dialect=dialect, retries=0), ToolConfig(entity_handles=True))
+    for entity in INVALID_IDS:
+        for name in ("Topic", ""):
+            answers = []
+            for tool in (memory, sparql):
+                session = tool.session("q?", [TopicEntity(entity, name)])
+                answers.append([(r.error, r.text) for r in map(session.call, ("E1", "E1 | backtrack", "E1 | r",
+                                                                                "E1 | relations", entity))])
+            assert answers[0] == answers[1], (entity, name)
+            assert all(error != "kg_error" for error, _ in answers[1])
+    empty = sparql.session("q?", [TopicEntity("", "")])
+    assert empty.call("").error == "empty_query" and empty.call("E1").error == "no_neighbors"
+    assert not sparql.kg.expresses("") and not sparql.kg.expresses("_:b0") and sparql.kg.expresses('"x"')

@@ -7,7 +7,7 @@ import pytest
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError
 from kgreasoner.kg.memory import MemoryKG
-from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_query, relation_display, relation_key
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, relation_display, relation_key
 
 UTAH = [TopicEntity("m.utah", "Utah")]
 UTAH_LINES = [
@@ -103,10 +103,11 @@ def test_names_resolve_only_among_shown_entities(utah_kg):
 def test_repeated_search_shows_next_best_unseen_then_exhausted(utah_kg):
     s = session(utah_kg, top_k=2)
     first = s.call("Utah")
+    # Without a ranker the listing names the relations with the most unseen neighbours first.
     assert first.text.splitlines() == UTAH_LINES[:2] + [
-        "more: location.location.contains (1), government.governmental_jurisdiction.governing_officials (2), "
+        "more: government.governmental_jurisdiction.governing_officials (2), location.location.contains (1), "
         "location.location.containedby (1)"]
-    assert first.more == (("location.location.contains", 1), ("government.governmental_jurisdiction.governing_officials", 2),
+    assert first.more == (("government.governmental_jurisdiction.governing_officials", 2), ("location.location.contains", 1),
                           ("location.location.containedby", 1))
     assert s.call("Utah").text.splitlines() == UTAH_LINES[2:5] + [
         "more: government.governmental_jurisdiction.governing_officials (1), location.location.containedby (1)"]
@@ -152,16 +153,37 @@ def test_backtracking_walks_the_papers_example(path_kg):
     assert s.num_backtracks == 5 and s.num_calls == 9
 
 
-def test_max_chars_caps_output_without_wasting_handles(utah_kg):
-    s = session(utah_kg, max_chars=70, entity_handles=True)
+def test_max_chars_caps_lines_listing_and_errors_without_wasting_handles(utah_kg):
+    s = session(utah_kg, max_chars=130, entity_handles=True)
     first = s.call("Utah")
-    # The listing line is not part of the cap: what the cap left out must still be named.
+    # The listing keeps its room and says how many relations it could not name; a relation too long for
+    # what is left is skipped for a shorter one.
     assert first.text.splitlines() == [
         "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)",
-        "more: location.us_state.capital (1), location.location.contains (1), "
-        "government.governmental_jurisdiction.governing_officials (2), location.location.containedby (1)"]
+        "more: location.us_state.capital (1) and 3 more relations"]
+    assert (first.more, first.unlisted) == ((("location.us_state.capital", 1),), 3)
     assert s.shown_entities() == [("E1", "Utah"), ("E2", "Mountain Time Zone")]
+    # `NAME | relations` lists the relations no listing has named yet, then starts over.
+    listed = s.call("Utah | relations")
+    assert (listed.error, listed.edges, listed.unlisted) == (None, [], 1)
+    assert listed.text == ("more: government.governmental_jurisdiction.governing_officials (2), "
+                           "location.location.contains (1) and 2 more relations")
+    last = s.call("E1 | Relations")
+    assert (last.text, last.unlisted) == ("more: location.location.containedby (1) and 3 more relations", 0)
+    again = s.call("Utah | relations")
+    assert again.text.startswith("more: government.governmental_jurisdiction.governing_officials (2), ")
     assert s.call("Utah").text.splitlines()[0] == "(E1 Utah, location.us_state.capital, E3 Salt Lake City)"
+    bad = s.call("Utah | nope")
+    assert bad.text == ('E1 Utah has no relation "nope". Its relations: '
+                        "government.governmental_jurisdiction.governing_officials (2) and 4 more relations.")
+    for call in (first, listed, last, again, bad):
+        assert len(call.text) <= 130
+    # A first candidate longer than the room is cut, never the cap passed.
+    tight = session(utah_kg, max_chars=64, entity_handles=True)
+    assert tight.call("Utah").text == "(E1 Utah, location.location.time_zones,\u2026\nmore: 4 relations"
+    assert len(tight.call("Utah | " + "x" * 500).text) == 64
+    with pytest.raises(ValueError, match="max_chars must be >= 64"):
+        ToolConfig(max_chars=63)
 
 
 class BrokenKG(MemoryKG):
@@ -176,9 +198,7 @@ def test_backend_failure_is_a_result_not_an_exception():
     assert result.text == "The knowledge graph could not be queried: endpoint http://127.0.0.1:1/sparql refused the connection"
 
 
-def test_parse_query_and_config_validation():
-    assert parse_query("  Utah | backtrack ") == ("Utah", True)
-    assert parse_query("A | B") == ("A | B", False)
+def test_config_validation():
     with pytest.raises(ValueError, match="ranking must be one of"):
         ToolConfig(ranking="bm25")
     with pytest.raises(ValueError, match="needs ranker_path"):
@@ -246,8 +266,9 @@ def test_relation_filter_pages_through_unseen_lines_then_says_so():
     s.call("Freedonia")
     page = s.call("Freedonia | based_in")
     assert (page.error, page.entity, page.relation) == (None, "fr", "based_in")
+    # The page's listing names its own relation first while it has more.
     assert page.text == ("(Club 0, based_in, Freedonia)\n(Club 1, based_in, Freedonia)\n"
-                         "more: citizen_of (3), based_in (1), =backtrack (1)")
+                         "more: based_in (1), citizen_of (3), =backtrack (1)")
     assert s.call("Freedonia | based_in").text == "(Club 2, based_in, Freedonia)\nmore: citizen_of (3), =backtrack (1)"
     done = s.call("Freedonia|based_in")
     assert done.error == "exhausted" and done.edges == []

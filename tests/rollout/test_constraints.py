@@ -48,6 +48,10 @@ def test_listed_relations_are_what_more_lines_name():
     blocks = ["(E2 Pat, citizen_of, E1 Freedonia)\nmore: citizen_of (29), based_in (15), =backtrack (1)",
               "(E3 Club 0, based_in, E1 Freedonia)\nmore: film film genre (3), based_in (14)", "All 3 neighbours of X have been shown."]
     assert listed_relations(blocks) == ["citizen_of", "based_in", "=backtrack", "film film genre"]
+    # Quoted relations keep their commas, parentheses and escaped bars; the count of unnamed ones is no relation.
+    hub = ['more: ="born \\| in" (2), ="a, b (c)" (1), rock and roll (4), ==eq (3) and 2998 more relations',
+           "more: 3000 relations"]
+    assert listed_relations(hub) == ['="born \\| in"', '="a, b (c)"', "rock and roll", "==eq"]
 
 
 def test_a_constrained_search_may_filter_by_a_listed_relation_only():
@@ -59,6 +63,7 @@ def test_a_constrained_search_may_filter_by_a_listed_relation_only():
     pattern = turn_regex(["E1"], None, ["citizen_of", "film film genre"])
     assert re.fullmatch(pattern, "<think> more <search>E1 | film film genre</search>")
     assert re.fullmatch(pattern, "<think> back <search>E1 | backtrack</search>")
+    assert re.fullmatch(pattern, "<think> list <search>E1 | relations</search>")
     assert not re.fullmatch(pattern, "<think> x <search>E1 | plays_for</search>")
     tokenizer = train_tokenizer(["<search>E1 | citizen_of</search> E1 | backtrack plays_for"], TokenizerConfig(num_handles=4))
     encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]

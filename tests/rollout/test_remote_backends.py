@@ -137,7 +137,7 @@ def test_vllm_constrained_decoding_sends_each_turn_the_regex_of_the_shown_entiti
 def test_turn_regex_escapes_names_and_allows_only_thinking_without_names():
     pattern = turn_regex(["E1", "a.b (c)", "E1", " "])
     # Only regex metacharacters are escaped, and no `(?:`: the syntax structured-output engines share.
-    assert pattern == (r"([^<]|<think>|</think>)*(<search> ?(E1|a\.b \(c\))( \| backtrack)?</search>"
+    assert pattern == (r"([^<]|<think>|</think>)*(<search> ?(E1|a\.b \(c\))( \| backtrack| \| relations)?</search>"
                        r"|<answer> ?(E1|a\.b \(c\))</answer>)?")
     assert re.fullmatch(pattern, "<think> x <search>a.b (c)</search>")
     assert not re.fullmatch(pattern, "<think> x <search>aXb (c)</search>")

@@ -9,11 +9,12 @@ import time
 
 import httpx
 import pytest
+import yaml
 
 from kgreasoner.protocol import format_tool_block
 from kgreasoner.rollout.engine import TRUNCATION_NOTE
 
-from .conftest import SERVE_CONFIG
+from .conftest import SERVE_CONFIG, serve
 
 
 def _questions(dataset, count: int):
@@ -282,3 +283,26 @@ def test_chat_fields_the_server_does_not_honour_are_refused_by_name(server, data
     off = {"tools": [], "logprobs": False, "response_format": {"type": "text"}, "stop": None}[field]
     accepted = httpx.post(f"{server}/v1/chat/completions", json={"messages": [user], field: off}, timeout=60)
     assert accepted.status_code == 200, accepted.text
+
+
+@pytest.mark.slow
+def test_a_hub_s_searches_reach_the_client_within_max_chars(checkpoint, hub_dir, tmp_path):
+    """A hub of 10,000 relations served with room for whole tool blocks: every search text fits the tool's
+    max_chars, its listing included (once a `more:` line of every relation, a 329 KB reply)."""
+    max_chars = 2000  # the server's ToolConfig default
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({**SERVE_CONFIG, "torch_threads": 1,
+                                      "rollout": {**SERVE_CONFIG["rollout"], "max_tool_tokens": 4096}}))
+    with serve(checkpoint, str(hub_dir), config) as url:
+        answer = httpx.post(f"{url}/v1/answer", timeout=120, json={
+            "question": "which relation of the hub", "topic_entities": [{"id": "hub"}]})
+        chat = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+            "messages": [{"role": "user", "content": "which relation of the hub Topic Entity: Hub"}]})
+    for reply, record in ((answer, answer.json()), (chat, chat.json().get("trajectory"))):
+        assert reply.status_code == 200, reply.text[:500]
+        assert len(reply.content) < 8 * max_chars * (len(record["searches"]) + 1)
+        assert record["searches"], "the served model searches the topic first"
+        first = record["searches"][0]
+        assert first["entity"] == "hub" and not first["truncated"] and first["text"].startswith("(E1 Hub, r")
+        assert re.search(r"\nmore: r.* and \d+ more relations$", first["text"])
+        assert all(len(search["text"]) <= max_chars for search in record["searches"])

@@ -84,7 +84,8 @@ def test_a_deadline_stops_generation_mid_row(service, dataset):
     # The stop rule belongs to that run only: the next one runs to its end.
     [trajectory] = engine.run([{"question": example.question, "topic_entities": list(example.topic_entities)}],
                               [service.tool.session(example.question, list(example.topic_entities))])
-    assert trajectory.finish_reason != "error" and len(trajectory.completion_ids) > 1
+    # (the tiny model may still end in a format error of its own: what must not recur is the deadline's stop)
+    assert "request timeout" not in (trajectory.error or "") and len(trajectory.completion_ids) > 1
 
 
 def test_prepare_names_the_field(service, dataset):
