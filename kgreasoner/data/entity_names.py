@@ -1,7 +1,7 @@
 """Topic entity names from the KG, for questions whose data names them only by id.
 
 The official CWQ release gives its topic entities as Freebase mids only (`m.06w2sn5`), so the
-prompt would show the model `Topic Entity: m.06w2sn5, m.05zppz`. The KG the questions run on
+prompt would name them to the model as mids (`m.06w2sn5, m.05zppz`). The KG the questions run on
 knows their names (Freebase's English `type.object.name` over SPARQL), and its search results
 show the same names, so the prompt names each topic entity as the search will.
 """
