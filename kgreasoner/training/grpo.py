@@ -41,6 +41,7 @@ from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
 
 EPISODE_DATA = ("all", "hard")
+SCALE_REWARDS = ("group", "batch", "none")
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
@@ -95,6 +96,9 @@ class GRPORecipe:
     beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (paper: 0.2)"})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss_type: grpo, dapo, dr_grpo, bnpo, ..."})
+    scale_rewards: str = field(default="group", metadata={
+        "help": "TRL scale_rewards: advantages divided by the reward spread of each question's group (group), of "
+                "the whole batch (batch), or not at all (none)"})
     num_generations: int = field(default=16, metadata={"help": "rollouts per question (paper: 16)"})
     temperature: float = field(default=1.0, metadata={"help": "rollout temperature (paper: 1)"})
     top_p: float = field(default=1.0, metadata={"help": "rollout nucleus mass"})
@@ -156,6 +160,8 @@ class GRPORecipe:
 
         if self.search_reward not in SEARCH_FORMS:
             raise ValueError(f"search_reward must be one of {SEARCH_FORMS}, got {self.search_reward!r}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {self.scale_rewards!r}")
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
@@ -482,6 +488,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
         beta=recipe.beta,
         epsilon=recipe.epsilon,
         loss_type=recipe.loss_type,
+        scale_rewards=recipe.scale_rewards,
         num_generations=recipe.num_generations,
         temperature=recipe.temperature,
         top_p=recipe.top_p,
