@@ -111,7 +111,8 @@ class GRPORecipe:
     rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
     search_reward: str = field(default="paper", metadata={
         "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
-                "the question's hop count); correct (paid only with a right answer); correct_hops (both)"})
+                "the question's hop count); correct (paid only with a right answer); correct_hops (both); path "
+                "(0.8 x the share of the gold path the searches walked in order, or 0.8 once the answer is shown)"})
     order: str = field(default="stratified", metadata={
         "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
                 "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"})
@@ -227,6 +228,7 @@ class KGRollout:
             "resolved_answers": [t.resolved_answers for t in trajectories],
             "completion_text": [t.text for t in trajectories],
             "tool_spans": [[list(span) for span in t.tool_spans] for t in trajectories],
+            "search_record": [t.search_record for t in trajectories],
         }
 
     @staticmethod
@@ -554,8 +556,9 @@ def _open_kg(recipe: GRPORecipe, dataset):
     return open_dataset_kg(dataset)
 
 
-def _episode_dataset(examples, tokenizer, order: str, seed: int):
-    """The episode's rows in training order (TRL keeps it unless the order is `shuffled`)."""
+def _episode_dataset(examples, tokenizer, order: str, seed: int, chains=None):
+    """The episode's rows in training order (TRL keeps it unless the order is `shuffled`); with
+    `chains` (`GoldChains`) each row carries its question's gold chains for the `path` search reward."""
     from datasets import Dataset
 
     from kgreasoner.data.sampling import balanced_order, hop_count
@@ -569,6 +572,8 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int):
         by_prompt[prompt] = example
         forms = [form for answer in example.answers for form in answer.surface_forms()]
         rows.append({"prompt": prompt, "answers": forms, "id": example.id, "hops": hop_count(example)})
+        if chains is not None:
+            rows[-1]["gold_chains"] = chains(example)
     return Dataset.from_list(rows), by_prompt
 
 
@@ -577,11 +582,13 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks."""
     from transformers import AutoTokenizer
 
+    from kgreasoner.data.gold_chains import GoldChains
     from kgreasoner.rewards import reward_functions
 
     root = Path(recipe.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
-    data, by_prompt = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed)
+    chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
+    data, by_prompt = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed, chains)
     rollout = KGRollout(recipe, tool, by_prompt)
     step_log = StepLog(root / STEP_LOG, number)
     metrics = RolloutMetrics(step_log, rollout)
