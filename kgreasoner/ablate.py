@@ -17,7 +17,8 @@ changed settings give new keys instead of reusing outputs made with the old ones
 
 Output, rewritten after every run: `OUT/ablations.md` and `OUT/ablations.json`, one row per
 variant: Hits@1 of its final checkpoint on the test split per seed, the mean over seeds, the
-difference to the reference variant's mean, and the format-valid rate.
+difference to the reference variant's mean, the format-valid rate, Hits@1 by hop count and the CPU
+seconds of training (the `TRAINING_STAGES`), both means over the seeds.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_
 SEED_FREE_STAGES = ("data", "kg", "ranker")
 """Stages made with `data_seed` in every run, so that every run sees the same questions, KG and ranker."""
 RESULT_FILE = "result.json"
+TRAINING_STAGES = ("sft", "hard", "grpo")
+"""The stages whose CPU seconds a row's training cost sums: SFT, hard-case mining with the SFT model, GRPO."""
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -262,11 +265,13 @@ def execute(run: Run, out: Path, threads: int) -> tuple[dict[str, Any], bool]:
         _link(run.folder / STAGE_FOLDERS.get(stage.name, stage.name), folder)
         record, ran = runner.run(stage, f"    {stage.name}: {stage.title}", key=key, finish=f"    {stage.name}",
                                  made_by=f"{run.variant}/seed-{run.seed}")
-        stages[stage.name] = {"key": key, "seconds": record["seconds"], "ran": ran}
+        stages[stage.name] = {"key": key, "seconds": record["seconds"], "cpu_seconds": record.get("cpu_seconds"),
+                              "ran": ran}
     summary_path, method = run.final_evaluation()
     summary = json.loads(summary_path.read_text(encoding="utf-8"))["methods"][method]
     record = {"variant": run.variant, "seed": run.seed, "method": method, "hits1": summary["hits1"],
               "format_valid": summary["format_valid"], "n": summary["n"], "oracle_hits1": oracle_hits1(run),
+              "hits1_by_hops": {hops: group["hits1"] for hops, group in summary.get("by_hops", {}).items()},
               "keys": run.keys, "stages": stages}
     write_json(record_path, record)
     return record, False
@@ -294,11 +299,25 @@ def run_line(number: int, total: int, run: Run, record: dict[str, Any], earlier:
 
 
 # --- the table ---------------------------------------------------------------------------------------------
+def training_cpu_seconds(record: dict[str, Any]) -> float | None:
+    """CPU seconds of a run's `TRAINING_STAGES` (each counted whole, shared with other runs or not);
+    None for a record without stages, or with a training stage that has none recorded (a result from
+    before they were)."""
+    if "stages" not in record:
+        return None
+    seconds = [stage.get("cpu_seconds") for name, stage in record["stages"].items() if name in TRAINING_STAGES]
+    return None if any(s is None for s in seconds) else sum(seconds)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else sum(values) / len(values)
+
+
 def summarize_results(records: dict[str, dict[int, dict[str, Any]]], variants: Sequence[str], seeds: Sequence[int],
                       reference: str) -> dict[str, dict[str, Any]]:
-    """Per variant (those with a result, and the reference): Hits@1, format-valid and the oracle's Hits@1
-    per seed, the means over the seeds (None until every seed finished) and the difference to the
-    reference's mean."""
+    """Per variant (those with a result, and the reference): Hits@1, format-valid, the oracle's Hits@1 and
+    the training CPU seconds per seed, the means over the seeds (None until every seed finished), the
+    difference to the reference's mean, and the mean Hits@1 by hop count (None unless every seed has it)."""
     rows: dict[str, dict[str, Any]] = {}
     for name in variants:
         found = records.get(name, {})
@@ -312,6 +331,12 @@ def summarize_results(records: dict[str, dict[int, dict[str, Any]]], variants: S
                       "oracle_hits1": {seed: found[seed].get("oracle_hits1") if seed in found else None for seed in seeds},
                       "mean": sum(hits.values()) / len(seeds) if complete else None,
                       "format_valid_mean": sum(valid.values()) / len(seeds) if complete else None}
+        by_hops = {seed: found[seed].get("hits1_by_hops", {}) if seed in found else {} for seed in seeds}
+        hop_counts = sorted({h for groups in by_hops.values() for h in groups}, key=int)
+        rows[name]["hits1_by_hops"] = {h: _mean([by_hops[seed].get(h) for seed in seeds]) for h in hop_counts}
+        cpu = {seed: training_cpu_seconds(found[seed]) if seed in found else None for seed in seeds}
+        rows[name]["training_cpu_seconds"] = cpu
+        rows[name]["training_cpu_mean"] = _mean(list(cpu.values()))
     ref = rows.get(reference, {}).get("mean")
     for name, row in rows.items():
         row["delta"] = None if ref is None or row["mean"] is None or name == reference else row["mean"] - ref
@@ -325,12 +350,18 @@ def _cell(value: float | None, signed: bool = False) -> str:
 
 
 def render_table(rows: dict[str, dict[str, Any]], seeds: Sequence[int], reference: str) -> list[str]:
-    """The Markdown table: variant, Hits@1 per seed, mean, difference to the reference, format-valid."""
-    lines = ["| variant | " + " | ".join(f"Hits@1 seed {s}" for s in seeds) + f" | mean | vs {reference} | format-valid |",
-             "|---|" + "---|" * len(seeds) + "---|---|---|"]
+    """The Markdown table: variant, Hits@1 per seed, mean, difference to the reference, format-valid, mean
+    Hits@1 by hop count (the hop counts of any row), mean training CPU seconds."""
+    hop_counts = sorted({h for row in rows.values() for h in row.get("hits1_by_hops", {})}, key=int)
+    lines = ["| variant | " + " | ".join(f"Hits@1 seed {s}" for s in seeds) + f" | mean | vs {reference} | "
+             + "format-valid | " + "".join(f"{h}-hop | " for h in hop_counts) + "training CPU s |",
+             "|---|" + "---|" * len(seeds) + "---|---|---|" + "---|" * len(hop_counts) + "---|"]
     for name, row in rows.items():
         delta = "reference" if name == reference else _cell(row["delta"], signed=True)
         cells = [_cell(row["hits1"][s]) for s in seeds] + [_cell(row["mean"]), delta, _cell(row["format_valid_mean"])]
+        cells += [_cell(row.get("hits1_by_hops", {}).get(h)) for h in hop_counts]
+        cpu = row.get("training_cpu_mean")
+        cells.append("-" if cpu is None else f"{cpu:.0f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
@@ -353,7 +384,9 @@ def render_markdown(title: str, notes: Sequence[str], table: Sequence[str], vari
     lines += [f"- `{name}`: {variants[name].help}" for name in rows]
     lines += ["", "`-`: not run yet. The mean and the difference are over every seed; format-valid is the mean "
               "rate of replies in the method's own format (the think/search/answer protocol for the unified "
-              "variants, the pipeline's answer format for a pipeline row). ablations.json also gives each run's oracle "
+              "variants, the pipeline's answer format for a pipeline row). The h-hop columns are the mean Hits@1 on "
+              "the test questions of h hops; training CPU s the mean CPU seconds of the SFT, hard-case and GRPO "
+              "stages (each counted whole, though runs share a stage). ablations.json also gives each run's oracle "
               "Hits@1 (the gold path walked with that run's tool: what its ranking allows).", ""]
     return "\n".join(lines)
 

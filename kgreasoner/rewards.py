@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from kgreasoner.data.gold_chains import chain_progress
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.llm import OpenAIClient
 from kgreasoner.protocol import (
@@ -192,7 +193,7 @@ class OpenAIJudge:
         return reply.strip().lower().startswith("yes")
 
 
-SEARCH_FORMS = ("paper", "hops", "correct", "correct_hops")
+SEARCH_FORMS = ("paper", "hops", "correct", "correct_hops", "path")
 """How the search reward counts (`search_form`):
 
 - `paper`: `min(0.5 n, 0.8)` whatever the question needs. It pays a second search on a 1-hop
@@ -203,6 +204,9 @@ SEARCH_FORMS = ("paper", "hops", "correct", "correct_hops")
 - `correct`: the paper's value, paid only when the answer is right, so searching is rewarded as the
   way to a right answer rather than for itself.
 - `correct_hops`: both.
+- `path`: progress along the gold path, `SEARCH_CAP * depth / h` (`path_search_reward`): a rollout that
+  searched its way along the whole path, or was shown the answer, gets what the paper's form pays
+  at its cap; one that searched the topic entity of a 3-hop question a third of it.
 """
 
 
@@ -212,6 +216,8 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
         raise ValueError(f"search reward form must be one of {SEARCH_FORMS}, got {form!r}")
     if form == "paper":
         return search_reward
+    if form == "path":
+        return path_search_reward
 
     def shaped(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
                completion_text: Sequence[str] | None = None, hops: Sequence[int] | None = None,
@@ -230,6 +236,38 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
 
     shaped.__name__ = "search_reward"
     return shaped
+
+
+def path_search_reward(completions: Sequence[Any], gold_chains: Sequence[str] | None = None,
+                       search_record: Sequence[Sequence[dict[str, Any]]] | None = None,
+                       hops: Sequence[int] | None = None, **kwargs: Any) -> list[float]:
+    """The `path` form: `SEARCH_CAP` times the rollout's progress along its question's gold path.
+
+    Progress (`kgreasoner.data.gold_chains.chain_progress`) is the deepest level of the gold path
+    that the rollout's successful searches reached in order, or the whole path once an answer entity
+    was shown in a tool block (a shortcut included), divided by the hops: the best alternative path,
+    the mean over the topic entities of an `intersect` question. Failed searches (unknown entity, no
+    triples) reach nothing. Scaled by `SEARCH_CAP` (0.8) so a full path pays what the paper's form
+    pays at its cap and the reward keeps its range beside the format and answer parts.
+
+    `gold_chains` is the dataset's column (`GoldChains`, one JSON string per row), `search_record`
+    the rollout's (`Trajectory.search_record`). A question without a gold path (its chains `[]`) is
+    scored by the `hops` form instead, so it keeps a search signal rather than none.
+    """
+    if gold_chains is None or search_record is None:
+        missing = [name for name, value in (("gold_chains", gold_chains), ("search_record", search_record))
+                   if value is None]
+        raise ValueError(f"search reward form 'path' needs the columns {missing}: the GRPO dataset's gold_chains "
+                         "(kgreasoner.data.gold_chains.GoldChains) and the rollout's search_record")
+    values: list[float | None] = [None if p is None else SEARCH_CAP * p
+                                  for p in map(chain_progress, gold_chains, search_record)]
+    if any(v is None for v in values):
+        counted = shaped_search_reward("hops")(completions, hops=hops, **kwargs)
+        values = [counted[i] if v is None else v for i, v in enumerate(values)]
+    return values
+
+
+path_search_reward.__name__ = "search_reward"  # TRL logs a reward under its function's name
 
 
 def reward_functions(judge: Judge | None = None, search_form: str = "paper") -> list[Callable[..., list[float]]]:

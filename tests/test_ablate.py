@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.ablate import AblationConfig, PipelineRun, plan, render_table, summarize_results
+from kgreasoner.ablate import (AblationConfig, PipelineRun, execute, make_demo, plan, render_table, summarize_results,
+                               training_cpu_seconds, write_outputs)
 from kgreasoner.cli import build_parser, main
-from kgreasoner.config import ConfigError, load_config
+from kgreasoner.config import ConfigError, load_config, resolve_recipe
 from kgreasoner.stages import Stage, stage_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,17 +259,88 @@ def test_the_table_from_hand_made_results():
     assert rows["no_backtracking"]["mean"] == pytest.approx(0.325) and rows["no_backtracking"]["delta"] == pytest.approx(-0.125)
     assert rows["no_warmup"]["mean"] is None and rows["no_warmup"]["hits1"] == {0: 0.0, 1: None}
     assert render_table(rows, [0, 1], "full") == [
-        "| variant | Hits@1 seed 0 | Hits@1 seed 1 | mean | vs full | format-valid |",
-        "|---|---|---|---|---|---|",
-        "| full | 0.500 | 0.400 | 0.450 | reference | 0.950 |",
-        "| no_backtracking | 0.300 | 0.350 | 0.325 | -0.125 | 0.900 |",
-        "| pipeline_tog | 0.600 | 0.700 | 0.650 | +0.200 | 0.600 |",
-        "| no_warmup | 0.000 | - | - | - | - |",
+        "| variant | Hits@1 seed 0 | Hits@1 seed 1 | mean | vs full | format-valid | training CPU s |",
+        "|---|---|---|---|---|---|---|",
+        "| full | 0.500 | 0.400 | 0.450 | reference | 0.950 | - |",
+        "| no_backtracking | 0.300 | 0.350 | 0.325 | -0.125 | 0.900 | - |",
+        "| pipeline_tog | 0.600 | 0.700 | 0.650 | +0.200 | 0.600 | - |",
+        "| no_warmup | 0.000 | - | - | - | - | - |",
     ]
     # Without the reference's results the reference row is still there, and no difference is given.
     rows = summarize_results({"no_warmup": {0: result(0.25, 1.0)}}, VARIANTS, [0], "full")
-    assert render_table(rows, [0], "full")[2:] == ["| full | - | - | reference | - |",
-                                                   "| no_warmup | 0.250 | 0.250 | - | 1.000 |"]
+    assert render_table(rows, [0], "full")[2:] == ["| full | - | - | reference | - | - |",
+                                                   "| no_warmup | 0.250 | 0.250 | - | 1.000 | - |"]
+
+
+def test_the_table_gives_hits1_by_hop_count_and_training_cpu_seconds_from_the_result_files(tmp_path):
+    config = load_config(AblationConfig, QUICK)
+    reference = make_demo(config, resolve_recipe(config.demo), "full", 0, tmp_path / "runs/full/seed-0")
+
+    def write(name: str, seed: int, hits1: float, by_hops: dict, cpu: dict) -> None:
+        stages = {stage: {"key": "k", "seconds": 1.0, "cpu_seconds": seconds, "ran": True}
+                  for stage, seconds in cpu.items()}
+        record = {"variant": name, "seed": seed, "method": "kgreasoner", "hits1": hits1, "format_valid": 1.0,
+                  "n": 30, "oracle_hits1": 0.9, "hits1_by_hops": by_hops, "keys": {}, "stages": stages}
+        (tmp_path / "runs" / name / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "runs" / name / f"seed-{seed}" / "result.json").write_text(json.dumps(record))
+
+    # data, kg, warmup and eval are no training: only sft, hard and grpo count
+    write("full", 0, 0.5, {"1": 0.8, "2": 0.4, "3": 0.1},
+          {"data": 50.0, "warmup": 70.0, "sft": 100.0, "hard": 10.0, "grpo": 300.0, "eval": 40.0})
+    write("full", 1, 0.4, {"1": 0.6, "2": 0.3, "3": 0.3}, {"sft": 110.0, "hard": 12.0, "grpo": 320.0})
+    write("sft_only", 0, 0.3, {"1": 0.5, "2": 0.2}, {"sft": 101.0, "eval": 30.0})
+    write("sft_only", 1, 0.2, {"1": 0.3, "2": 0.1, "3": 0.0}, {"sft": 99.0})
+    write("no_warmup", 0, 0.0, {"1": 0.0}, {"grpo": 200.0})
+    # a result from before CPU seconds were recorded: no training CPU for its row
+    write("no_hard_cases", 0, 0.1, {}, {"sft": None, "grpo": 5.0})
+    write("no_hard_cases", 1, 0.1, {}, {"sft": 1.0, "grpo": 5.0})
+    markdown = write_outputs(config, str(QUICK), reference, tmp_path, [0, 1]).read_text()
+    table = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert table == [
+        "| variant | Hits@1 seed 0 | Hits@1 seed 1 | mean | vs full | format-valid | 1-hop | 2-hop | 3-hop "
+        "| training CPU s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        "| full | 0.500 | 0.400 | 0.450 | reference | 1.000 | 0.700 | 0.350 | 0.200 | 426 |",
+        "| no_warmup | 0.000 | - | - | - | - | - | - | - | - |",
+        "| no_hard_cases | 0.100 | 0.100 | 0.100 | -0.350 | 1.000 | - | - | - | - |",
+        "| sft_only | 0.300 | 0.200 | 0.250 | -0.200 | 1.000 | 0.400 | 0.150 | - | 100 |",
+    ]
+    saved = json.loads((tmp_path / "ablations.json").read_text())["variants"]
+    assert saved["full"]["hits1_by_hops"] == {"1": pytest.approx(0.7), "2": pytest.approx(0.35),
+                                              "3": pytest.approx(0.2)}
+    assert saved["full"]["training_cpu_seconds"] == {"0": 410.0, "1": 442.0}
+    assert saved["full"]["training_cpu_mean"] == 426.0
+    assert saved["no_hard_cases"]["training_cpu_seconds"] == {"0": None, "1": 6.0}
+
+
+def test_a_run_records_hits1_by_hop_count_and_the_cpu_seconds_of_each_stage(tmp_path):
+    """The stages are stand-ins (training takes minutes): each burns some CPU, eval writes the summaries."""
+    out = tmp_path / "ablate"
+    [run] = plan(load_config(AblationConfig, QUICK), out, only=["full"], seeds=[0])
+    summary = {"hits1": 0.5, "format_valid": 1.0, "n": 30,
+               "by_hops": {"1": {"n": 10, "hits1": 0.8, "f1": 0.8, "em": 0.8},
+                           "2": {"n": 20, "hits1": 0.35, "f1": 0.4, "em": 0.3}}}
+
+    def busy() -> dict:
+        end = time.process_time() + 0.05
+        while time.process_time() < end:
+            pass
+        return {"line": "done"}
+
+    def evaluate() -> dict:
+        evaluations = Path(run.demo.paths["eval"])
+        for folder, method in (("grpo", "kgreasoner"), (run.demo.first_eval, "oracle")):
+            (evaluations / folder).mkdir(parents=True, exist_ok=True)
+            (evaluations / folder / "summary.json").write_text(json.dumps({"methods": {method: summary}}))
+        return {"line": "evaluated"}
+
+    run.stages = [Stage(s.name, s.title, s.commands, evaluate if s.name == "eval" else busy) for s in run.stages]
+    record, earlier = execute(run, out, threads=1)
+    assert not earlier and record["hits1_by_hops"] == {"1": 0.8, "2": 0.35}
+    assert set(record["stages"]) == set(UNIFIED_STAGES)
+    assert all(stage["cpu_seconds"] >= 0.04 for name, stage in record["stages"].items() if name != "eval")
+    assert training_cpu_seconds(record) == pytest.approx(
+        sum(record["stages"][name]["cpu_seconds"] for name in ("sft", "hard", "grpo")))
 
 
 # --- command line -------------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_the_shaped_reward_keeps_trls_name_and_an_unknown_form_is_refused():
         "search_reward", "format_reward", "answer_reward"]
     with pytest.raises(ValueError, match="must be one of"):
         shaped_search_reward("always")
-    assert set(SEARCH_FORMS) == {"paper", "hops", "correct", "correct_hops"}
+    assert set(SEARCH_FORMS) == {"paper", "hops", "correct", "correct_hops", "path"}
 
 
 def test_a_judged_answer_gates_the_search_reward_too():

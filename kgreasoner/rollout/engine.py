@@ -210,10 +210,12 @@ class RolloutEngine:
         inserted: dict[int, list[int]] = {}
         for (row, query), (result, seconds, failure) in zip(calls, results):
             if failure is not None:
-                text, error, entity, backtracked, edges = failure[1], failure[0], None, False, 0
+                text, error, entity, backtracked, edges, ends = failure[1], failure[0], None, False, 0, []
             else:
                 text, error, entity = result.text, result.error, result.entity
                 backtracked, edges = bool(result.backtracked), len(result.edges)
+                ends = [end for e in result.edges
+                        for end in ((e.subject, e.subject_label), (e.object, e.object_label))]
             if self.kind == "text":
                 block, truncated, ids = format_tool_block(text), False, []
                 row.tool_ranges.append((len(row.text), len(row.text) + len(block)))
@@ -226,9 +228,11 @@ class RolloutEngine:
                 row.logprobs.extend([0.0] * len(ids))
                 inserted[row.index] = ids
             row.turn_ids = []
+            # After a cut, an entity counts as shown only while its label is still in the block.
+            shown = tuple(dict.fromkeys(e for e, label in ends if not truncated or label in text))
             row.tool_calls.append(ToolCall(query=query, text=text, error=error, entity=entity,
                                            backtracked=backtracked, num_edges=edges, truncated=truncated,
-                                           num_tokens=len(ids), seconds=seconds))
+                                           num_tokens=len(ids), seconds=seconds, shown=shown))
         return inserted
 
     def prompt_of(self, prompt: Any) -> tuple[str, list[int]]:

@@ -93,6 +93,9 @@ class ToolCall:
     num_tokens: int
     """Tokens inserted for this call (the whole block); 0 for text-only backends."""
     seconds: float
+    shown: tuple[str, ...] = ()
+    """Ids of the entities in the triples the block shows (both ends of each edge, mediators too);
+    after a cut, only those whose label is still in `text`."""
 
     @property
     def returned_triples(self) -> bool:
@@ -140,6 +143,13 @@ class Trajectory:
     def num_searches(self) -> int:
         """Retrieval actions that returned triples (what the search reward counts)."""
         return sum(call.returned_triples for call in self.tool_calls)
+
+    @property
+    def search_record(self) -> list[dict[str, Any]]:
+        """The successful searches in order, `{"entity": id searched, "shown": [ids shown]}` each: what
+        the `path` search reward reads (`kgreasoner.data.gold_chains.chain_progress`)."""
+        return [{"entity": call.entity, "shown": list(call.shown)}
+                for call in self.tool_calls if call.returned_triples]
 
     @property
     def num_backtracks(self) -> int:
@@ -205,7 +215,7 @@ def trl_rollout_output(trajectories: list[Trajectory], end_token_id: int) -> dic
     Extras (forwarded to reward functions as kwargs): `completion_text` (our decoding, which keeps
     the tags even where the tokenizer marks them special), `tool_spans` (where the tool blocks sit
     in `completion_text`, so rewards read model-written text only), `num_searches`,
-    `num_tool_calls`, `num_backtracks`, `finish_reason`, `resolved_answers`.
+    `num_tool_calls`, `num_backtracks`, `finish_reason`, `resolved_answers`, `search_record`.
     """
     completion_ids, logprobs, env_mask = [], [], []
     for t in trajectories:
@@ -226,6 +236,7 @@ def trl_rollout_output(trajectories: list[Trajectory], end_token_id: int) -> dic
         "num_backtracks": [t.num_backtracks for t in trajectories],
         "finish_reason": [t.finish_reason for t in trajectories],
         "resolved_answers": [t.resolved_answers for t in trajectories],
+        "search_record": [t.search_record for t in trajectories],
     }
 
 

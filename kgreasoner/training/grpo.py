@@ -50,6 +50,7 @@ UNSUPPORTED_TRAINER = {
     "vllm_mode": ("colocate", "the multi-turn rollout drives TRL's colocated engine; remove vllm_mode"),
 }
 """GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
+SCALE_REWARDS = ("group", "batch", "none")
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
@@ -104,6 +105,9 @@ class GRPORecipe:
     beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (paper: 0.2)"})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss_type: grpo, dapo, dr_grpo, bnpo, ..."})
+    scale_rewards: str = field(default="group", metadata={
+        "help": "TRL scale_rewards: advantages divided by the reward spread of each question's group (group), of "
+                "the whole batch (batch), or not at all (none)"})
     num_generations: int = field(default=16, metadata={"help": "rollouts per question (paper: 16)"})
     temperature: float = field(default=1.0, metadata={"help": "rollout temperature (paper: 1)"})
     top_p: float = field(default=1.0, metadata={"help": "rollout nucleus mass"})
@@ -116,7 +120,8 @@ class GRPORecipe:
     rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
     search_reward: str = field(default="paper", metadata={
         "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
-                "the question's hop count); correct (paid only with a right answer); correct_hops (both)"})
+                "the question's hop count); correct (paid only with a right answer); correct_hops (both); path "
+                "(0.8 x the share of the gold path the searches walked in order, or 0.8 once the answer is shown)"})
     order: str = field(default="stratified", metadata={
         "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
                 "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"})
@@ -162,6 +167,8 @@ class GRPORecipe:
 
         if self.search_reward not in SEARCH_FORMS:
             raise ValueError(f"search_reward must be one of {SEARCH_FORMS}, got {self.search_reward!r}")
+        if self.scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {self.scale_rewards!r}")
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
@@ -413,6 +420,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
         beta=recipe.beta,
         epsilon=recipe.epsilon,
         loss_type=recipe.loss_type,
+        scale_rewards=recipe.scale_rewards,
         num_generations=recipe.num_generations,
         temperature=recipe.temperature,
         top_p=recipe.top_p,
@@ -478,9 +486,10 @@ def _open_kg(recipe: GRPORecipe, dataset):
     return open_dataset_kg(dataset)
 
 
-def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int):
+def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int, chains=None):
     """The episode's rows in training order (TRL keeps it unless the order is `shuffled`), and the
-    number of questions left out because their prompt is longer than `max_prompt_tokens`."""
+    number of questions left out because their prompt is longer than `max_prompt_tokens`; with
+    `chains` (`GoldChains`) each row carries its question's gold chains for the `path` search reward."""
     from datasets import Dataset
 
     from kgreasoner.data.sampling import balanced_order, hop_count
@@ -497,6 +506,8 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_toke
         by_prompt[prompt] = example
         forms = [form for answer in example.answers for form in answer.surface_forms()]
         rows.append({"prompt": prompt, "answers": forms, "id": example.id, "hops": hop_count(example)})
+        if chains is not None:
+            rows[-1]["gold_chains"] = chains(example)
     return Dataset.from_list(rows), by_prompt, dropped
 
 
@@ -509,13 +520,15 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     """
     from transformers import AutoTokenizer
 
+    from kgreasoner.data.gold_chains import GoldChains
     from kgreasoner.rewards import reward_functions
     from kgreasoner.training.trl_internals import reusing_vllm_engine, scoring_trainer_class, send_unfused_experts
 
     root = Path(recipe.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
     data, by_prompt, dropped = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed,
-                                                recipe.max_prompt_tokens)
+                                                recipe.max_prompt_tokens, chains)
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads

@@ -17,6 +17,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
+from kgreasoner.kg.base import Edge
 from kgreasoner.protocol import TAGS
 from kgreasoner.retrieval.tool import ToolResult
 
@@ -98,7 +99,8 @@ class ScriptedSession:
             return ToolResult(f"No entity named {name[:40]!r}.", [], "unknown_entity", None, False)
         lines = self.table[name]
         self._shown.extend(("", line.strip("()").split(", ")[-1]) for line in lines)
-        return ToolResult("\n".join(lines), [object()] * len(lines), None, name, False)
+        edges = [Edge(*parts, *parts[::2], "out") for parts in (line.strip("()").split(", ") for line in lines)]
+        return ToolResult("\n".join(lines), edges, None, name, False)
 
     def resolve_answer(self, text: str) -> list[str]:
         return [part.strip().upper() for part in text.split("|") if part.strip()]

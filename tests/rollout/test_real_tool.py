@@ -129,3 +129,18 @@ def test_constrained_quotes_copy_the_tail_of_the_chosen_line(special_tokenizer, 
     engine, _ = _quote_engine(special_tokenizer, tiny_model, "<think> <search>E1</search>(E1 Utah, capital")
     [trajectory] = engine.run([EXAMPLE], sampling=SamplingParams(temperature=1.0, seed=0))
     assert "</triples>\n(E1 Utah, capital, E3 Salt Lake City)" in trajectory.text
+
+
+def test_a_call_records_the_entities_its_block_shows_and_none_a_cut_removed(special_tokenizer, tiny_model):
+    many = MemoryKG.from_triples([("m.utah", "county", f"m.c{i}") for i in range(30)],
+                                 {"m.utah": "Utah", **{f"m.c{i}": f"County{i}x" for i in range(30)}})
+    script = _encode(special_tokenizer, "<think> <search>Utah</search>")
+    config = RolloutConfig(max_turns=1, max_turn_tokens=64, max_tool_tokens=120)
+    engine = RolloutEngine(HFBackend(tiny_model(special_tokenizer), special_tokenizer, [ScriptedLogits({0: script})]),
+                           KGSearchTool(many, ToolConfig(top_k=30)), config)
+    [trajectory] = engine.run([EXAMPLE])
+    [call] = trajectory.tool_calls
+    kept = [line for line in call.text.split("\n") if line.startswith("(")]
+    assert call.truncated and 0 < len(kept) < 30
+    assert call.shown == ("m.utah", *(f"m.c{i}" for i in range(len(kept))))
+    assert trajectory.search_record == [{"entity": "m.utah", "shown": list(call.shown)}]
