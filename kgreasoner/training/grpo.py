@@ -255,19 +255,17 @@ class KGRollout:
         """The rows TRL trains on (each planned guided row replaced by its gold row) and the group figures,
         both over whole groups gathered from every rank (`kgreasoner.training.guidance`)."""
         from kgreasoner.data.sampling import hop_count
-        from kgreasoner.training.guidance import RowVerdict, gathered_plan
+        from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
 
         verdicts = [RowVerdict(bool(right), hop_count(e), self.gold is not None and e.id in self.gold)
                     for right, e in zip(correct, examples)]
         group_plan, offset = gathered_plan(verdicts, self.recipe.num_generations, self.gold is not None,
                                            trainer.accelerator.process_index)
         rows = list(trajectories)
-        for position in group_plan.guided:
-            i = position - offset
-            if 0 <= i < len(rows):
-                e = examples[i]
-                session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
-                rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
+        for i in held(group_plan.guided, offset, len(rows)):
+            e = examples[i]
+            session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
+            rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
         return rows, group_plan.figures
 
     @staticmethod

@@ -104,6 +104,11 @@ def gathered_plan(local: Sequence[RowVerdict], num_generations: int, guide: bool
     return plan([v for rows in ranks for v in rows], num_generations, guide), offset
 
 
+def held(guided: Sequence[int], offset: int, count: int) -> list[int]:
+    """The guided rows among a rank's `count` rows starting at `offset` of the whole batch, as local indices."""
+    return [position - offset for position in guided if offset <= position < offset + count]
+
+
 class GoldTrajectories:
     """The warm-up records of a JSONL file by question id (a gold one first, else a correction), read
     once; `row` makes one question's gold row for TRL."""
