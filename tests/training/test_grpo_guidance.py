@@ -202,3 +202,22 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     guided = [(p + c, [0] * len(p) + m) for p, c, m, _ in rows if (p + c, [0] * len(p) + m) in golds]
     assert len(guided) == len(rows) // demo.num_generations  # one gold row a group
     assert all(a > 0 for p, c, m, a in rows if (p + c, [0] * len(p) + m) in golds)
+
+
+# ----------------------------------------------------------------- the curves
+
+
+def test_the_curves_draw_tied_groups_by_hops_beside_the_guided_share(tmp_path):
+    import json
+    import re
+
+    from kgreasoner.training.plots import PANELS, _short, plot_runs
+
+    keys = ["rollout/answer_tied", "rollout/answer_tied_hop1", "rollout/answer_tied_hop3", "rollout/guided"]
+    [(title, pattern, _)] = [panel for panel in PANELS if re.fullmatch(panel[1], "rollout/answer_tied")]
+    assert title == "groups with one answer reward, by hops; guided"
+    assert all(re.fullmatch(pattern, key) for key in keys) and not re.fullmatch(pattern, "rollout/guided_hop1")
+    assert [_short(key) for key in keys] == ["all", "hop1", "hop3", "guided"]
+    rows = [{"episode": 1, "step": step, "loss": 0.1, **{key: step / 4 for key in keys}} for step in (1, 2, 3)]
+    (tmp_path / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert plot_runs([tmp_path], tmp_path / "curves.png").stat().st_size > 10_000
