@@ -11,10 +11,15 @@ episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Questi
 stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
 so every batch of a few questions holds multi-hop questions and short chains alike.
 
+Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
+answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
+with exact ids and masks; the groups are planned whole over every rank's rows.
+
 What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
-per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), and greedy Hits@1 on
-a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Rollout figures
+per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
+answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,
+`rollout/guided_hop<h>`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Rollout figures
 go through TRL's own metric path (the `log_metric` its reward functions get), which averages them
 over the ranks; under torchrun only the main process logs progress. Each episode is one
 TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
