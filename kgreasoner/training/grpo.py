@@ -19,10 +19,10 @@ What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_rew
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
 per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
 answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,
-`rollout/guided_hop<h>`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Rollout figures
-go through TRL's own metric path (the `log_metric` its reward functions get), which averages them
-over the ranks; under torchrun only the main process logs progress. Each episode is one
-TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
+`rollout/guided_hop<h>`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
+also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
+reward functions get), which averages them over the ranks; under torchrun only the main process logs
+progress. Each episode is one TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
 `--resume` continues the first unfinished episode from its last checkpoint.
 """
 
