@@ -223,7 +223,7 @@ class Demo:
         self.grpo = self._stage_config(GRPORecipe, "grpo", {
             "model": self.sft_final, "dataset": o["data"], "output_dir": o["grpo"], "hard_cases": self.hard_file,
             "hard_case_trajectories": None, "split_scheme": config.split_scheme, "split_seed": config.split_seed,
-            "seed": seed}, tool_sets + rollout_sets)
+            "seed": seed, "guidance_trajectories": self.warmup_all_file}, tool_sets + rollout_sets)
         self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo[0].episodes)}/final"
         self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
         if config.eval_questions is not None:

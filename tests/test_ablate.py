@@ -17,8 +17,8 @@ from kgreasoner.stages import Stage, stage_key
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "configs/ablations/quick.yaml"
 PATHQUESTION = ROOT / "configs/ablations/pathquestion.yaml"
-VARIANTS = ["full", "no_backtracking", "pipeline_tog", "no_warmup", "no_hard_cases", "no_search_reward",
-            "no_format_reward", "no_answer_reward", "no_context_aggregation", "sft_only"]
+VARIANTS = ["full", "no_backtracking", "pipeline_tog", "no_warmup", "no_hard_cases", "no_guided_groups",
+            "no_search_reward", "no_format_reward", "no_answer_reward", "no_context_aggregation", "sft_only"]
 UNIFIED_STAGES = ["data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo", "eval"]
 
 
@@ -99,7 +99,7 @@ def test_bad_variant_settings_name_the_variant_stage_and_field(tmp_path):
 @pytest.mark.parametrize("path", [QUICK, PATHQUESTION])
 def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_path):
     runs = _runs(path, tmp_path)
-    assert len(runs) == 20
+    assert len(runs) == 22
     sft_only = runs["sft_only", 0]
     assert [s.name for s in sft_only.stages] == ["data", "kg", "ranker", "warmup", "model", "sft", "eval"]
     assert sft_only.demo.warmup_all_file == sft_only.demo.warmup_file == sft_only.demo.sft[0].train_file
@@ -131,6 +131,12 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     no_hard = runs["no_hard_cases", 0].demo.grpo[0]
     assert [(e.data, e.max_steps) for e in no_hard.episodes] == [("all", e.max_steps) for e in full.demo.grpo[0].episodes]
     assert changed("no_hard_cases", "grpo") == {"episodes"}
+
+    # Guided groups on in full (from the warm-up's records of every training question), off in no_guided_groups.
+    assert full.demo.grpo[0].guidance == "gold"
+    assert full.demo.grpo[0].gold_trajectories == full.demo.warmup_all_file
+    assert runs["no_guided_groups", 0].demo.grpo[0].guidance == "none"
+    assert changed("no_guided_groups", "grpo") == {"guidance"}
 
     # The ranking kind reaches the tool of the warm-up, GRPO and evaluation, with the ranker's text encoder.
     ctx = runs["no_context_aggregation", 0].demo
@@ -216,7 +222,8 @@ def test_runs_share_a_stage_exactly_when_their_settings_agree_up_to_it(tmp_path)
         return [s for s in runs[a].keys if runs[a].keys[s] == runs[b].keys.get(s)]
 
     upto_hard = ["data", "kg", "ranker", "warmup", "model", "sft", "hard"]
-    for variant in ("no_hard_cases", "no_search_reward", "no_format_reward", "no_answer_reward"):
+    for variant in ("no_hard_cases", "no_guided_groups", "no_search_reward", "no_format_reward",
+                    "no_answer_reward"):
         assert shared(("full", 0), (variant, 0)) == upto_hard
     assert shared(("full", 0), ("no_warmup", 0)) == ["data", "kg", "ranker", "warmup", "model"]
     for variant in ("no_backtracking", "no_context_aggregation"):

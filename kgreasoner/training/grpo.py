@@ -11,13 +11,18 @@ episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Questi
 stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
 so every batch of a few questions holds multi-hop questions and short chains alike.
 
+Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
+answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
+with exact ids and masks; the groups are planned whole over every rank's rows.
+
 What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
-per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), and greedy Hits@1 on
-a fixed dev sample every `dev_eval_steps` (`dev/hits1`, also before the first step). Rollout figures
-go through TRL's own metric path (the `log_metric` its reward functions get), which averages them
-over the ranks; under torchrun only the main process logs progress. Each episode is one
-TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
+per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
+answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,
+`rollout/guided_hop<h>`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
+also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
+reward functions get), which averages them over the ranks; under torchrun only the main process logs
+progress. Each episode is one TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
 `--resume` continues the first unfinished episode from its last checkpoint.
 """
 
@@ -100,6 +105,12 @@ class GRPORecipe:
         metadata={"help": "reference trajectories to mine hard cases from with `model` when hard_cases is unset"},
     )
     hard_case_quantile: float = field(default=0.5, metadata={"help": "epsilon = this quantile of the losses"})
+    guidance: str = field(default="none", metadata={
+        "help": "what a group with no right answer gets (kgreasoner.training.guidance): none; gold (its last row "
+                "becomes the question's warm-up trajectory, an off-policy row; at most one a group)"})
+    guidance_trajectories: str | None = field(default=None, metadata={
+        "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
+                "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"})
     max_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     learning_rate: float = field(default=1e-6, metadata={"help": "paper: 1e-6"})
     beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
@@ -169,6 +180,13 @@ class GRPORecipe:
             raise ValueError(f"search_reward must be one of {SEARCH_FORMS}, got {self.search_reward!r}")
         if self.scale_rewards not in SCALE_REWARDS:
             raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {self.scale_rewards!r}")
+        from kgreasoner.training.guidance import GUIDANCE
+
+        if self.guidance not in GUIDANCE:
+            raise ValueError(f"guidance must be one of {GUIDANCE}, got {self.guidance!r}")
+        if self.guidance != "none" and not self.gold_trajectories:
+            raise ValueError(f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
+                             "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl")
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
@@ -184,15 +202,23 @@ class GRPORecipe:
             if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
                 raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
 
+    @property
+    def gold_trajectories(self) -> str | None:
+        """The warm-up records guided groups take their gold rows from."""
+        return self.guidance_trajectories or self.hard_case_trajectories
+
 
 class KGRollout:
     """TRL `rollout_func`: our engine and search tool on the trainer's current weights."""
 
     def __init__(self, recipe: GRPORecipe, tool, examples_by_prompt: dict[str, Any]) -> None:
+        from kgreasoner.training.guidance import GoldTrajectories
+
         self.recipe = recipe
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
+        self.gold = GoldTrajectories(recipe.gold_trajectories) if recipe.guidance == "gold" else None
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from trl.models import unwrap_model_for_generation
@@ -200,6 +226,7 @@ class KGRollout:
         from kgreasoner.rollout.engine import RolloutEngine
         from kgreasoner.rollout.hf_backend import HFBackend
         from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
+        from kgreasoner.rewards import answer_reward
         from kgreasoner.training.trl_internals import log_metric, vllm_engine
 
         started = time.perf_counter()
@@ -226,22 +253,41 @@ class KGRollout:
         elapsed = time.perf_counter() - started
         self.rollout_seconds += elapsed
         tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
-        # TRL's metric path: it averages these over the ranks when it flushes the step's reward metrics
-        for name, value in self.figures(trajectories, examples, elapsed, tool_seconds).items():
-            log_metric(trainer, name, value)
-        return trl_rollout_output(trajectories, trainer.processing_class.eos_token_id)
-
-    @staticmethod
-    def figures(trajectories, examples, elapsed: float, tool_seconds: float) -> dict[str, float]:
-        """This rank's rollout figures of one generation batch: `rollout/*` per rollout, `time/*` in seconds."""
-        from kgreasoner.data.sampling import hop_count
-        from kgreasoner.protocol import check_format
-        from kgreasoner.rewards import answer_reward
-
-        n = max(len(trajectories), 1)
         correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
                                 resolved_answers=[t.resolved_answers for t in trajectories],
                                 tool_spans=[t.tool_spans for t in trajectories])
+        rows, group_figures = self.guide(trajectories, examples, correct, trainer)
+        # TRL's metric path: it averages these over the ranks when it flushes the step's reward metrics
+        figures = self.figures(trajectories, examples, correct, elapsed, tool_seconds) | group_figures
+        for name, value in figures.items():
+            log_metric(trainer, name, value)
+        return trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+
+    def guide(self, trajectories, examples, correct, trainer) -> tuple[list, dict[str, float]]:
+        """The rows TRL trains on (each planned guided row replaced by its gold row) and the group figures,
+        both over whole groups gathered from every rank (`kgreasoner.training.guidance`)."""
+        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
+
+        verdicts = [RowVerdict(bool(right), hop_count(e), self.gold is not None and e.id in self.gold)
+                    for right, e in zip(correct, examples)]
+        group_plan, offset = gathered_plan(verdicts, self.recipe.num_generations, self.gold is not None,
+                                           trainer.accelerator.process_index)
+        rows = list(trajectories)
+        for i in held(group_plan.guided, offset, len(rows)):
+            e = examples[i]
+            session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
+            rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
+        return rows, group_plan.figures
+
+    @staticmethod
+    def figures(trajectories, examples, correct, elapsed: float, tool_seconds: float) -> dict[str, float]:
+        """This rank's rollout figures of one generation batch (the policy's own rollouts, before any guided
+        row): `rollout/*` per rollout, `time/*` in seconds."""
+        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.protocol import check_format
+
+        n = max(len(trajectories), 1)
         by_hops: dict[int, list[tuple[int, float]]] = defaultdict(list)
         for trajectory, example, right in zip(trajectories, examples, correct):
             by_hops[hop_count(example)].append((trajectory.num_searches, right))

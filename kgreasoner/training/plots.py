@@ -2,8 +2,9 @@
 
 Panels over training steps (the paper's Figure 4 and what shows learning rather than reward):
 reward and each component (smoothed), the share of groups whose rollouts all got one reward (no
-gradient), entropy, response length (model-written tokens), searches and correct answers per
-rollout by hop count, and greedy dev Hits@1 (overall and by hop count; `dev_eval_steps`). Given
+gradient), the share whose rollouts all got one answer reward (all right or all wrong: no answer signal),
+by hop count, beside the share of groups guided by a gold row, entropy, response length (model-written
+tokens), searches and correct answers per rollout by hop count, and greedy dev Hits@1 (overall and by hop count; `dev_eval_steps`). Given
 several runs (for example with and without hard-case sampling) their curves share the panels,
 labelled by run folder name; later episodes continue after earlier ones (dotted lines).
 """
@@ -21,6 +22,7 @@ STEP_LOG = "steps.jsonl"
 PANELS = (
     ("reward (smoothed)", r"reward|rewards/(search|format|answer)_reward/mean", True),
     ("groups with one reward (no gradient)", r"frac_reward_zero_std", True),
+    ("groups with one answer reward, by hops; guided", r"rollout/answer_tied(_hop\d+)?|rollout/guided", True),
     ("entropy (model tokens)", r"entropy", True),
     ("response length (model tokens)", r"completions/mean_length", True),
     ("searches per rollout, by hops", r"rollout/searches(_hop\d+)?", True),
@@ -67,9 +69,12 @@ def continuous_steps(rows: list[dict]) -> list[int]:
 
 
 def _short(key: str) -> str:
-    """`rewards/answer_reward/mean` -> `answer`, `dev/hits1_hop2` -> `hop2`, `reward` -> `total`."""
+    """`rewards/answer_reward/mean` -> `answer`, `dev/hits1_hop2` -> `hop2`, `reward` -> `total`,
+    `rollout/answer_tied` -> `all`."""
     if key == "reward":
         return "total"
+    if key in ("rollout/answer_tied", "rollout/guided"):
+        return "all" if key.endswith("tied") else "guided"
     part = key.split("/")[1] if key.startswith("rewards/") else key.split("/")[-1]
     return part.removesuffix("_reward").split("_")[-1] if "_" in part or key.startswith("rewards/") else "all"
 

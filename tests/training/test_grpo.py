@@ -112,6 +112,32 @@ def test_torchrun_two_processes_run_two_steps(grpo_world, tmp_path):
         assert key in row, key
 
 
+@pytest.mark.slow
+def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
+    """Four rollouts a question on two ranks of two rows: each group is rows 0-1 of rank 0 and rows 0-1 of
+    rank 1. The untrained model answers nothing, so every group is guided, and only its last row (rank 1's
+    second) becomes the gold one: one right answer in four. A rank that planned alone would guide its own
+    last row too (two in four), or none."""
+    from data_gen.warmup import WarmupConfig, run
+    from kgreasoner.retrieval.tool import ToolConfig
+
+    trajectories = tmp_path / "all.jsonl"
+    run(WarmupConfig(dataset=str(grpo_world / "data"), output=str(trajectories), num_examples=None, dev_examples=0,
+                     tool=ToolConfig(entity_handles=True, top_k=5), progress=False))
+    out = tmp_path / "guided"
+    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 2}], num_generations=4,
+                           per_device_train_batch_size=2, guidance="gold", guidance_trajectories=str(trajectories))
+    process = _run(config, nproc=2)
+    log = process.communicate(timeout=900)[0]
+    assert process.returncode == 0, log[-3000:]
+    rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:
+        assert row["rewards/answer_reward/mean"] == 0.25
+        assert row["rollout/guided"] == 1.0 and row["rollout/answer_tied"] == 1.0
+        assert any(key.startswith("rollout/guided_hop") for key in row)
+
+
 def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
     from kgreasoner.training.grpo import StepLog
 
