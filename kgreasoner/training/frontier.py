@@ -118,20 +118,23 @@ def read_groups(path: Path) -> dict[str, dict]:
     return last
 
 
-def select_frontier(path: Path, replay_share: float, seed: int) -> FrontierSelection:
+def select_frontier(path: Path, replay_share: float, seed: int, minimum: int = 0) -> FrontierSelection:
     """Questions with 1..of-1 right answers, plus a seeded sample of the rest making up `replay_share`
-    of the selection (as many as there are, if fewer)."""
+    of the selection, or more to reach `minimum` questions (TRL trains nothing on an episode with fewer
+    questions than one generation batch takes); as many as there are, if fewer."""
     groups = read_groups(path)
     frontier = sorted(i for i, g in groups.items() if 0 < g["right"] < g["of"])
     rest = sorted(set(groups) - set(frontier))
-    wanted = round(len(frontier) * replay_share / (1.0 - replay_share))
+    wanted = max(round(len(frontier) * replay_share / (1.0 - replay_share)), minimum - len(frontier))
     replay = sorted(random.Random(seed).sample(rest, min(wanted, len(rest))))
     return FrontierSelection(frontier, replay, {i: g["hops"] for i, g in groups.items()})
 
 
-def frontier_examples(root: Path, number: int, train_examples: list, replay_share: float, seed: int) -> list:
-    """The training questions of frontier episode `number`, from episode 1's groups; the main process
-    writes the selection's counts to `episode-<number>/frontier.json`.
+def frontier_examples(root: Path, number: int, train_examples: list, replay_share: float, seed: int,
+                      minimum: int) -> list:
+    """The training questions of frontier episode `number`, from episode 1's groups, at least `minimum`
+    of them where episode 1 saw as many; the main process writes the selection's counts to
+    `episode-<number>/frontier.json`.
 
     When no question is on the frontier (every group all right or all wrong), the episode trains on
     every question episode 1 saw, with a warning, and the summary says so (`fallback`).
@@ -143,7 +146,7 @@ def frontier_examples(root: Path, number: int, train_examples: list, replay_shar
     if not path.is_file():
         raise ValueError(f"episode {number} trains on the frontier, but {path} is missing: it is written while "
                          "episode 1 trains, so a run from before it was recorded must train episode 1 again")
-    selection = select_frontier(path, replay_share, seed)
+    selection = select_frontier(path, replay_share, seed, minimum)
     summary = selection.summary()
     ids = selection.ids()
     if not selection.frontier:

@@ -551,6 +551,11 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
+    if len(data) < args.generation_batch_size // recipe.num_generations:
+        raise ValueError(f"episode {number}: {len(data)} questions, fewer than the "
+                         f"{args.generation_batch_size // recipe.num_generations} one generation batch takes "
+                         f"(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
+                         "TRL would train no step; lower per_device_train_batch_size or give the episode more")
     if dropped:
         logger.warning("episode %d: left out %d questions whose prompt is longer than max_prompt_tokens=%d",
                        number, dropped, recipe.max_prompt_tokens)
@@ -638,7 +643,8 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
         elif episode.data == "frontier":
-            examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, recipe.seed)
+            per_batch = grpo_config(recipe, episode_dir, episode).generation_batch_size // recipe.num_generations
+            examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, recipe.seed, per_batch)
         trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous)
         if trainer.is_world_process_zero():
             (root / CHOSEN).unlink(missing_ok=True)  # made before this episode changed

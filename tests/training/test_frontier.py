@@ -44,6 +44,8 @@ def test_the_replay_share_is_of_the_episode_and_capped_by_the_rest(tmp_path):
     most = select_frontier(_groups(tmp_path), replay_share=0.9, seed=0)
     assert len(most.replay) == 13  # 27 wanted, 13 there
     assert most.ids() == set(read_groups(tmp_path / "groups.jsonl"))
+    # topped up so the episode fills a generation batch
+    assert len(select_frontier(_groups(tmp_path), replay_share=0.25, seed=0, minimum=6).replay) == 3
 
 
 def test_a_bad_group_row_names_its_file_and_line(tmp_path):
@@ -86,11 +88,13 @@ def test_one_grpo_step_records_each_groups_right_answers_as_the_answer_reward_sc
     model, data, tool_config = warm_policy
     recipe = GRPORecipe(model=str(model), dataset=str(data), output_dir=str(tmp_path / "run"), tool=tool_config,
                         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
-                        episodes=[Episode("all", max_steps=1)], num_generations=4, per_device_train_batch_size=16,
+                        episodes=[Episode("all", max_steps=1)], num_generations=4, per_device_train_batch_size=32,
                         learning_rate=1e-3, report_to=[], save_steps=1, beta=0.0)
     dataset = load_dataset(str(data))
     tool = KGSearchTool(open_dataset_kg(dataset), tool_config)
-    trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:24], str(model), tool)
+    # 1-hop questions, which the warm policy answers right in some rollouts
+    questions = [e for e in dataset.split("train") if hop_count(e) == 1][:8]
+    trainer = build_trainer(recipe, 1, recipe.episodes[0], questions, str(model), tool)
     scored = []
     answer = trainer.reward_funcs[2]
 
@@ -103,11 +107,11 @@ def test_one_grpo_step_records_each_groups_right_answers_as_the_answer_reward_sc
     trainer.reward_funcs[2] = keep
     trainer.train()
     rows = [json.loads(x) for x in (tmp_path / "run" / "episode-1" / "groups.jsonl").read_text().splitlines()]
-    hops = {e.id: hop_count(e) for e in dataset.split("train")[:24]}
-    expected = [{"step": 1, "id": scored[i][0], "hops": hops[scored[i][0]],
-                 "right": sum(r > 0 for _, r in scored[i:i + 4]), "of": 4} for i in range(0, 16, 4)]
-    assert len(scored) == 16 and rows == expected
-    assert all(len({q for q, _ in scored[i:i + 4]}) == 1 for i in range(0, 16, 4))
+    expected = [{"step": 1, "id": scored[i][0], "hops": 1, "right": sum(r > 0 for _, r in scored[i:i + 4]), "of": 4}
+                for i in range(0, 32, 4)]
+    assert len(scored) == 32 and rows == expected
+    assert all(len({q for q, _ in scored[i:i + 4]}) == 1 for i in range(0, 32, 4))
+    assert {r["id"] for r in rows} == {e.id for e in questions}
     assert any(r["right"] > 0 for r in rows), "the warm policy answered nothing: the check proves little"
 
 
@@ -130,7 +134,9 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
     final = train_grpo(recipe)
     groups = read_groups(out / "episode-1" / "groups.jsonl")
     assert len(groups) == 12  # 3 steps of 4 questions, each once
-    selection = select_frontier(out / "episode-1" / "groups.jsonl", 0.25, 0)
+    # 4 questions a step: the frontier topped up with replay to at least that
+    selection = select_frontier(out / "episode-1" / "groups.jsonl", 0.25, 0, minimum=4)
+    assert len(selection.ids()) >= 4
     assert selection.frontier, "episode 1 left no question on the frontier"
     summary = json.loads((out / "episode-2" / "frontier.json").read_text())
     assert summary == selection.summary()
@@ -148,3 +154,17 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
               (1, 2): out / "best"}[(chosen["episode"], chosen["step"])]
     weights, kept = load_file(final / "model.safetensors"), load_file(source / "model.safetensors")
     assert final == out / "episode-2" / "final" and all((weights[k] == kept[k]).all() for k in weights)
+
+
+def test_an_episode_with_fewer_questions_than_a_generation_batch_is_refused(tiny_checkpoint, synthetic_dir, tmp_path):
+    from kgreasoner.data import load_dataset, open_dataset_kg
+    from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
+    from kgreasoner.training.grpo import Episode, GRPORecipe, build_trainer
+
+    recipe = GRPORecipe(model=str(tiny_checkpoint), dataset=str(synthetic_dir), output_dir=str(tmp_path / "run"),
+                        episodes=[Episode("all"), Episode("frontier")], num_generations=4,
+                        per_device_train_batch_size=16, report_to=[])
+    dataset = load_dataset(str(synthetic_dir))
+    tool = KGSearchTool(open_dataset_kg(dataset), ToolConfig())
+    with pytest.raises(ValueError, match="episode 2: 3 questions, fewer than the 4 one generation batch takes"):
+        build_trainer(recipe, 2, recipe.episodes[1], dataset.split("train")[:3], str(tiny_checkpoint), tool)
