@@ -80,3 +80,10 @@ def test_choose_final_defaults_to_best_dev_with_dev_evaluation_and_refuses_it_wi
     assert load_config(GRPORecipe, None, base).dev_eval_questions == 150
     with pytest.raises(ConfigError, match="choose_final: best_dev needs dev evaluation: set dev_eval_steps"):
         load_config(GRPORecipe, None, base + ["choose_final=best_dev"])
+
+
+def test_the_demo_measures_dev_hits_on_at_least_150_questions():
+    from kgreasoner.demo import DemoConfig
+
+    config = load_config(DemoConfig, Path(__file__).resolve().parents[2] / "configs" / "demo" / "full.yaml")
+    assert config.grpo.set["dev_eval_questions"] >= 150 and DemoConfig().grpo.set["dev_eval_questions"] >= 150

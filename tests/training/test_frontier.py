@@ -149,7 +149,8 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
         (1, 0, False), (1, 2, True), (1, 3, True), (2, 0, False), (2, 2, True)]
     chosen = json.loads((out / "chosen.json").read_text())
     best = choose(steps)
-    assert (chosen["episode"], chosen["step"], chosen["dev_hits1"]) == (best["episode"], best["step"], best["dev/hits1"])
+    assert (chosen["episode"], chosen["step"]) == (best["episode"], best["step"])
+    assert chosen["dev_hits1"] == best["dev/hits1"]
     source = {(1, 3): out / "episode-1" / "final", (2, 2): out / "episode-2" / "checkpoint-2",
               (1, 2): out / "best"}[(chosen["episode"], chosen["step"])]
     weights, kept = load_file(final / "model.safetensors"), load_file(source / "model.safetensors")
