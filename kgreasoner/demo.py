@@ -112,7 +112,7 @@ class DemoConfig:
     grpo: StageRecipe = field(default_factory=_recipe(
         "configs/tiny-cpu/grpo.yaml", episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
         learning_rate=1e-4, per_device_train_batch_size=24, search_reward="hops", dev_eval_steps=25,
-        dev_eval_questions=64, save_steps=50, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
+        dev_eval_questions=150, save_steps=50, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
     eval: StageRecipe = field(default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"})
     eval_questions: int | None = field(default=None, metadata={"help": "evaluate only the first N test questions (None: all)"})
     warmup_examples: int | None = field(default=300, metadata={

@@ -7,7 +7,9 @@ loss and sampled ids are never re-tokenised. The rewards are the paper's search,
 answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<name>`.
 
 Episodes: episode 1 trains on every training question for a stable initial policy; later
-episodes train only on the hard cases (`kgreasoner.training.hard_cases`). Questions come in a
+episodes train on the hard cases (`data: hard`, the paper's; `kgreasoner.training.hard_cases`) or on
+the frontier (`data: frontier`: the questions episode 1's groups answered sometimes but not always,
+plus a replay share of the rest; `kgreasoner.training.frontier`). Questions come in a
 stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
 so every batch of a few questions holds multi-hop questions and short chains alike.
 
@@ -23,7 +25,9 @@ answers all got one reward and of groups guided, by hop count (`rollout/answer_t
 also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
 reward functions get), which averages them over the ranks; under torchrun only the main process logs
 progress. Each episode is one TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
-`--resume` continues the first unfinished episode from its last checkpoint.
+`--resume` continues the first unfinished episode from its last checkpoint. With `choose_final:
+best_dev` the last episode's `final` ends up holding the saved checkpoint of the whole run with the
+best dev Hits@1 (`kgreasoner.training.checkpoint_choice`, `output_dir/chosen.json`).
 """
 
 from __future__ import annotations
@@ -35,19 +39,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accelerate import PartialState
 from accelerate.logging import get_logger
 from transformers import TrainerCallback
 
 from kgreasoner.config import resolve_recipe
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
+from kgreasoner.training.checkpoint_choice import CHOSEN, BestKeeper, apply_choice
 from kgreasoner.training.common import (
     LoraSettings, ddp_backend, is_saved_model, last_complete_checkpoint, save_final,
 )
+from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
 
-EPISODE_DATA = ("all", "hard")
+EPISODE_DATA = ("all", "hard", "frontier")
 UNSUPPORTED_TRAINER = {
     "vllm_enable_sleep_mode": (False, "the multi-turn rollout calls the engine's generate itself, and a sleeping "
                                       "engine's KV cache is never woken for it; remove it and lower "
@@ -63,7 +70,9 @@ logger = get_logger(__name__)  # main process only unless a call says otherwise
 class Episode:
     """One pass of GRPO over a question set."""
 
-    data: str = field(default="all", metadata={"help": "all: every training question; hard: the hard cases"})
+    data: str = field(default="all", metadata={
+        "help": "all: every training question; hard: the hard cases (paper); frontier: the questions with some "
+                "but not all rollouts right in episode 1, plus a replay share of the rest (frontier_replay)"})
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over this episode's questions"})
     max_steps: int = field(default=-1, metadata={"help": "cap on optimiser steps in this episode (-1: epochs)"})
 
@@ -111,6 +120,9 @@ class GRPORecipe:
     guidance_trajectories: str | None = field(default=None, metadata={
         "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
                 "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"})
+    frontier_replay: float = field(default=0.25, metadata={
+        "help": "share of a frontier episode's questions drawn (seeded) from those episode 1 got all right or all "
+                "wrong, so what the policy already answers is kept; guided groups teach the all-wrong ones"})
     max_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     learning_rate: float = field(default=1e-6, metadata={"help": "paper: 1e-6"})
     beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
@@ -138,7 +150,12 @@ class GRPORecipe:
                 "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"})
     dev_eval_steps: int = field(default=0, metadata={
         "help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"})
-    dev_eval_questions: int = field(default=64, metadata={"help": "size of that dev sample (stratified by hops)"})
+    dev_eval_questions: int = field(default=150, metadata={
+        "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too"})
+    choose_final: str | None = field(default=None, metadata={
+        "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole run "
+                "with the highest dev Hits@1, the later one on ties; OUTPUT/chosen.json says which) or last (the "
+                "last step's weights); default best_dev when dev evaluation is on, else last"})
     trainer: dict[str, Any] = field(default_factory=dict, metadata={
         "help": "further GRPOConfig fields passed to TRL as given (e.g. {shuffle_dataset: false, "
                 "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"})
@@ -189,6 +206,14 @@ class GRPORecipe:
                              "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl")
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
+        if not 0.0 <= self.frontier_replay < 1.0:
+            raise ValueError(f"frontier_replay must be in [0, 1), got {self.frontier_replay}")
+        if self.choose_final is None:
+            self.choose_final = "best_dev" if self.dev_eval_steps else "last"
+        if self.choose_final not in ("best_dev", "last"):
+            raise ValueError(f"choose_final must be best_dev or last, got {self.choose_final!r}")
+        if self.choose_final == "best_dev" and not self.dev_eval_steps:
+            raise ValueError("choose_final: best_dev needs dev evaluation: set dev_eval_steps (or choose_final: last)")
         if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
             raise ValueError(f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
                              f"{self.dev_eval_steps} and {self.dev_eval_questions}")
@@ -219,6 +244,7 @@ class KGRollout:
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
         self.gold = GoldTrajectories(recipe.gold_trajectories) if recipe.guidance == "gold" else None
+        self.group_log = None  # a frontier.GroupLog: each group's right answers, as sampled
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from trl.models import unwrap_model_for_generation
@@ -250,6 +276,8 @@ class KGRollout:
                 engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
                 trajectories = engine.run(prompts, sessions, sampling)
                 model.train(was_training)
+        if self.group_log is not None:
+            self.group_log.record(trainer, trajectories, examples)
         elapsed = time.perf_counter() - started
         self.rollout_seconds += elapsed
         tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
@@ -381,7 +409,8 @@ class RolloutMetrics(TrainerCallback):
 
 
 class DevEval(TrainerCallback):
-    """Greedy Hits@1 of the current policy on a fixed dev sample, before the first step and every N steps.
+    """Greedy Hits@1 of the current policy on a fixed dev sample, before the first step, every N steps and
+    at every save step (that row carries `"checkpoint": 1`: a candidate of `checkpoint_choice`).
 
     The curve RL is judged by: reward can rise while answers do not (a policy paid for searching
     learns to search). Rows go to the step log (`dev/hits1`) and through `trainer.log` to `report_to`.
@@ -398,16 +427,18 @@ class DevEval(TrainerCallback):
         self.tool = tool
         self.step_log = step_log
         self.trainer = None
+        self.latest = (-1, 0.0)  # (step, dev Hits@1) of the last evaluation
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.global_step == 0:
             self._evaluate(state)
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.recipe.dev_eval_steps == 0:
-            self._evaluate(state)
+        # TRL's DefaultFlowCallback has run first and decided whether this step saves a checkpoint.
+        if state.global_step % self.recipe.dev_eval_steps == 0 or control.should_save:
+            self._evaluate(state, saved=control.should_save)
 
-    def _evaluate(self, state) -> None:
+    def _evaluate(self, state, saved: bool = False) -> None:
         if not self.examples:
             return
         from accelerate.utils import gather_object
@@ -440,8 +471,9 @@ class DevEval(TrainerCallback):
         for hops in sorted({hop_count(e) for e in self.examples}):
             picked = [r for r, e in zip(right, self.examples) if hop_count(e) == hops]
             logs[f"dev/hits1_hop{hops}"] = sum(picked) / len(picked)
+        self.latest = (state.global_step, logs["dev/hits1"])
         if state.is_world_process_zero:
-            self.step_log.append(state.global_step, logs)
+            self.step_log.append(state.global_step, {**logs, "checkpoint": 1} if saved else logs)
         for name, value in logs.items():
             add_metric(self.trainer, name, value)
 
@@ -578,15 +610,24 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
+    if len(data) < args.generation_batch_size // recipe.num_generations:
+        raise ValueError(f"episode {number}: {len(data)} questions, fewer than the "
+                         f"{args.generation_batch_size // recipe.num_generations} one generation batch takes "
+                         f"(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
+                         "TRL would train no step; lower per_device_train_batch_size or give the episode more")
     if dropped:
         logger.warning("episode %d: left out %d questions whose prompt is longer than max_prompt_tokens=%d",
                        number, dropped, recipe.max_prompt_tokens)
     rollout = KGRollout(recipe, tool, by_prompt)
+    rollout.group_log = GroupLog(root / f"episode-{number}" / GROUPS_FILE, recipe.num_generations)
     step_log = StepLog(root / STEP_LOG, number)
     metrics = RolloutMetrics(step_log, rollout)
-    callbacks = [metrics]
+    callbacks = [metrics, rollout.group_log]
     if recipe.dev_eval_steps and dev_examples:
-        callbacks.append(DevEval(recipe, dev_examples, tool, step_log))
+        dev_eval = DevEval(recipe, dev_examples, tool, step_log)
+        callbacks.append(dev_eval)
+        if recipe.choose_final == "best_dev":
+            callbacks.append(BestKeeper(root, number, model_path, dev_eval, step_log.path))
     with reusing_vllm_engine(engine_from):
         trainer = scoring_trainer_class()(
             model=model_path,
@@ -660,7 +701,12 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             examples = [e for e in train_examples if e.id in hard]
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
+        elif episode.data == "frontier":
+            per_batch = grpo_config(recipe, episode_dir, episode).generation_batch_size // recipe.num_generations
+            examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, recipe.seed, per_batch)
         trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous)
+        if trainer.is_world_process_zero():
+            (root / CHOSEN).unlink(missing_ok=True)  # made before this episode changed
         checkpoint = last_complete_checkpoint(episode_dir) if resume else None
         logger.info("episode %d/%d: %d %s questions from %s%s", number, len(recipe.episodes), len(examples),
                     episode.data, model_path, f", resuming {checkpoint}" if checkpoint else "")
@@ -668,4 +714,10 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         model_path = str(save_final(trainer, final, model_path))
         release_trainer(trainer)
         previous = trainer if trainer.use_vllm else None  # kept for its vLLM engine only
+    state = PartialState()  # set up by the trainers, or a bare single process when every episode was done
+    if state.is_main_process and not (root / CHOSEN).is_file():
+        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final)
+        logger.info("final model: episode %s step %s (dev Hits@1 %s), %s", chosen["episode"], chosen["step"],
+                    chosen["dev_hits1"], root / CHOSEN)
+    state.wait_for_everyone()
     return Path(model_path)

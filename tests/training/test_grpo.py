@@ -89,6 +89,8 @@ def test_sigkill_then_resume_loses_and_repeats_no_step(grpo_world, tmp_path):
     log = resumed.communicate(timeout=600)[0]
     assert resumed.returncode == 0, log[-3000:]
     assert _steps(out) == list(range(1, 13))
+    groups = [json.loads(x)["step"] for x in (out / "episode-1" / "groups.jsonl").read_text().splitlines()]
+    assert groups == [step for step in range(1, 13) for _ in range(2)]  # two groups a step, once each
     state = json.loads((out / "episode-1" / "checkpoint-12" / "trainer_state.json").read_text())
     assert state["global_step"] == 12
     assert [row["step"] for row in state["log_history"] if "loss" in row] == list(range(1, 13))
