@@ -1,4 +1,4 @@
-"""The synthetic dataset (small) and its KG, shared by the baseline tests."""
+"""The synthetic dataset (small), its KG and the gold-path teacher as an LLM, shared by the baseline tests."""
 
 from __future__ import annotations
 
