@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.base import (
+    Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
+)
 from kgreasoner.kg.kb_checks import (
     NAME_FIELDS, TRIPLE_FIELDS, KBFileError, bad_relation, check_header, check_id_triples, check_nul, literal_message,
     literal_problem, relation_message, repeated_id_message,
@@ -147,8 +149,7 @@ class MemoryKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
+        check_limit(limit)
         node = self._node_index.get(entity)
         if node is None or limit == 0:
             return []

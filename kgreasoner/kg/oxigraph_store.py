@@ -26,7 +26,9 @@ import pyoxigraph as ox
 from tqdm import tqdm
 
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.base import (
+    Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
+)
 from kgreasoner.kg.kb_checks import check_id_triples
 from kgreasoner.kg.memory import read_names, read_tsv_triples
 from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, iter_ntriples_as_ids, term_to_id, to_iri
@@ -139,8 +141,7 @@ class OxigraphKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
+        check_limit(limit)
         term = _term_or_none(entity)
         if term is None or limit == 0 or (relations is not None and len(relations) == 0):
             return []

@@ -133,6 +133,8 @@ def test_bad_names_line_names_file_and_line(tmp_path):
 def test_negative_limit_is_refused_like_the_other_backends(kg):
     with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -2"):
         kg.neighbors("e.utah", limit=-2)
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got True"):
+        kg.neighbors("e.utah", limit=True)  # an int to Python, a slip to the caller
 
 
 @pytest.mark.parametrize("text, line, detail", [
