@@ -29,9 +29,8 @@ from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import (
     Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
 )
-from kgreasoner.kg.kb_checks import check_id_triples
-from kgreasoner.kg.memory import read_names, read_tsv_triples
-from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, iter_ntriples_as_ids, term_to_id, to_iri
+from kgreasoner.kg.memory import read_kb_file, read_names
+from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, term_to_id, to_iri
 
 INDEX_NS = "http://kgreasoner.local/index/"
 INDEX_GRAPH = INDEX_NS + "graph"
@@ -291,32 +290,12 @@ def _read_input(triples, names):
             if not kb.exists():
                 raise FileNotFoundError(f"{path}: dataset folder has no kb.tsv")
             path = kb
-        if not path.exists():
-            raise FileNotFoundError(f"KG file not found: {path}")
-        if path.suffix == ".nt":
-            subjects, relations, objects, nt_names = [], [], [], {}
-            for s, r, o in iter_ntriples_as_ids(path):
-                if r == RDFS_LABEL:
-                    nt_names[s] = literal_value(o)
-                else:
-                    subjects.append(s)
-                    relations.append(r)
-                    objects.append(o)
-            check_id_triples(path, subjects, relations, objects)
-            if names is None:
-                names = nt_names or None
-        else:
-            subjects, relations, objects = read_tsv_triples(path)
-            if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
-                names = path.parent / "names.tsv"
-        source = str(path)
-    else:
-        rows = list(triples)
-        subjects, relations, objects = (list(col) for col in zip(*rows)) if rows else ([], [], [])
-        source = "triples"
+        return (str(path), *read_kb_file(path, names))
+    rows = list(triples)
+    subjects, relations, objects = (list(col) for col in zip(*rows)) if rows else ([], [], [])
     if isinstance(names, (str, Path)):
         names = read_names(Path(names))
-    return source, subjects, relations, objects, names
+    return "triples", subjects, relations, objects, names
 
 
 def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | None,
