@@ -1,5 +1,7 @@
 """How the grid's models carry out their plans, read from evaluation traces (docs/results/pathquestion-grid.md).
 
+Experimental: it counts what the line templates write, for that one results page.
+
     python bench/pathquestion_traces.py OUT/eval-off [EVAL ...] [--relation-format words]
 
 One Markdown row per `kgreasoner eval` folder (its run.json names the dataset, split scheme and seed, and
@@ -125,7 +127,7 @@ def count(folder: Path, relation_format: str) -> TraceCounts:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="[experimental] " + __doc__.splitlines()[0])
     parser.add_argument("evaluations", nargs="+", type=Path, help="`kgreasoner eval --out` folders")
     parser.add_argument("--relation-format", choices=RELATION_FORMATS, default="words",
                         help="the tool's relation_format in the warm-up (the grid's: words)")

@@ -6,10 +6,11 @@ answer stay those of the real entities; dev and test questions are never touched
 - Paraphrase mixing: the question is reworded with the wording of a question of the same relation
   path about another topic entity (`what is the nation of {topic} 's couple ?`), so each wording
   is seen with more topic entities than the dataset pairs it with.
-- Name dropout: the topic entity's name is replaced, in the question and in the topic entity the
-  prompt and the tool print, by the name of another topic entity of the split. The entity itself
-  (its id, so its triples) is unchanged: a model cannot tie a relation path to a name it read,
-  only to the words that ask for the path.
+- Name dropout (experimental: a study of what tiny models tie a relation path to; no shipped
+  recipe turns it on): the topic entity's name is replaced, in the question and in the topic
+  entity the prompt and the tool print, by the name of another topic entity of the split. The
+  entity itself (its id, so its triples) is unchanged: a model cannot tie a relation path to a name
+  it read, only to the words that ask for the path.
 
 A question whose topic name does not occur in it exactly once is left as it is (and counted).
 """
@@ -32,7 +33,9 @@ class AugmentConfig:
     """Shares of training questions rewritten before their warm-up trajectory is made."""
 
     paraphrase_mixing: float = field(default=0.0, metadata={"help": "share of training questions reworded with the wording of another question of the same relation path (another topic entity)"})
-    name_dropout: float = field(default=0.0, metadata={"help": "share of training questions whose topic entity is renamed (question, prompt and tool blocks) to another topic entity's name; its triples stay its own"})
+    name_dropout: float = field(default=0.0, metadata={
+        "help": "[experimental] share of training questions whose topic entity is renamed (question, prompt and "
+                "tool blocks) to another topic entity's name; its triples stay its own"})
 
     def __post_init__(self) -> None:
         for name in ("paraphrase_mixing", "name_dropout"):

@@ -10,6 +10,9 @@ have the model write after that block, so drills add lookups without teaching a 
 
 A probe needs a line whose tail is a handle and whose start no other line of the block shares
 (two `cause of death` lines of one entity: either tail would be right, so neither is asked).
+
+Experimental: kept for the study of tiny models' lookups (`docs/cpu-training.md`), where drills did
+not help at the CPU budget; off unless a recipe sets `lookup_drills`, and no shipped recipe does.
 """
 
 from __future__ import annotations

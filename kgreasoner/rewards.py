@@ -10,7 +10,7 @@ Each function has TRL's signature `f(completions, **kwargs) -> list[float]`:
   holding at least one triple line `(...)`.
 - `format_reward`: 0.5 when `protocol.check_format` accepts the completion, else 0.
 - `answer_reward`: 1 when the FIRST answer, normalised with `kgreasoner.data.normalize_answer`,
-  equals a normalised gold answer name, alias or id; else 0 — or, with a judge, what the judge says.
+  equals a normalised gold answer name, alias or id; else 0.
   The first answer is taken from `resolved_answers` (session-resolved labels, so `E5` counts as
   the entity it names) when the column is given (a row without answers scores 0: the text is not
   parsed again), else from the text.
@@ -32,7 +32,6 @@ from typing import Any, Callable, Sequence
 
 from kgreasoner.data.gold_chains import chain_progress
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.llm import OpenAIClient
 from kgreasoner.protocol import (
     SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, ToolSpans, check_format, parse_trajectory, tag_events,
 )
@@ -139,15 +138,10 @@ def first_answer(text: str, resolved: Sequence[str] | None = None, tool_spans: T
     return parse_trajectory(text, tool_spans).first_answer
 
 
-Judge = Callable[[str, str, list[str]], bool]
-"""`judge(question, prediction, gold_answers) -> correct?`"""
-
-
 def answer_reward(completions: Sequence[Any], answers: Sequence[Any] | None = None,
                   answer_aliases: Sequence[Sequence[str]] | None = None,
                   resolved_answers: Sequence[Sequence[str]] | None = None,
-                  completion_text: Sequence[str] | None = None, judge: Judge | None = None,
-                  question: Sequence[str] | None = None, tool_spans: Sequence[ToolSpans] | None = None,
+                  completion_text: Sequence[str] | None = None, tool_spans: Sequence[ToolSpans] | None = None,
                   **kwargs: Any) -> list[float]:
     texts = completion_texts(completions, completion_text)
     if answers is None:
@@ -158,8 +152,6 @@ def answer_reward(completions: Sequence[Any], answers: Sequence[Any] | None = No
                                   _spans(tool_spans, i))
         gold = gold_forms(answers[i], answer_aliases[i] if answer_aliases is not None else None)
         correct = prediction is not None and normalize_answer(prediction) in gold
-        if not correct and prediction and judge is not None:
-            correct = judge(question[i] if question is not None else "", prediction, sorted(gold))
         scores.append(ANSWER_SCORE if correct else 0.0)
     return scores
 
@@ -168,29 +160,6 @@ def total_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
     parts = (search_reward(completions, **kwargs), format_reward(completions, **kwargs),
              answer_reward(completions, **kwargs))
     return [sum(values) for values in zip(*parts)]
-
-
-class OpenAIJudge:
-    """An LLM judge behind any OpenAI-compatible `/v1/chat/completions` endpoint (off by default).
-
-    The paper scored answers with a 3B judge model. Asked only when the normalised match fails,
-    through `kgreasoner.llm.OpenAIClient` (transient failures are retried there); a request that
-    still fails counts as "not correct" rather than stopping training.
-    """
-
-    PROMPT = ("Question: {question}\nGold answers: {gold}\nPredicted answer: {prediction}\n"
-              "Does the predicted answer name the same thing as one of the gold answers? Reply yes or no.")
-
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 30.0) -> None:
-        self.client = OpenAIClient(base_url, model, max_tokens=3, timeout=timeout, api_key_env=api_key_env)
-
-    def __call__(self, question: str, prediction: str, gold: list[str]) -> bool:
-        prompt = self.PROMPT.format(question=question, gold=" | ".join(gold), prediction=prediction)
-        try:
-            reply = self.client.complete(prompt).text
-        except RuntimeError:  # the endpoint failed or replied in another shape
-            return False
-        return reply.strip().lower().startswith("yes")
 
 
 SEARCH_FORMS = ("paper", "hops", "correct", "correct_hops", "path")
@@ -270,22 +239,6 @@ def path_search_reward(completions: Sequence[Any], gold_chains: Sequence[str] | 
 path_search_reward.__name__ = "search_reward"  # TRL logs a reward under its function's name
 
 
-def reward_functions(judge: Judge | None = None, search_form: str = "paper") -> list[Callable[..., list[float]]]:
-    """The three components for TRL's `reward_funcs` (summed by the trainer), judge bound if given."""
-    search = shaped_search_reward(search_form)
-    if judge is None:
-        return [search, format_reward, answer_reward]
-
-    def answer_reward_judged(completions, **kwargs):
-        return answer_reward(completions, judge=judge, **kwargs)
-
-    answer_reward_judged.__name__ = "answer_reward"
-    if search is search_reward:
-        return [search, format_reward, answer_reward_judged]
-    shaped = search
-
-    def search_judged(completions, **kwargs):
-        return shaped(completions, judge=judge, **kwargs)
-
-    search_judged.__name__ = "search_reward"
-    return [search_judged, format_reward, answer_reward_judged]
+def reward_functions(search_form: str = "paper") -> list[Callable[..., list[float]]]:
+    """The three components for TRL's `reward_funcs` (summed by the trainer)."""
+    return [shaped_search_reward(search_form), format_reward, answer_reward]

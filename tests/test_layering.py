@@ -18,7 +18,7 @@ it; entries on one line are peers, which must not import each other):
  5. rollout      kgreasoner.rollout: the engine and its generation backends
  6. models       kgreasoner.tokenizer, kgreasoner.models (one unit: models trains its tokenizer)
  7. llm          kgreasoner.llm: clients and the backend factory over rollout's backends and models
- 8. rewards      kgreasoner.rewards (its answer judge is an LLM client)
+ 8. rewards      kgreasoner.rewards
  9. methods      kgreasoner.training | kgreasoner.baselines
 10. evaluation   kgreasoner.evaluation: the harness runs baselines and our model
 11. jobs         kgreasoner.serving | data_gen (data_gen scores its pipelines with evaluation's metrics)

@@ -37,8 +37,3 @@ def test_the_shaped_reward_keeps_trls_name_and_an_unknown_form_is_refused():
         shaped_search_reward("always")
     assert set(SEARCH_FORMS) == {"paper", "hops", "correct", "correct_hops", "path"}
 
-
-def test_a_judged_answer_gates_the_search_reward_too():
-    judge = lambda question, prediction, gold: prediction == "C"  # noqa: E731
-    search = reward_functions(judge=judge, search_form="correct")[0]
-    assert search([WRONG], num_searches=[1], hops=[1], completion_text=[WRONG], answers=[["B"]]) == [0.5]

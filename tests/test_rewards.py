@@ -7,8 +7,7 @@ import pytest
 from kgreasoner.data import Answer
 from kgreasoner.protocol import format_tool_block
 from kgreasoner.rewards import (
-    OpenAIJudge, answer_reward, count_searches, first_answer, format_reward, reward_functions, search_reward,
-    total_reward,
+    answer_reward, count_searches, first_answer, format_reward, search_reward, total_reward,
 )
 
 OK_BLOCK = "\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
@@ -62,25 +61,6 @@ def test_rollout_columns_take_precedence():
     assert answer_reward(chat, answers=[["x"]], answer_aliases=[["E5"]]) == [1.0]
     with pytest.raises(ValueError, match="column named 'answers'"):
         answer_reward(chat)
-
-
-def _judge(request):
-    """A judge endpoint: "yes" exactly when the predicted answer is MT."""
-    reply = "yes" if "Predicted answer: MT" in request.body["messages"][0]["content"] else "no"
-    return 200, {"choices": [{"message": {"content": reply}}]}
-
-
-def test_llm_judge_is_asked_only_when_the_match_fails(openai_server):
-    server = openai_server(_judge)
-    judge = OpenAIJudge(server.base_url, "judge")
-    completions = ["<think></think><answer>MT</answer>", "<think></think><answer>Pacific</answer>"]
-    _, _, judged = reward_functions(judge)
-    assert judged.__name__ == "answer_reward"
-    assert judged(completions, answers=[["Mountain Time Zone"]] * 2, question=["q", "q"]) == [1.0, 0.0]
-    assert answer_reward(completions, answers=[["Mountain Time Zone"]] * 2) == [0.0, 0.0]
-    assert len(server.requests) == 2  # one question to the judge for each answer the match did not find
-    dead = OpenAIJudge("http://127.0.0.1:9/v1", "judge", timeout=1)
-    assert dead("q", "MT", ["x"]) is False
 
 
 # A tool block whose KG label forges an answer and two successful searches.

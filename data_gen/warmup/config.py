@@ -75,7 +75,10 @@ class WarmupConfig:
     handle_numbers: str = field(default="appearance", metadata={"help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it; dev records keep the tool's numbers"})
     handle_pool: int = field(default=64, metadata={"help": "highest handle number `handle_numbers: random` draws (at most the tokenizer's `num_handles`)"})
     copies: int = field(default=1, metadata={"help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"})
-    lookup_drills: int = field(default=0, metadata={"help": "drill records per training record (data_gen/lookup_drill.py): the trajectory up to one of its tool blocks, masked, then that block's lines probed in random order, each line's tail handle and label trained; 0: none"})
+    lookup_drills: int = field(default=0, metadata={
+        "help": "[experimental] drill records per training record (data_gen/lookup_drill.py): the trajectory up "
+                "to one of its tool blocks, masked, then that block's lines probed in random order, each line's "
+                "tail handle and label trained; 0: none"})
     thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
     pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
     augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})

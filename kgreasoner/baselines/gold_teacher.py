@@ -5,9 +5,9 @@ A deterministic teacher built from gold paths, not a model. The rules read the p
 `Question:` line names the example), look at the gold relation path and the KG, and write the
 reply a perfect LLM would write for that step. They answer only from what the prompt shows
 (relations listed, candidates listed, triplets or tables retrieved), so a baseline that fails to
-retrieve the answer fails. Used by the tests, to drive each baseline's control flow exactly, and
-by `data_gen/pipeline_sft.py`, to write SFT data for every LLM step of ToG and SoG (the
-same-backbone comparison).
+retrieve the answer fails. Used by the tests (wrapped in a `ScriptedLLM`), to drive each
+baseline's control flow exactly, and by `data_gen/pipeline_sft.py`, to write SFT data for every LLM
+step of ToG and SoG (the same-backbone comparison).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import re
 
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow
-from kgreasoner.llm import ScriptedLLM
 
 
 def _plain(relation: str) -> str:
@@ -127,8 +126,3 @@ class GoldTeacher:
     def io(self, prompt: str) -> str | None:
         return "Answer: {" + self.answer_labels(self.example(prompt))[0] + "}"
 
-
-def gold_llm(kg: KnowledgeGraph, examples: list[QAExample], method: str, **options) -> ScriptedLLM:
-    """A `ScriptedLLM` that replies as the teacher to `method`'s prompts (`(no rule)` where it has none)."""
-    script = GoldTeacher(kg, examples, **options)
-    return ScriptedLLM([getattr(script, method)], default="(no rule)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 SPLITS = ("train", "dev", "test", "")
 
@@ -236,13 +236,20 @@ def iter_jsonl(path: str | Path) -> Iterator[QAExample]:
             raise SchemaError(f"{where}: {err}") from err
 
 
-def write_jsonl(examples: Iterable[QAExample], path: str | Path) -> int:
-    """Write examples one per line; returns how many were written."""
+class JsonRecord(Protocol):
+    """What `write_jsonl` writes: QA examples, warm-up records, the ranker's labelled groups."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+def write_jsonl(records: Iterable[JsonRecord], path: str | Path) -> int:
+    """Write records one per line (`to_dict()` as JSON, non-ASCII kept), making the folder; returns how
+    many were written."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with open(path, "w", encoding="utf-8") as handle:
-        for example in examples:
-            handle.write(json.dumps(example.to_dict(), ensure_ascii=False) + "\n")
+        for record in records:
+            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
             count += 1
     return count

@@ -8,12 +8,11 @@ are the completion; `train` is true for what the model writes and false for what
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
-from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines
+from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines, write_jsonl
 
 KINDS = ("gold", "correction", "drill")  # drill: data_gen/lookup_drill.py
 
@@ -88,10 +87,6 @@ def iter_warmup(path: str | Path) -> Iterator[WarmupRecord]:
         yield WarmupRecord.from_dict(data, where)
 
 
-def write_warmup(records, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
-    return path
+def write_warmup(records: Iterable[WarmupRecord], path: str | Path) -> Path:
+    write_jsonl(records, path)
+    return Path(path)

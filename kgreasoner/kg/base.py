@@ -102,6 +102,14 @@ def check_direction(direction: str) -> None:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
 
 
+def check_limit(limit: int | None, name: str = "limit") -> int | None:
+    """`neighbors`' limit as every backend takes it: None or an int >= 0. A bool is refused though
+    Python counts it an int: `limit=True` is a slip, not a cap of one edge."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"{name}: expected a non-negative int or None, got {limit!r}")
+    return limit
+
+
 class KnowledgeGraph(abc.ABC):
     """Read access to a knowledge graph, the only thing the tool, baselines and data code use."""
 

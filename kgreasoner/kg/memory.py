@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
+from kgreasoner.kg.base import (
+    Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
+)
 from kgreasoner.kg.kb_checks import (
     NAME_FIELDS, TRIPLE_FIELDS, KBFileError, bad_relation, check_header, check_id_triples, check_nul, literal_message,
     literal_problem, relation_message, repeated_id_message,
@@ -112,31 +114,7 @@ class MemoryKG(KnowledgeGraph):
         `names.tsv` next to the triples file is used if present. In N-Triples, `rdfs:label`
         triples become names instead of edges.
         """
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f"KG file not found: {path}")
-        if path.suffix == ".nt":
-            return cls._from_ntriples(path)
-        subjects, relations, objects = read_tsv_triples(path)
-        if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
-            names = path.parent / "names.tsv"
-        if isinstance(names, (str, Path)):
-            names = read_names(Path(names))
-        return cls(subjects, relations, objects, names)
-
-    @classmethod
-    def _from_ntriples(cls, path: Path) -> "MemoryKG":
-        s_list, r_list, o_list = [], [], []
-        names: dict[str, str] = {}
-        for s, r, o in iter_ntriples_as_ids(path):
-            if r == RDFS_LABEL:
-                names[s] = literal_value(o)
-            else:
-                s_list.append(s)
-                r_list.append(r)
-                o_list.append(o)
-        check_id_triples(path, s_list, r_list, o_list)
-        return cls(s_list, r_list, o_list, names or None)
+        return cls(*read_kb_file(Path(path), names))
 
     # --- KnowledgeGraph -----------------------------------------------------------------------
     def neighbors(
@@ -147,8 +125,7 @@ class MemoryKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
+        check_limit(limit)
         node = self._node_index.get(entity)
         if node is None or limit == 0:
             return []
@@ -349,6 +326,41 @@ def read_utf8(path: Path) -> bytes:
         column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
         raise ValueError(f"{path}:{line}: not UTF-8 (byte 0x{data[err.start]:02x} at column {column})") from None
     return data
+
+
+def read_kb_file(path: Path, names: str | Path | dict[str, str] | None = None
+                 ) -> tuple[Sequence[str], Sequence[str], Sequence[str], dict[str, str] | None]:
+    """(subjects, relations, objects, names or None) of a KB file, as every store loads one.
+
+    A TSV takes its names from `names` (a `names.tsv` path or a dict), else from a `names.tsv`
+    beside it; N-Triples from `names` when given, else from its `rdfs:label` triples, which are
+    names and not edges.
+    """
+    if not path.exists():
+        raise FileNotFoundError(f"KG file not found: {path}")
+    if path.suffix == ".nt":
+        subjects: list[str] = []
+        relations: list[str] = []
+        objects: list[str] = []
+        labels: dict[str, str] = {}
+        for s, r, o in iter_ntriples_as_ids(path):
+            if r == RDFS_LABEL:
+                labels[s] = literal_value(o)
+            else:
+                subjects.append(s)
+                relations.append(r)
+                objects.append(o)
+        check_id_triples(path, subjects, relations, objects)
+        if names is None:
+            names = labels or None
+        columns: tuple[Sequence[str], Sequence[str], Sequence[str]] = (subjects, relations, objects)
+    else:
+        columns = read_tsv_triples(path)
+        if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
+            names = path.parent / "names.tsv"
+    if isinstance(names, (str, Path)):
+        names = read_names(Path(names))
+    return (*columns, names)
 
 
 def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

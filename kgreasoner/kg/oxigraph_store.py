@@ -26,10 +26,11 @@ import pyoxigraph as ox
 from tqdm import tqdm
 
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph, check_direction, is_literal_id, literal_value
-from kgreasoner.kg.kb_checks import check_id_triples
-from kgreasoner.kg.memory import read_names, read_tsv_triples
-from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, iter_ntriples_as_ids, term_to_id, to_iri
+from kgreasoner.kg.base import (
+    Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
+)
+from kgreasoner.kg.memory import read_kb_file, read_names
+from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, term_to_id, to_iri
 
 INDEX_NS = "http://kgreasoner.local/index/"
 INDEX_GRAPH = INDEX_NS + "graph"
@@ -139,8 +140,7 @@ class OxigraphKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
+        check_limit(limit)
         term = _term_or_none(entity)
         if term is None or limit == 0 or (relations is not None and len(relations) == 0):
             return []
@@ -290,32 +290,12 @@ def _read_input(triples, names):
             if not kb.exists():
                 raise FileNotFoundError(f"{path}: dataset folder has no kb.tsv")
             path = kb
-        if not path.exists():
-            raise FileNotFoundError(f"KG file not found: {path}")
-        if path.suffix == ".nt":
-            subjects, relations, objects, nt_names = [], [], [], {}
-            for s, r, o in iter_ntriples_as_ids(path):
-                if r == RDFS_LABEL:
-                    nt_names[s] = literal_value(o)
-                else:
-                    subjects.append(s)
-                    relations.append(r)
-                    objects.append(o)
-            check_id_triples(path, subjects, relations, objects)
-            if names is None:
-                names = nt_names or None
-        else:
-            subjects, relations, objects = read_tsv_triples(path)
-            if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
-                names = path.parent / "names.tsv"
-        source = str(path)
-    else:
-        rows = list(triples)
-        subjects, relations, objects = (list(col) for col in zip(*rows)) if rows else ([], [], [])
-        source = "triples"
+        return (str(path), *read_kb_file(path, names))
+    rows = list(triples)
+    subjects, relations, objects = (list(col) for col in zip(*rows)) if rows else ([], [], [])
     if isinstance(names, (str, Path)):
         names = read_names(Path(names))
-    return source, subjects, relations, objects, names
+    return "triples", subjects, relations, objects, names
 
 
 def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | None,

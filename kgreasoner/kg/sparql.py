@@ -47,7 +47,8 @@ from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
 from kgreasoner.kg.base import (
-    Direction, Edge, KGError, KGQueryRejected, KnowledgeGraph, check_direction, is_literal_id, literal_value,
+    Direction, Edge, KGError, KGQueryRejected, KnowledgeGraph, check_direction, check_limit, is_literal_id,
+    literal_value,
 )
 from kgreasoner.kg.oxigraph_store import (
     INDEX_GRAPH,
@@ -191,12 +192,6 @@ def _is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _check_limit(limit) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit: expected a non-negative int or None, got {limit!r}")
-    return limit
 
 
 def _usage(entity: str, node: str) -> str:
@@ -379,7 +374,8 @@ class SparqlKG(KnowledgeGraph):
         return "" if is_literal_id(entity) else self.dialect.label_pattern(node, "?sl")
 
     def _limit(self, limit: int | None) -> int:
-        return self.max_rows if limit is None else min(_check_limit(limit), self.max_rows)
+        checked = check_limit(limit)
+        return self.max_rows if checked is None else min(checked, self.max_rows)
 
     # --- KnowledgeGraph -----------------------------------------------------------------------
     def neighbors(
@@ -391,8 +387,7 @@ class SparqlKG(KnowledgeGraph):
     ) -> list[Edge]:
         check_direction(direction)
         self.dialect.entity_term(entity)  # reject a malformed id even when nothing is queried
-        if limit is not None:
-            _check_limit(limit)
+        check_limit(limit)
         if limit == 0 or (relations is not None and len(relations) == 0):
             return []
         if is_literal_id(entity):  # a literal is never a subject
@@ -437,7 +432,8 @@ class SparqlKG(KnowledgeGraph):
         A batch cut at the endpoint's row cap (Virtuoso's ResultSetMaxRows) is asked again in
         batches whose rows fit under it; where not one entity's fit, `neighbors` pages each entity.
         """
-        _check_limit(limit)
+        if check_limit(limit) is None:
+            raise ValueError("limit: expected a non-negative int, got None")
         for entity in entities:
             self.dialect.entity_term(entity)  # a malformed id raises before anything is sent
         if limit == 0:
@@ -659,7 +655,7 @@ class SparqlKG(KnowledgeGraph):
 
 def _page(offset: int | None, order: str) -> str:
     """` ORDER BY … OFFSET n` for one page of a result (nothing for the whole result)."""
-    return "" if offset is None else f" ORDER BY {order} OFFSET {_check_limit(offset)}"
+    return "" if offset is None else f" ORDER BY {order} OFFSET {check_limit(offset, 'offset')}"
 
 
 def _short(thing) -> str:

@@ -13,14 +13,13 @@ targets (at most `max_frontier`, the question's own witness chain first when it 
 from __future__ import annotations
 
 import argparse
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from kgreasoner.data.path_search import with_derived_paths
-from kgreasoner.data.schema import QAExample
+from kgreasoner.data.schema import QAExample, write_jsonl
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import Candidate, gather_candidates
 
@@ -124,18 +123,6 @@ def _next_frontier(reached: list[str], witness: list[str], cap: int) -> list[str
     return (first + [e for e in unique if e not in witness])[:cap]
 
 
-def write_groups(groups: Iterable[LabelledGroup], path: str | Path) -> int:
-    """JSONL, one group per line; returns the number written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with open(path, "w", encoding="utf-8") as handle:
-        for group in groups:
-            handle.write(json.dumps(group.to_dict(), ensure_ascii=False) + "\n")
-            count += 1
-    return count
-
-
 def main(argv: list[str] | None = None) -> int:
     from kgreasoner.data import load_dataset, open_dataset_kg
 
@@ -150,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = load_dataset(args.data, split=args.split, scheme=args.scheme, seed=args.seed)
     kg = open_dataset_kg(dataset)
     ratio = None if args.negative_ratio < 0 else args.negative_ratio
-    count = write_groups(label_groups(kg, dataset.examples, ratio, args.seed), args.out)
+    count = write_jsonl(label_groups(kg, dataset.examples, ratio, args.seed), args.out)
     print(f"{args.out}: {count} groups from {len(dataset.examples)} {args.split} questions of {dataset.name}")
     return 0
 

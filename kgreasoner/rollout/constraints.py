@@ -16,12 +16,13 @@ constrained answer (Hits@1 scores the first anyway). The rollout engine applies 
 logits before temperature, so sampled tokens and their logprobs come from the constrained
 distribution.
 
-Quotes (`constrained_quotes`, on top of the above): inside the thinking, a `(` token opens a quote
+Quotes (`constrained_quotes`, experimental, on top of the above): inside the thinking, a `(` token opens a quote
 of a triple line, which must go on as one line the tool has shown in this row, verbatim, up to its
 `)`. The model still chooses the line (its head and relation); the decoder then copies the rest,
 tail entity included, so a wrong copy becomes impossible (a model that writes the followed line,
 as `configs/tiny-cpu/templates-line.yaml` trains it to, has its lookup done by the decoder: report
-it as such). Only a `(` the tokenizer spells alone opens a quote.
+it as such). Only a `(` the tokenizer spells alone opens a quote. Experimental: it exists for the
+line-template study of `docs/cpu-training.md` and no shipped recipe turns it on.
 
 `turn_regex` states the same constraints as one pattern per turn, for backends that take a
 structured-output regex per request (vLLM): a turn ends at its one `</search>` or `</answer>`, and

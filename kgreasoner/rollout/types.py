@@ -28,8 +28,8 @@ class RolloutConfig:
                 "(topic entities and tool output). Changes the sampling distribution; logprobs then "
                 "come from the constrained one, so keep it off for GRPO unless that is intended"})
     constrained_quotes: bool = field(default=False, metadata={
-        "help": "with constrained_decoding: a `(` in the thinking must go on as a triple line the tool "
-                "has shown, verbatim, to its `)`; the decoder then copies the line's tail for the model "
+        "help": "[experimental] with constrained_decoding: a `(` in the thinking must go on as a triple line "
+                "the tool has shown, verbatim, to its `)`; the decoder then copies the line's tail for the model "
                 "(for models trained to quote the followed line; report results as such)"})
     tool_workers: int = field(default=0, metadata={
         "help": "threads running the tool calls of one step concurrently (0: in the calling thread)"})

@@ -1,11 +1,20 @@
-"""The synthetic dataset (small) and its KG, shared by the baseline tests."""
+"""The synthetic dataset (small), its KG and the gold-path teacher as an LLM, shared by the baseline tests."""
 
 from __future__ import annotations
 
 import pytest
 
 from data_gen.synthetic import write_synthetic
-from kgreasoner.data import load_dataset, open_dataset_kg
+from kgreasoner.baselines.gold_teacher import GoldTeacher
+from kgreasoner.data import QAExample, load_dataset, open_dataset_kg
+from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.llm import ScriptedLLM
+
+
+def gold_llm(kg: KnowledgeGraph, examples: list[QAExample], method: str, **options) -> ScriptedLLM:
+    """A `ScriptedLLM` replying as the gold-path teacher to `method`'s prompts (`(no rule)` where it has none)."""
+    script = GoldTeacher(kg, examples, **options)
+    return ScriptedLLM([getattr(script, method)], default="(no rule)")
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,9 @@
 """io and cot through the harness with scripted replies: one call each, prompts, parsing, scoring."""
 
-from kgreasoner.baselines.gold_teacher import gold_llm
 from kgreasoner.evaluation.harness import evaluate_method
 from kgreasoner.evaluation.methods import EvalConfig, MethodContext, build_method
+
+from .conftest import gold_llm
 
 
 def test_io_and_cot_end_to_end(tmp_path, synthetic_data):

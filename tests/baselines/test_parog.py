@@ -4,12 +4,13 @@ import json
 
 import pytest
 
-from kgreasoner.baselines.gold_teacher import gold_llm
 from kgreasoner.baselines.parog import PaRoGMethod
 from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.llm import ScriptedLLM
+
+from .conftest import gold_llm
 
 TRIPLES = [("m.f1", "film.directed_by", "m.ann"), ("m.ann", "person.nationality", "m.fr"), ("m.f1", "film.genre", "m.g1"),
            ("m.f1", "film.genre", "m.g2")]

@@ -2,13 +2,14 @@
 
 import pytest
 
-from kgreasoner.baselines.gold_teacher import gold_llm
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import make_literal
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.llm import ScriptedLLM
+
+from .conftest import gold_llm
 
 TRIPLES = (
     [("m.hub", "hub.thing.alpha", f"m.a{i}") for i in range(30)]

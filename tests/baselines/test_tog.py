@@ -3,12 +3,13 @@
 import pytest
 
 from kgreasoner.baselines import tog_prompts as prompts
-from kgreasoner.baselines.gold_teacher import gold_llm
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.llm import ScriptedLLM
+
+from .conftest import gold_llm
 
 TRIPLES = [
     ("m.f1", "film.directed_by", "m.ann"), ("m.ann", "person.nationality", "m.fr"),

@@ -145,3 +145,16 @@ def test_a_multi_topic_example_needs_two_topics_and_one_path_per_topic_or_none(t
     path = tmp_path / "no-paths.jsonl"  # a source without paths gets them from path search
     path.write_text(json.dumps(example(2, 0)) + "\n")
     assert [e.intersect for e in read_jsonl(path)] == [True]
+
+
+def test_warm_up_records_go_through_the_one_jsonl_writer(tmp_path):
+    from kgreasoner.data import TopicEntity
+    from kgreasoner.data.trajectories import Segment, WarmupRecord, read_warmup, write_warmup
+
+    block = Segment("\n<triples>\n(Gödel, né à, Brno)\n</triples>\n", False)
+    record = WarmupRecord(id="w1", question="où est né Gödel ?", topic_entities=(TopicEntity("e1", "Gödel"),),
+                          segments=(Segment("<think>", True), block))
+    path = write_warmup([record], tmp_path / "new" / "warmup.jsonl")
+    assert path == tmp_path / "new" / "warmup.jsonl"
+    assert "Gödel" in path.read_text(encoding="utf-8")  # written as it is, not \u-escaped
+    assert read_warmup(path) == [record]

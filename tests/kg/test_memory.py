@@ -11,6 +11,7 @@ from kgreasoner.kg.base import Edge, execute_path
 from kgreasoner.kg.commands import graph_stats
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.oxigraph_store import OxigraphKG
+from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +134,8 @@ def test_bad_names_line_names_file_and_line(tmp_path):
 def test_negative_limit_is_refused_like_the_other_backends(kg):
     with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -2"):
         kg.neighbors("e.utah", limit=-2)
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got True"):
+        kg.neighbors("e.utah", limit=True)  # an int to Python, a slip to the caller
 
 
 @pytest.mark.parametrize("text, line, detail", [
@@ -213,3 +216,15 @@ def test_a_repeated_line_is_one_triple_in_every_backend(tmp_path, capsys):
     store = OxigraphKG(tmp_path / "store")
     assert graph_stats(store)["triples"] == 2 == graph_stats(kg)["triples"] and len(store.neighbors("a")) == 2
     store.close()
+
+
+def test_both_stores_read_an_ntriples_file_alike_and_take_names_given_beside_it(tmp_path):
+    nt = tmp_path / "kb.nt"
+    a, b = f"<{ENTITY_NS}m.a>", f"<{ENTITY_NS}m.b>"
+    nt.write_text(f'{a} <{RELATION_NS}r.x> {b} .\n{a} <{RDFS_LABEL}> "Alpha" .\n', encoding="utf-8")
+    for kg in (MemoryKG.from_file(nt), OxigraphKG.build(nt, tmp_path / "store")):
+        assert [(e.subject, e.relation, e.object, e.subject_label) for e in kg.neighbors("m.a")] == [
+            ("m.a", "r.x", "m.b", "Alpha")]
+    given = {"m.a": "Aleph", "m.b": "Beth"}
+    for kg in (MemoryKG.from_file(nt, names=given), OxigraphKG.build(nt, tmp_path / "store2", names=given)):
+        assert (kg.label("m.a"), kg.label("m.b")) == ("Aleph", "Beth")

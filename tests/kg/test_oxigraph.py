@@ -97,3 +97,5 @@ def test_hostile_ids_find_nothing(kg):
 def test_negative_limit_is_refused(kg):
     with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -2"):
         kg.neighbors("e.utah", limit=-2)
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got False"):
+        kg.neighbors("e.utah", limit=False)

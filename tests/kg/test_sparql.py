@@ -171,6 +171,12 @@ def test_rejected_query_is_not_retried(url):
 def test_bad_arguments(kg):
     with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got -1"):
         kg.neighbors("e.utah", limit=-1)
+    with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got True"):
+        kg.neighbors("e.utah", limit=True)
+    with pytest.raises(ValueError, match="limit: expected a non-negative int, got None"):
+        kg.neighbors_of_each(["e.utah"], limit=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="offset: expected a non-negative int or None, got -3"):
+        kg.neighbors_query("e.utah", "out", offset=-3)
     with pytest.raises(ValueError, match="limit: expected a non-negative int or None, got '3 } DROP ALL'"):
         kg.neighbors_query("e.utah", "out", limit="3 } DROP ALL")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="side: expected 'out', 'in' or 'both', got 'x\"'"):

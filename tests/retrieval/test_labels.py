@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kgreasoner.retrieval.labels import label_groups, write_groups
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
+from kgreasoner.retrieval.labels import label_groups
+from kgreasoner.data.schema import Answer, QAExample, TopicEntity, write_jsonl
 from kgreasoner.kg.memory import MemoryKG
 
 
@@ -64,7 +64,7 @@ def test_mediator_candidates_consume_two_relations_and_inverse_steps(kg):
 def test_broken_gold_path_gives_no_group_and_output_is_jsonl(kg, tmp_path):
     assert label_groups(kg, [example(["zzz"])]) == []
     groups = label_groups(kg, [example(["a"])], negative_ratio=None)
-    assert write_groups(groups, tmp_path / "labels.jsonl") == 1
+    assert write_jsonl(groups, tmp_path / "labels.jsonl") == 1
     line = json.loads((tmp_path / "labels.jsonl").read_text().splitlines()[0])
     assert line["question_id"] == "q1" and line["entity"] == "1" and line["hop"] == 0
     assert line["candidates"][0] == {"relations": ["a"], "nodes": ["2"], "text": "a n2", "label": 1}
