@@ -20,7 +20,8 @@ What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_rew
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
 per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
 answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,
-`rollout/guided_hop<h>`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
+`rollout/guided_hop<h>`), the share of rows rolled out after a gold prefix that answered right
+(`rollout/prefix_correct`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
 also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
 reward functions get), which averages them over the ranks; under torchrun only the main process logs
 progress. Each episode is one TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
@@ -267,7 +268,8 @@ class KGRollout:
             # parallelism the ranks of a TP group share one engine: the backend gathers their requests.
             llm, tp_group = vllm_engine(trainer)
             backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
-            return RolloutEngine(backend, None, self.recipe.rollout).run(prompts, sessions, sampling, prefixes=prefixes)
+            engine = RolloutEngine(backend, None, self.recipe.rollout)
+            return engine.run(prompts, sessions, sampling, prefixes=prefixes)
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
             was_training = model.training
             engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
@@ -278,10 +280,14 @@ class KGRollout:
     def guide(self, trajectories, examples, correct, trainer, prompts, sampling) -> tuple[list, dict[str, float]]:
         """The rows TRL trains on (each planned guided row replaced by its gold row, or by a rollout after its
         gold prefix) and the group figures, both over whole groups gathered from every rank
-        (`kgreasoner.training.guidance`)."""
+        (`kgreasoner.training.guidance`); with gold prefixes, `rollout/prefix_correct` is the share of those
+        rollouts that answered right (over every rank's; absent in a step that guided none)."""
         import dataclasses
 
+        from accelerate.utils import gather_object
+
         from kgreasoner.data.sampling import hop_count
+        from kgreasoner.rewards import answer_reward
         from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
 
         prefixed = self.recipe.guidance == "gold_prefix"
@@ -289,21 +295,27 @@ class KGRollout:
                     for right, e, prompt in zip(correct, examples, prompts)]
         group_plan, offset = gathered_plan(verdicts, self.recipe.num_generations, self.gold is not None,
                                            trainer.accelerator.process_index)
-        rows = list(trajectories)
+        rows, figures = list(trajectories), dict(group_plan.figures)
         mine = held(group_plan.guided, offset, len(rows))
         if prefixed and group_plan.guided:  # every rank knows the plan: all generate, with rows or none
             picked = [examples[i] for i in mine]
             prefixes = [self._prefix(examples[i], prompts[i]) for i in mine]
             # a stream of its own: the first pass's seed would redraw that pass's first tokens
             again = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + 500_009)
-            for i, row in zip(mine, self.generate([prompts[i] for i in mine], picked, again, trainer, prefixes)):
+            continued = self.generate([prompts[i] for i in mine], picked, again, trainer, prefixes)
+            for i, row in zip(mine, continued):
                 rows[i] = dataclasses.replace(row, index=i)
+            right = answer_reward([t.text for t in continued], answers=[e.answers for e in picked],
+                                  resolved_answers=[t.resolved_answers for t in continued],
+                                  tool_spans=[t.tool_spans for t in continued]) if continued else []
+            everyone = gather_object(list(right))  # a collective: every rank is here
+            figures["rollout/prefix_correct"] = sum(everyone) / len(everyone)
         elif not prefixed:
             for i in mine:
                 e = examples[i]
                 session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
                 rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
-        return rows, group_plan.figures
+        return rows, figures
 
     def _prefix(self, example, prompt: str) -> list[str]:
         from kgreasoner.data.sampling import hop_count

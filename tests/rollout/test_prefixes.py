@@ -161,6 +161,7 @@ def test_vllm_turns_send_the_prefix_and_join_with_no_rows(special_tokenizer, stu
     [row] = engine.run([EXAMPLE], prefixes=[PREFIX])
     [body] = server.bodies
     assert body["prompt"] == row.prompt_ids + row.completion_ids[:row.prefix_tokens]
-    assert row.completion_ids[row.prefix_tokens:] == answer and row.logprobs[row.prefix_tokens:] == [-0.5] * len(answer)
+    assert row.completion_ids[row.prefix_tokens:] == answer
+    assert row.logprobs[row.prefix_tokens:] == [-0.5] * len(answer)
     assert row.resolved_answers == ["Salt Lake City"]
     assert engine.run([], prefixes=[]) == [] and len(server.bodies) == 1

@@ -164,6 +164,7 @@ def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, t
     assert len(hops) == 3 and any(h > 1 for h in hops)  # each step: one group; multi-hop ones among them
     for row, h in zip(rows, hops):
         assert row["rollout/guided"] == row[f"rollout/guided_hop{h}"] == (1.0 if h > 1 else 0.0)
+        assert ("rollout/prefix_correct" in row) == (h > 1)
 
 
 def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):

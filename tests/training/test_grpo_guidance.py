@@ -56,7 +56,7 @@ def test_guidance_options_are_checked_with_what_to_do():
     with pytest.raises(ConfigError, match="guidance must be one of \\('none', 'gold', 'gold_prefix'\\), got 'expert'"):
         load_config(GRPORecipe, None, [*base, "guidance=expert"])
     for mode in ("gold", "gold_prefix"):
-        with pytest.raises(ConfigError, match=f"guidance: {mode} needs the gold trajectories: set guidance_trajectories"):
+        with pytest.raises(ConfigError, match=f"guidance: {mode} needs the gold trajectories: set guidance_traj"):
             load_config(GRPORecipe, None, [*base, f"guidance={mode}"])
     assert load_config(GRPORecipe, None, base).guidance == "none"  # off unless an ablation shows it earns its place
     hard = load_config(GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl"])
@@ -309,6 +309,7 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 0.5
     assert logged["rollout/guided_hop1"] == 0.0 and logged["rollout/guided_hop3"] == 1.0
+    assert logged["rollout/prefix_correct"] == 0.0  # its last hop is still the untrained model's
     [batch] = trained
     rows = []
     for i in range(batch["completion_ids"].size(0)):
@@ -317,9 +318,10 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
         rows.append((prompt, batch["completion_ids"][i][keep].tolist(), batch["tool_mask"][i][keep].tolist()))
     three = examples[1]
     record = gold.records[three.id]
-    prompt_ids = trainer.processing_class(build_prompt(three.question, list(three.topic_entities),
-                                                       trainer.processing_class), add_special_tokens=False)["input_ids"]
-    head = encode_record(dataclasses.replace(record, segments=record.segments[:4]), trainer.processing_class)
+    tokenizer = trainer.processing_class
+    prompt = build_prompt(three.question, list(three.topic_entities), tokenizer)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    head = encode_record(dataclasses.replace(record, segments=record.segments[:4]), tokenizer)
     prefix = head["input_ids"][len(prompt_ids):-1]  # two search turns and their tool blocks
     assert sum(not m for m in head["assistant_masks"][len(prompt_ids):-1]) > 0
     prefixed = [(c, m) for p, c, m in rows if p == prompt_ids and c[:len(prefix)] == prefix]
