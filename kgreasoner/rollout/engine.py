@@ -24,6 +24,18 @@ one `Trajectory` per prompt. The engine owns everything that is the same for eve
 - A caller's stop rule (`run(..., halt=...)`, e.g. a serving deadline): `halt(row_index)` is asked
   after every token a row is given (`step` and `turn` backends) and before each of its tool calls
   (every backend); a message it returns ends the row with finish reason `error` and that message.
+- A given prefix (`run(..., prefixes=...)`, GRPO's gold-prefix rows): `prefixes[i]` lists search turns
+  (text ending in a `</search>` call) that row i's completion starts with before the model writes. Each
+  turn is tokenised alone and appended with `env_mask` 0 and logprob 0.0, like a tool block: the prefix
+  is not the model's sample, so it trains nothing (TRL multiplies every per-token term, the importance
+  correction and off-policy mask included, by the tool mask). Each turn's search is then run in the row's
+  session through the same path as a sampled call, so the tool block after it is the session's own
+  output, exactly what the engine inserts after those ids (cut to `max_tool_tokens` alike), and the session
+  state (shown entities, handles, path) is what it would be had the model written the turns. The
+  prefix's searches are the row's tool calls (the search reward counts them) and its text is model
+  text (the format check and answer parser read it); only the tokens after `Trajectory.prefix_tokens`
+  are sampled. Prefix text counts against `max_new_tokens`, so a row stays within
+  `completion_tokens(config)`. Token backends only.
 
 Logprobs: the log-probability of each sampled token under `log_softmax(processed_logits / T)`,
 where processed logits are the model's logits after any test/user logits processors and the
@@ -80,6 +92,8 @@ class RowState:
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.ended_with_eos = False
+        self.prefix_tokens = 0
+        """Completion ids written from a given prefix (its turns and tool blocks), before any sampled one."""
 
     @property
     def finished(self) -> bool:
@@ -116,7 +130,8 @@ class RolloutEngine:
 
     # ----------------------------------------------------------------- public API
     def run(self, prompts: Sequence[Any], sessions: Sequence[Any] | None = None,
-            sampling: SamplingParams | None = None, halt: Callable[[int], str | None] | None = None) -> list[Trajectory]:
+            sampling: SamplingParams | None = None, halt: Callable[[int], str | None] | None = None,
+            prefixes: Sequence[Sequence[str]] | None = None) -> list[Trajectory]:
         """Roll out every prompt; one trajectory per prompt, in order.
 
         A prompt is a prompt string, a list of prompt token ids, a chat message list, or a
@@ -124,14 +139,21 @@ class RolloutEngine:
         built with `protocol.build_prompt`. `sessions[i]` is the search session of prompt i;
         without `sessions`, sessions are opened from QA examples with the engine's tool.
         `halt(i)`, when given, may stop row i early (see the module docstring).
+        `prefixes[i]`, when given, are the search turns row i starts with, written for the model with
+        env_mask 0 and replayed in its session (see the module docstring); an empty one is a plain rollout.
         """
         if sessions is not None and len(sessions) != len(prompts):
             raise ValueError(f"got {len(prompts)} prompts but {len(sessions)} sessions")
+        if prefixes is not None:
+            self._check_prefixes(prefixes, len(prompts))
         sampling = sampling or SamplingParams()
         rows = [self._new_row(i, p, None if sessions is None else sessions[i]) for i, p in enumerate(prompts)]
         self._halt = halt
         try:
-            if rows:
+            for row, turns in zip(rows, prefixes or ()):
+                self._write_prefix(row, turns)
+            # a turn backend shared by a tensor-parallel group joins the group's turns even with no rows
+            if rows or self.kind == "turn":
                 if self.kind == "step":
                     self.backend.generate(self, rows, sampling)
                 elif self.kind == "turn":
@@ -269,6 +291,37 @@ class RolloutEngine:
             row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines, _listed(row))
         return row
 
+    def _check_prefixes(self, prefixes: Sequence[Sequence[str]], count: int) -> None:
+        if self.kind == "text":
+            raise ValueError("prefixes need a token backend (hf or vllm): the text backend counts no prefix tokens")
+        if len(prefixes) != count:
+            raise ValueError(f"got {count} prompts but {len(prefixes)} prefixes")
+        for i, turns in enumerate(prefixes):
+            if isinstance(turns, str):
+                raise ValueError(f"prefix {i} must be a list of turns, not one string")
+            if len(turns) > self.config.max_turns:
+                raise ValueError(f"prefix {i} has {len(turns)} search turns but max_turns is {self.config.max_turns}")
+            for k, turn in enumerate(turns):
+                if not turn.rstrip().endswith(SEARCH_CLOSE) or last_open_search(turn) is None:
+                    raise ValueError(f"prefix {i}, turn {k} must end with a {SEARCH_OPEN}...{SEARCH_CLOSE} call, "
+                                     f"got {turn[-80:]!r}")
+
+    def _write_prefix(self, row: RowState, turns: Sequence[str]) -> None:
+        """Append each turn with env_mask 0 and run its search as a sampled call would run."""
+        for turn in turns:
+            if row.finished:
+                break
+            ids = self.encode(turn)
+            row.completion_ids.extend(ids)
+            row.env_mask.extend([0] * len(ids))
+            row.logprobs.extend([0.0] * len(ids))
+            row.num_model_tokens += len(ids)
+            row.turn_ids = list(ids)  # the query is read from these ids decoded, as for a sampled turn
+            self.run_tools([row])
+        row.prefix_tokens = len(row.completion_ids)
+        if not row.finished and row.num_model_tokens >= self.config.max_new_tokens:
+            row.finish("max_tokens")
+
     def _halted(self, row: RowState) -> bool:
         if self._halt is None:
             return False
@@ -301,7 +354,7 @@ class RolloutEngine:
             index=row.index, prompt_ids=row.prompt_ids, completion_ids=row.completion_ids,
             env_mask=row.env_mask, logprobs=row.logprobs, text=text, tool_calls=row.tool_calls,
             finish_reason=row.finish_reason, error=row.error, answers=parsed.answers,
-            resolved_answers=resolved, tool_spans=spans,
+            resolved_answers=resolved, tool_spans=spans, prefix_tokens=row.prefix_tokens,
         )
 
     def _opened_think(self, row: RowState) -> str:

@@ -235,25 +235,27 @@ class _Batch:
         return out.logits[:, -1, :]
 
     def prefill(self) -> torch.Tensor:
-        """Run the prompts. A prefix shared by every prompt (the system prompt; the whole prompt
-        for GRPO's repeated generations) is computed once and its cache broadcast to all rows;
-        the rest of each prompt follows, left-padded, with holes masked as everywhere else."""
+        """Run each row's prompt and what its completion already holds (a given prefix, see the engine).
+        A start shared by every row (the system prompt; the whole prompt for GRPO's repeated
+        generations) is computed once and its cache broadcast to all rows; the rest of each row
+        follows, left-padded, with holes masked as everywhere else."""
         device, pad = self.backend.device, self.backend.pad_token_id
         batch = len(self.rows)
-        shared = _common_prefix([row.prompt_ids for row in self.rows])
+        starts = [row.prompt_ids + row.completion_ids for row in self.rows]
+        shared = _common_prefix(starts)
         if batch == 1 or shared < MIN_SHARED_PREFIX:
             shared = 0
         if shared:
-            prefix = torch.tensor([self.rows[0].prompt_ids[:shared]], dtype=torch.long, device=device)
+            prefix = torch.tensor([starts[0][:shared]], dtype=torch.long, device=device)
             ones = torch.ones_like(prefix)
             self._forward(prefix, ones, (ones.cumsum(dim=1) - 1), self.cache)
             self._buffer_layers(batch)
-        width = max(len(row.prompt_ids) for row in self.rows) - shared
+        width = max(len(start) for start in starts) - shared
         ids = torch.full((batch, width), pad, dtype=torch.long, device=device)
         attention = torch.zeros((batch, shared + width), dtype=torch.long, device=device)
         attention[:, :shared] = 1
-        for i, row in enumerate(self.rows):
-            rest = row.prompt_ids[shared:]
+        for i, start in enumerate(starts):
+            rest = start[shared:]
             ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
             attention[i, shared + width - len(rest):] = 1
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, shared:]

@@ -17,7 +17,7 @@ class RolloutConfig:
     max_turns: int = field(default=8, metadata={
         "help": "tool calls per row; a further </search> ends the row with finish reason max_turns"})
     max_new_tokens: int = field(default=1024, metadata={
-        "help": "model-written tokens per row in total (tool tokens not counted)"})
+        "help": "model-written tokens per row in total (tool tokens not counted; a given prefix's text counts)"})
     max_turn_tokens: int = field(default=256, metadata={
         "help": "model-written tokens per turn, i.e. between two tool blocks"})
     max_tool_tokens: int = field(default=384, metadata={
@@ -134,6 +134,9 @@ class Trajectory:
     """Character spans `[start, end)` of the tool-inserted blocks in `text`, in order. Pass them to
     `protocol.parse_trajectory` / `check_format` so that tags the tool printed (a KG label holding
     `</triples><answer>X</answer>`) are read as text, not as the model's answer or searches."""
+    prefix_tokens: int = 0
+    """`completion_ids[:prefix_tokens]` were given, not sampled: a prefix's turns and their tool blocks
+    (`RolloutEngine.run(..., prefixes=...)`), all with env_mask 0; 0 for a plain rollout."""
 
     @property
     def num_tool_calls(self) -> int:

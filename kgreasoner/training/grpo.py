@@ -15,13 +15,15 @@ so every batch of a few questions holds multi-hop questions and short chains ali
 
 Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
 answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
-with exact ids and masks; the groups are planned whole over every rank's rows.
+with exact ids and masks; the groups are planned whole over every rank's rows. With `guidance: gold_prefix`
+that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them).
 
 What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
 per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
 answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,
-`rollout/guided_hop<h>`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
+`rollout/guided_hop<h>`), the share of rows rolled out after a gold prefix that answered right
+(`rollout/prefix_correct`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
 also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
 reward functions get), which averages them over the ranks; under torchrun only the main process logs
 progress. Each episode is one TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
@@ -116,7 +118,9 @@ class GRPORecipe:
     hard_case_quantile: float = field(default=0.5, metadata={"help": "epsilon = this quantile of the losses"})
     guidance: str = field(default="none", metadata={
         "help": "what a group with no right answer gets (kgreasoner.training.guidance): none; gold (its last row "
-                "becomes the question's warm-up trajectory, an off-policy row; at most one a group)"})
+                "becomes the question's warm-up trajectory, an off-policy row; at most one a group); gold_prefix "
+                "(its last row is rolled out again after the warm-up trajectory's first h-1 search turns, given "
+                "with no loss, so the model takes the last hop itself; 1-hop questions are left as they are)"})
     guidance_trajectories: str | None = field(default=None, metadata={
         "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
                 "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"})
@@ -243,25 +247,48 @@ class KGRollout:
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
-        self.gold = GoldTrajectories(recipe.gold_trajectories) if recipe.guidance == "gold" else None
+        self.gold = GoldTrajectories(recipe.gold_trajectories) if recipe.guidance != "none" else None
         self.group_log = None  # a frontier.GroupLog: each group's right answers, as sampled
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
-        from trl.models import unwrap_model_for_generation
-
-        from kgreasoner.rollout.engine import RolloutEngine
-        from kgreasoner.rollout.hf_backend import HFBackend
         from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
         from kgreasoner.rewards import answer_reward
-        from kgreasoner.training.trl_internals import log_metric, vllm_engine
+        from kgreasoner.training.trl_internals import log_metric
 
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
-        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in examples]
         # A different, reproducible stream per step and rank; resuming replays the same seeds.
         seed = self.recipe.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
         sampling = SamplingParams(temperature=self.recipe.temperature, top_p=self.recipe.top_p,
                                   top_k=self.recipe.top_k, seed=seed)
+        trajectories = self.generate(prompts, examples, sampling, trainer)
+        if self.group_log is not None:  # on-policy counts: before any guided row replaces a rollout
+            self.group_log.record(trainer, trajectories, examples)
+        correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
+                                resolved_answers=[t.resolved_answers for t in trajectories],
+                                tool_spans=[t.tool_spans for t in trajectories])
+        rows, group_figures = self.guide(trajectories, examples, correct, trainer, prompts, sampling)
+        elapsed = time.perf_counter() - started
+        self.rollout_seconds += elapsed
+        fresh = [row for row, first in zip(rows, trajectories) if row is not first and row.prefix_tokens]
+        tool_seconds = sum(c.seconds for t in [*trajectories, *fresh] for c in t.tool_calls)
+        # TRL's metric path: it averages these over the ranks when it flushes the step's reward metrics
+        figures = self.figures(trajectories, examples, correct, elapsed, tool_seconds) | group_figures
+        for name, value in figures.items():
+            log_metric(trainer, name, value)
+        return trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+
+    def generate(self, prompts, examples, sampling, trainer, prefixes=None) -> list:
+        """The engine's rollouts of `prompts` in fresh sessions on the trainer's current weights. Every rank
+        calls it together, with rows or none: under ZeRO-3 the generation context gathers the weights on all
+        ranks at once, and vLLM's tensor-parallel group turns together."""
+        from trl.models import unwrap_model_for_generation
+
+        from kgreasoner.rollout.engine import RolloutEngine
+        from kgreasoner.rollout.hf_backend import HFBackend
+        from kgreasoner.training.trl_internals import vllm_engine
+
+        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in examples]
         if self.recipe.rollout_backend == "vllm":
             from kgreasoner.rollout.vllm_backend import VLLMBackend
 
@@ -269,44 +296,65 @@ class KGRollout:
             # parallelism the ranks of a TP group share one engine: the backend gathers their requests.
             llm, tp_group = vllm_engine(trainer)
             backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
-            trajectories = RolloutEngine(backend, None, self.recipe.rollout).run(prompts, sessions, sampling)
-        else:
-            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-                was_training = model.training
-                engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
-                trajectories = engine.run(prompts, sessions, sampling)
-                model.train(was_training)
-        if self.group_log is not None:
-            self.group_log.record(trainer, trajectories, examples)
-        elapsed = time.perf_counter() - started
-        self.rollout_seconds += elapsed
-        tool_seconds = sum(c.seconds for t in trajectories for c in t.tool_calls)
-        correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
-                                resolved_answers=[t.resolved_answers for t in trajectories],
-                                tool_spans=[t.tool_spans for t in trajectories])
-        rows, group_figures = self.guide(trajectories, examples, correct, trainer)
-        # TRL's metric path: it averages these over the ranks when it flushes the step's reward metrics
-        figures = self.figures(trajectories, examples, correct, elapsed, tool_seconds) | group_figures
-        for name, value in figures.items():
-            log_metric(trainer, name, value)
-        return trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+            engine = RolloutEngine(backend, None, self.recipe.rollout)
+            return engine.run(prompts, sessions, sampling, prefixes=prefixes)
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            was_training = model.training
+            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
+            trajectories = engine.run(prompts, sessions, sampling, prefixes=prefixes)
+            model.train(was_training)
+        return trajectories
 
-    def guide(self, trajectories, examples, correct, trainer) -> tuple[list, dict[str, float]]:
-        """The rows TRL trains on (each planned guided row replaced by its gold row) and the group figures,
-        both over whole groups gathered from every rank (`kgreasoner.training.guidance`)."""
+    def guide(self, trajectories, examples, correct, trainer, prompts, sampling) -> tuple[list, dict[str, float]]:
+        """The rows TRL trains on (each planned guided row replaced by its gold row, or by a rollout after its
+        gold prefix) and the group figures, both over whole groups gathered from every rank
+        (`kgreasoner.training.guidance`); with gold prefixes, `rollout/prefix_correct` is the share of those
+        rollouts that answered right (over every rank's; absent in a step that guided none)."""
+        import dataclasses
+
+        from accelerate.utils import gather_object
+
         from kgreasoner.data.sampling import hop_count
+        from kgreasoner.rewards import answer_reward
         from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
 
-        verdicts = [RowVerdict(bool(right), hop_count(e), self.gold is not None and e.id in self.gold)
-                    for right, e in zip(correct, examples)]
+        prefixed = self.recipe.guidance == "gold_prefix"
+        verdicts = [RowVerdict(bool(right), hop_count(e), self._guidable(e, prompt) if self.gold else False)
+                    for right, e, prompt in zip(correct, examples, prompts)]
         group_plan, offset = gathered_plan(verdicts, self.recipe.num_generations, self.gold is not None,
                                            trainer.accelerator.process_index)
-        rows = list(trajectories)
-        for i in held(group_plan.guided, offset, len(rows)):
-            e = examples[i]
-            session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
-            rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
-        return rows, group_plan.figures
+        rows, figures = list(trajectories), dict(group_plan.figures)
+        mine = held(group_plan.guided, offset, len(rows))
+        if prefixed and group_plan.guided:  # every rank knows the plan: all generate, with rows or none
+            picked = [examples[i] for i in mine]
+            prefixes = [self._prefix(examples[i], prompts[i]) for i in mine]
+            # a stream of its own: the first pass's seed would redraw that pass's first tokens
+            again = dataclasses.replace(sampling, seed=None if sampling.seed is None else sampling.seed + 500_009)
+            continued = self.generate([prompts[i] for i in mine], picked, again, trainer, prefixes)
+            for i, row in zip(mine, continued):
+                rows[i] = dataclasses.replace(row, index=i)
+            right = answer_reward([t.text for t in continued], answers=[e.answers for e in picked],
+                                  resolved_answers=[t.resolved_answers for t in continued],
+                                  tool_spans=[t.tool_spans for t in continued]) if continued else []
+            everyone = gather_object(list(right))  # a collective: every rank is here
+            figures["rollout/prefix_correct"] = sum(everyone) / len(everyone)
+        elif not prefixed:
+            for i in mine:
+                e = examples[i]
+                session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
+                rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
+        return rows, figures
+
+    def _prefix(self, example, prompt: str) -> list[str]:
+        from kgreasoner.data.sampling import hop_count
+
+        return self.gold.prefix(example.id, hop_count(example), prompt, self.recipe.rollout.max_turns)
+
+    def _guidable(self, example, prompt: str) -> bool:
+        """The question has a gold row to give (gold), or a gold prefix of at least one turn (gold_prefix)."""
+        if self.recipe.guidance == "gold_prefix":
+            return bool(self._prefix(example, prompt))
+        return example.id in self.gold
 
     @staticmethod
     def figures(trajectories, examples, correct, elapsed: float, tool_seconds: float) -> dict[str, float]:

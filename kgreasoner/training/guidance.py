@@ -24,6 +24,24 @@ wrong: 0.0 (the expert's certainty) would scale the row by the policy's probabil
 gold trajectory, about 0, and the default `sequence_mask` mode would drop it. So the gold row
 trains with the on-policy ratio, as if the current policy had sampled it.
 
+With `guidance: gold_prefix` (BREAD, arXiv 2506.17211) the planned row is instead rolled out again by the
+policy from a prefix of the gold trajectory: its completion starts with the record's first h - 1 search
+turns (h: the question's hop count) and the session's tool block after each, all with env_mask 0 (no
+loss; logprob 0.0, which TRL masks out with them), and the model writes the rest with the real engine
+and tool, so it takes only the last hop itself (`prefix`, `RolloutEngine.run(..., prefixes=...)`). The
+prefix turns are the record's model-written segments, tokenised alone as SFT tokenises them; the tool
+blocks are the training session's own output for those searches, exactly what the engine inserts after
+those ids, not the record's stored blocks: the continuation must read what its session has shown (the
+handles it resolves), and the two agree whenever the records were made with the training tool's
+settings. The prefix's searches are the row's own for the rewards (the search reward counts them, as
+they are part of its trajectory); the model's tokens are those after `Trajectory.prefix_tokens`. A
+question whose prefix would be empty (1-hop, or a record with a single search) is not guided in this
+mode: its row would be a plain fresh rollout. The prefix stops after at most `searches - 1` of the
+record's turns, so the model always makes a search; a listing page (`E1 | relation`) is a turn too, so
+where the record pages, h - 1 turns cover fewer than h - 1 hops. The planned rows are known only after
+every rank's first pass, so they are generated in a second pass, which every rank enters, with its own
+planned rows or none (`KGRollout.guide`).
+
 Groups are whole only across the ranks: TRL repeats each prompt `num_generations` times in a row
 and splits the generation batch over the processes in rank order, so a group can span two ranks.
 Each row's verdict is gathered from every rank (`accelerate.utils.gather_object`), every rank
@@ -41,8 +59,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-GUIDANCE = ("none", "gold")
-"""What a group with no right answer gets: nothing, or its question's gold trajectory as one row."""
+GUIDANCE = ("none", "gold", "gold_prefix")
+"""What a group with no right answer gets: nothing, its question's gold trajectory as one row, or one row
+rolled out again after the gold trajectory's first h - 1 search turns."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,28 @@ class GoldTrajectories:
 
     def __contains__(self, question_id: str) -> bool:
         return question_id in self.records
+
+    def prefix(self, question_id: str, hops: int, prompt: str, most: int) -> list[str]:
+        """The gold-prefix turns of a question: the record's first `min(hops - 1, searches - 1, most)` search
+        turns, each the model-written text up to its `</search>` (segments tokenised alone by the engine,
+        as `encode_record` tokenises them); [] without a record. A `prompt` that opened the think block
+        gets the first turn without its `<think>`, as `encode_record` does."""
+        from kgreasoner.protocol import THINK_OPEN, opened_think
+
+        record = self.records.get(question_id)
+        if record is None:
+            return []
+        turns, text = [], ""
+        for segment in record.segments:
+            if segment.train:
+                text += segment.text
+            else:
+                turns.append(text)
+                text = ""
+        turns = turns[:max(0, min(hops - 1, len(turns) - 1, most))]
+        if turns and opened_think(prompt) and turns[0].startswith(THINK_OPEN):
+            turns[0] = turns[0][len(THINK_OPEN):].lstrip()
+        return turns
 
     def row(self, example, prompt_ids: Sequence[int], tokenizer, session, index: int = 0):
         """The `Trajectory` of `example`'s gold record after `prompt_ids` (the group's own prompt).

@@ -140,6 +140,35 @@ def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
         assert any(key.startswith("rollout/guided_hop") for key in row)
 
 
+@pytest.mark.slow
+def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, tmp_path):
+    """`guidance: gold_prefix` on two ranks of two rows, one group of four a step: the planned row is rank 1's
+    second, so only rank 1 has a row to roll out after its gold prefix, and rank 0 joins that second
+    generation with none (what ZeRO-3's gathered weights need; here, on CPU, the test shows such an empty call
+    runs). Every multi-hop group is guided (the untrained model answers nothing), no 1-hop group is."""
+    from data_gen.warmup import WarmupConfig, run
+    from kgreasoner.retrieval.tool import ToolConfig
+
+    trajectories = tmp_path / "all.jsonl"
+    run(WarmupConfig(dataset=str(grpo_world / "data"), output=str(trajectories), num_examples=None, dev_examples=0,
+                     tool=ToolConfig(entity_handles=True, top_k=5), progress=False))
+    out = tmp_path / "prefixed"
+    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 3}], num_generations=4,
+                           per_device_train_batch_size=2, guidance="gold_prefix",
+                           guidance_trajectories=str(trajectories),
+                           rollout={"max_new_tokens": 160, "max_turn_tokens": 8, "max_turns": 4})
+    process = _run(config, nproc=2)
+    log = process.communicate(timeout=900)[0]
+    assert process.returncode == 0, log[-3000:]
+    rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    hops = [int(key[len("rollout/guided_hop"):]) for r in rows for key in r if key.startswith("rollout/guided_hop")]
+    assert len(hops) == 3 and any(h > 1 for h in hops)  # each step: one group; multi-hop ones among them
+    for row, h in zip(rows, hops):
+        assert row["rollout/guided"] == row[f"rollout/guided_hop{h}"] == (1.0 if h > 1 else 0.0)
+        assert ("rollout/prefix_correct" in row) == (h > 1)
+
+
 def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
     from kgreasoner.training.grpo import StepLog
 

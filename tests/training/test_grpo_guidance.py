@@ -53,10 +53,11 @@ def test_rows_that_are_not_whole_groups_are_refused():
 
 def test_guidance_options_are_checked_with_what_to_do():
     base = ["model=m", "dataset=d", "output_dir=o"]
-    with pytest.raises(ConfigError, match="guidance must be one of \\('none', 'gold'\\), got 'expert'"):
+    with pytest.raises(ConfigError, match="guidance must be one of \\('none', 'gold', 'gold_prefix'\\), got 'expert'"):
         load_config(GRPORecipe, None, [*base, "guidance=expert"])
-    with pytest.raises(ConfigError, match="guidance: gold needs the gold trajectories: set guidance_trajectories"):
-        load_config(GRPORecipe, None, [*base, "guidance=gold"])
+    for mode in ("gold", "gold_prefix"):
+        with pytest.raises(ConfigError, match=f"guidance: {mode} needs the gold trajectories: set guidance_traj"):
+            load_config(GRPORecipe, None, [*base, f"guidance={mode}"])
     assert load_config(GRPORecipe, None, base).guidance == "none"  # off unless an ablation shows it earns its place
     hard = load_config(GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl"])
     assert hard.gold_trajectories == "w.jsonl"
@@ -150,6 +151,74 @@ def test_the_gold_row_trl_gets_is_the_record_as_sft_tokenises_it(name, tiny_chec
     assert format_reward(out["completion_text"], **kwargs) == [0.5]
 
 
+# ----------------------------------------------------------------- the gold prefix
+
+
+def _model(name: str, tokenizer, tiny_checkpoint):
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    if name != "qwen3":
+        return AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint))
+    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, bos_token_id=None,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    return Qwen3ForCausalLM(config).eval()
+
+
+def _gold_record(gold, examples, hops: int):
+    from kgreasoner.data.sampling import hop_count
+
+    return next(r for r in gold.records.values() if r.id in examples and r.kind == "gold"
+                and hop_count(examples[r.id]) == hops and sum(not s.train for s in r.segments) >= hops)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "tiny"])
+def test_a_gold_prefix_row_starts_with_the_records_first_h_minus_1_turns_as_sft_tokenises_them(
+        name, tiny_checkpoint, synthetic_dir, warmup_file):
+    """The engine given a question's gold prefix writes exactly the record's first h - 1 search turns and
+    tool blocks (the ids `encode_record` gives those segments; env_mask 0), its searches replayed, and
+    samples on from there."""
+    import dataclasses
+
+    from kgreasoner.protocol import build_prompt, format_tool_block
+    from kgreasoner.rollout import RolloutEngine, SamplingParams
+    from kgreasoner.rollout.hf_backend import HFBackend
+    from kgreasoner.training.warmup_data import encode_record
+
+    tokenizer = _tokenizer(name, tiny_checkpoint)
+    model = _model(name, tokenizer, tiny_checkpoint)
+    dataset, tool = _tool(synthetic_dir)
+    examples = {e.id: e for e in dataset.split("train")}
+    gold = GoldTrajectories(warmup_file)
+    for hops in (2, 3):
+        record = _gold_record(gold, examples, hops)
+        example = examples[record.id]
+        prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
+        turns = gold.prefix(record.id, hops, prompt, most=8)
+        assert len(turns) == hops - 1 and turns == [s.text for s in record.segments[:2 * (hops - 1):2]]
+        text_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in turns)
+        config = RolloutConfig(max_new_tokens=text_tokens + 3, max_turn_tokens=3, max_tool_tokens=4096)
+        engine = RolloutEngine(HFBackend(model, tokenizer), None, config)
+        [row] = engine.run([prompt], [tool.session(example.question, list(example.topic_entities))],
+                           SamplingParams(seed=0), prefixes=[turns])
+        head = dataclasses.replace(record, segments=record.segments[:2 * (hops - 1)])
+        expected = encode_record(head, tokenizer)["input_ids"][:-1]  # without the end-of-turn id
+        assert row.prompt_ids + row.completion_ids[:row.prefix_tokens] == expected
+        assert row.env_mask[:row.prefix_tokens] == [0] * row.prefix_tokens
+        assert [format_tool_block(c.text) for c in row.tool_calls[:hops - 1]] == [
+            s.text for s in record.segments[1:2 * (hops - 1):2]]  # the session's blocks are the record's
+        assert all(c.error is None for c in row.tool_calls[:hops - 1])
+        assert 1 <= sum(row.env_mask) <= 3 and row.env_mask[row.prefix_tokens] == 1  # then the model samples
+
+    one_hop = _gold_record(gold, examples, 1)
+    assert gold.prefix(one_hop.id, 1, "", most=8) == []  # a 1-hop question has no gold prefix: not guided
+    three = _gold_record(gold, examples, 3)
+    assert len(gold.prefix(three.id, 3, "", most=1)) == 1  # at most max_turns turns
+    searches = sum(not s.train for s in three.segments)
+    assert len(gold.prefix(three.id, 99, "", most=99)) == searches - 1  # the model always makes a search
+    assert gold.prefix("no such question", 3, "", most=8) == []
+
+
 # ----------------------------------------------------------------- a real GRPO step of the demo's recipe
 
 
@@ -202,6 +271,64 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     guided = [(p + c, [0] * len(p) + m) for p, c, m, _ in rows if (p + c, [0] * len(p) + m) in golds]
     assert len(guided) == len(rows) // demo.num_generations  # one gold row a group
     assert all(a > 0 for p, c, m, a in rows if (p + c, [0] * len(p) + m) in golds)
+
+
+@pytest.mark.slow
+def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_prefix(tiny_checkpoint, synthetic_dir,
+                                                                                   warmup_file, tmp_path):
+    """`guidance: gold_prefix` with the untrained tiny model, which answers nothing: the 3-hop group's last row is
+    rolled out again after its gold record's first two search turns, and TRL trains on it with tool_mask 0 on
+    those turns and their blocks and 1 on what the model sampled after them. The 1-hop group is not guided."""
+    import dataclasses
+
+    from kgreasoner.protocol import build_prompt
+    from kgreasoner.training.grpo import build_trainer
+    from kgreasoner.training.warmup_data import encode_record
+
+    generations = 4
+    recipe = GRPORecipe(model=str(tiny_checkpoint), dataset=str(synthetic_dir), output_dir=str(tmp_path / "run"),
+                        tool=TOOL, rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4,
+                                                         max_tool_tokens=4096),
+                        episodes=[Episode("all", max_steps=1)], num_generations=generations,
+                        per_device_train_batch_size=2 * generations, learning_rate=1e-3, report_to=[], beta=0.0,
+                        guidance="gold_prefix", guidance_trajectories=str(warmup_file))
+    dataset, tool = _tool(synthetic_dir)
+    gold = GoldTrajectories(warmup_file)
+    train = {e.id: e for e in dataset.split("train")}
+    examples = [train[_gold_record(gold, train, hops).id] for hops in (1, 3)]
+    trainer = build_trainer(recipe, 1, recipe.episodes[0], examples, str(tiny_checkpoint), tool)
+    trained = []
+    compute_loss = trainer._compute_loss
+
+    def recording(model, inputs):
+        trained.append({k: v.detach().clone() for k, v in inputs.items() if hasattr(v, "detach")})
+        return compute_loss(model, inputs)
+
+    with mock.patch.object(trainer, "_compute_loss", recording):
+        trainer.train()
+    logged = trainer.state.log_history[0]
+    assert logged["rollout/guided"] == 0.5
+    assert logged["rollout/guided_hop1"] == 0.0 and logged["rollout/guided_hop3"] == 1.0
+    assert logged["rollout/prefix_correct"] == 0.0  # its last hop is still the untrained model's
+    [batch] = trained
+    rows = []
+    for i in range(batch["completion_ids"].size(0)):
+        keep = batch["completion_mask"][i].bool()
+        prompt = batch["prompt_ids"][i][batch["prompt_mask"][i].bool()].tolist()
+        rows.append((prompt, batch["completion_ids"][i][keep].tolist(), batch["tool_mask"][i][keep].tolist()))
+    three = examples[1]
+    record = gold.records[three.id]
+    tokenizer = trainer.processing_class
+    prompt = build_prompt(three.question, list(three.topic_entities), tokenizer)
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    head = encode_record(dataclasses.replace(record, segments=record.segments[:4]), tokenizer)
+    prefix = head["input_ids"][len(prompt_ids):-1]  # two search turns and their tool blocks
+    assert sum(not m for m in head["assistant_masks"][len(prompt_ids):-1]) > 0
+    prefixed = [(c, m) for p, c, m in rows if p == prompt_ids and c[:len(prefix)] == prefix]
+    assert len(prefixed) == 1  # one row of the 3-hop group, none of the 1-hop group
+    [(completion, mask)] = prefixed
+    assert mask[:len(prefix)] == [0] * len(prefix) and mask[len(prefix)] == 1  # no loss on the prefix; the model's own
+    assert all(c[:len(prefix)] != prefix for p, c, _ in rows if p != prompt_ids)
 
 
 # ----------------------------------------------------------------- the curves
