@@ -6,6 +6,7 @@ import pytest
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.retrieval.encoder import EncoderConfig
 from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
@@ -56,6 +57,12 @@ def test_a_hub_through_the_memory_store(memory_hub, ranking):
     if ranking == "embedding":  # relation first: every relation is counted, built or not
         assert results[0].unlisted + len(results[0].more) == 10_000
         assert results[6].error is None and {e.relation for e in results[6].edges} == {"r09999"}
+
+
+@pytest.mark.slow
+def test_a_hub_through_the_oxigraph_store(hub_dir, tmp_path):
+    results = calls(OxigraphKG.build(hub_dir, tmp_path / "store"))
+    assert_capped(results)
 
 
 @pytest.mark.slow
