@@ -9,15 +9,8 @@ from kgreasoner.evaluation import commands
 from kgreasoner.evaluation.harness import read_records
 
 CWQ_TRAIN = Path(__file__).parents[1] / "data" / "fixtures" / "cwq-official" / "ComplexWebQuestions_train.json"
-NS = "http://rdf.freebase.com/ns/"
-FREEBASE = f"""
-<{NS}m.06w2sn5> <{NS}type.object.name> "Justin Bieber"@en .
-<{NS}m.06w2sn5> <{NS}people.person.sibling_s> <{NS}m.0gxnnwc> .
-<{NS}m.0gxnnwc> <{NS}people.sibling_relationship.sibling> <{NS}m.0gxnnwq> .
-<{NS}m.0gxnnwq> <{NS}type.object.name> "Jaxon Bieber"@en .
-<{NS}m.0gxnnwq> <{NS}people.person.gender> <{NS}m.05zppz> .
-<{NS}m.05zppz> <{NS}type.object.name> "Male"@en .
-"""
+FREEBASE = (CWQ_TRAIN.parent / "freebase.nt").read_text()
+"""Freebase triples of the first training question's topic entities, with `type.object.name`s."""
 
 
 @pytest.mark.slow
