@@ -244,15 +244,7 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     gold = GoldTrajectories(warmup_file)
     examples = [e for e in dataset.split("train") if e.id in gold][:4]
     trainer = build_trainer(recipe, 1, recipe.episodes[0], examples, str(tiny_checkpoint), tool)
-    trained = []
-    compute_loss = trainer._compute_loss
-
-    def recording(model, inputs):
-        trained.append({k: v.detach().clone() for k, v in inputs.items() if hasattr(v, "detach")})
-        return compute_loss(model, inputs)
-
-    with mock.patch.object(trainer, "_compute_loss", recording):
-        trainer.train()
+    trained = _train_recording(trainer)
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 1.0 and logged["rollout/answer_tied"] == 1.0
     assert logged["rewards/answer_reward/mean"] == pytest.approx(1 / demo.num_generations)
@@ -297,15 +289,7 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
     train = {e.id: e for e in dataset.split("train")}
     examples = [train[_gold_record(gold, train, hops).id] for hops in (1, 3)]
     trainer = build_trainer(recipe, 1, recipe.episodes[0], examples, str(tiny_checkpoint), tool)
-    trained = []
-    compute_loss = trainer._compute_loss
-
-    def recording(model, inputs):
-        trained.append({k: v.detach().clone() for k, v in inputs.items() if hasattr(v, "detach")})
-        return compute_loss(model, inputs)
-
-    with mock.patch.object(trainer, "_compute_loss", recording):
-        trainer.train()
+    trained = _train_recording(trainer)
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 0.5
     assert logged["rollout/guided_hop1"] == 0.0 and logged["rollout/guided_hop3"] == 1.0
@@ -348,3 +332,17 @@ def test_the_curves_draw_tied_groups_by_hops_beside_the_guided_share(tmp_path):
     rows = [{"episode": 1, "step": step, "loss": 0.1, **{key: step / 4 for key in keys}} for step in (1, 2, 3)]
     (tmp_path / "steps.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert plot_runs([tmp_path], tmp_path / "curves.png").stat().st_size > 10_000
+
+
+def _train_recording(trainer) -> list[dict]:
+    """Train, and return the tensors of every batch the loss was computed on (what TRL trained on)."""
+    trained = []
+    compute_loss = trainer._compute_loss
+
+    def recording(model, inputs):
+        trained.append({k: v.detach().clone() for k, v in inputs.items() if hasattr(v, "detach")})
+        return compute_loss(model, inputs)
+
+    with mock.patch.object(trainer, "_compute_loss", recording):
+        trainer.train()
+    return trained
