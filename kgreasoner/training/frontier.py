@@ -51,16 +51,13 @@ class GroupLog(TrainerCallback):
         keep = [r for r in rows if 0 < r["step"] <= step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
 
-    def record(self, trainer, trajectories, examples) -> None:
-        """Every rank passes its rollouts of one generation batch; the main process appends the groups."""
+    def record(self, trainer, examples, right) -> None:
+        """Every rank passes its questions of one generation batch and each rollout's answer reward (as
+        sampled, before any guided row replaces one); the main process appends the groups."""
         from accelerate.utils import gather_object
 
         from kgreasoner.data.sampling import hop_count
-        from kgreasoner.rewards import answer_reward
 
-        right = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
-                              resolved_answers=[t.resolved_answers for t in trajectories],
-                              tool_spans=[t.tool_spans for t in trajectories]) if trajectories else []
         rollouts = gather_object([(e.id, hop_count(e), r) for e, r in zip(examples, right)])
         if not trainer.accelerator.is_main_process:
             return

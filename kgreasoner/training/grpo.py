@@ -262,11 +262,11 @@ class KGRollout:
         sampling = SamplingParams(temperature=self.recipe.temperature, top_p=self.recipe.top_p,
                                   top_k=self.recipe.top_k, seed=seed)
         trajectories = self.generate(prompts, examples, sampling, trainer)
-        if self.group_log is not None:  # on-policy counts: before any guided row replaces a rollout
-            self.group_log.record(trainer, trajectories, examples)
         correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
                                 resolved_answers=[t.resolved_answers for t in trajectories],
                                 tool_spans=[t.tool_spans for t in trajectories])
+        if self.group_log is not None:  # on-policy counts: before any guided row replaces a rollout
+            self.group_log.record(trainer, examples, correct)
         rows, group_figures = self.guide(trajectories, examples, correct, trainer, prompts, sampling)
         elapsed = time.perf_counter() - started
         self.rollout_seconds += elapsed
