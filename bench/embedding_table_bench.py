@@ -64,12 +64,15 @@ def main() -> None:
         order = rng.permutation(size)[: args.calls * args.per_call]
         latencies = []
         for call in range(min(args.calls, len(order) // args.per_call)):
-            texts = [f"text {i}" for i in order[call * args.per_call:(call + 1) * args.per_call]]
+            texts = [f"text {i}" for i in order[call * args.per_call : (call + 1) * args.per_call]]
             start = time.perf_counter()
             reader.encode(texts)
             latencies.append(time.perf_counter() - start)
-        print(f"| {size:,} | {written:.1f} | {merged:.1f} | {megabytes:,.0f} | {1000 * opened:.1f} | "
-              f"{1000 * np.percentile(latencies, 50):.2f} | {1000 * np.percentile(latencies, 99):.2f} |", flush=True)
+        print(
+            f"| {size:,} | {written:.1f} | {merged:.1f} | {megabytes:,.0f} | {1000 * opened:.1f} | "
+            f"{1000 * np.percentile(latencies, 50):.2f} | {1000 * np.percentile(latencies, 99):.2f} |",
+            flush=True,
+        )
         del writer, reader
         shutil.rmtree(folder)
 

@@ -35,11 +35,17 @@ from transformers import TrainerCallback
 from kgreasoner.data.paths import repo_root
 
 MODELS = repo_root().parent / "shared" / "models"
-SHRUNK = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-          "num_key_value_heads": 1, "head_dim": 32}
+SHRUNK = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+}
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}
 """Dense bf16 peak of a card, by a name its `torch.cuda.get_device_name()` contains (SXM figures)."""
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 class StepClock(TrainerCallback):
@@ -70,22 +76,35 @@ def _sync() -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-config", type=Path, default=MODELS / "qwen3" / "configs" / "Qwen3-0.6B",
-                        help="released config.json or its folder (default: Qwen3-0.6B in ../shared/models)")
+    parser.add_argument(
+        "--model-config",
+        type=Path,
+        default=MODELS / "qwen3" / "configs" / "Qwen3-0.6B",
+        help="released config.json or its folder (default: Qwen3-0.6B in ../shared/models)",
+    )
     parser.add_argument("--tokenizer", type=Path, default=MODELS / "qwen3", help="the real tokenizer's folder")
     parser.add_argument("--lora", action="store_true", help="LoRA adapters instead of full fine-tuning")
-    parser.add_argument("--gradient-checkpointing", action="store_true",
-                        help="in both stages (the 8B run needs it: preflight puts GRPO at 78 GiB without)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="in both stages (the 8B run needs it: preflight puts GRPO at 78 GiB without)",
+    )
     parser.add_argument("--sft-steps", type=int, default=5)
     parser.add_argument("--grpo-steps", type=int, default=3)
     parser.add_argument("--questions", type=int, default=2, help="questions per GRPO step")
     parser.add_argument("--generations", type=int, default=8, help="rollouts per question")
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="model tokens per rollout (default 256; 16 with --shrink)")
-    parser.add_argument("--shrink", action="store_true",
-                        help="CPU size: hidden 64, 2 layers, MLP 128, fp32, a few tokens per rollout")
-    parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="the card's dense bf16 peak (default by device name: H100 and H200 989)")
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=None, help="model tokens per rollout (default 256; 16 with --shrink)"
+    )
+    parser.add_argument(
+        "--shrink", action="store_true", help="CPU size: hidden 64, 2 layers, MLP 128, fp32, a few tokens per rollout"
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="the card's dense bf16 peak (default by device name: H100 and H200 989)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="folder for data and checkpoints (default: a temp)")
     parser.add_argument("--out", type=Path, default=None, help="write the figures here as JSON")
     args = parser.parse_args(argv)
@@ -124,9 +143,11 @@ def build_model(raw: dict, tokenizer_dir: Path, out: Path, dtype: torch.dtype) -
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     generation = json.loads((tokenizer_dir / "generation_config.json").read_text(encoding="utf-8"))
-    model.generation_config = GenerationConfig(eos_token_id=generation["eos_token_id"],
-                                               pad_token_id=generation.get("pad_token_id"),
-                                               bos_token_id=generation.get("bos_token_id"))
+    model.generation_config = GenerationConfig(
+        eos_token_id=generation["eos_token_id"],
+        pad_token_id=generation.get("pad_token_id"),
+        bos_token_id=generation.get("bos_token_id"),
+    )
     model.save_pretrained(out)
     load_tokenizer(tokenizer_dir).save_pretrained(out)
     del model
@@ -140,8 +161,11 @@ def make_data(work: Path, questions: int, tool):
 
     data = write_synthetic(work / "data", seed=0, num_entities=300, num_questions=max(40, 4 * questions))
     warmup = work / "warmup.jsonl"
-    run(WarmupConfig(dataset=str(data), output=str(warmup), num_examples=None, dev_examples=0, tool=tool,
-                     progress=False))
+    run(
+        WarmupConfig(
+            dataset=str(data), output=str(warmup), num_examples=None, dev_examples=0, tool=tool, progress=False
+        )
+    )
     return data, warmup
 
 
@@ -155,8 +179,12 @@ def estimate(recipe, kind: str, model_dir: Path) -> dict:
     if report.estimate is None:
         raise SystemExit(f"preflight could not estimate the {kind} recipe: {report.problems}")
     total = report.estimate.total
-    return {"estimate_gib": round(total / GIB, 3), "estimate_allocated_gib": round((total - OVERHEAD_BYTES) / GIB, 3),
-            "estimate_peak_phase": report.estimate.peak_phase, "preflight_problems": report.problems}
+    return {
+        "estimate_gib": round(total / GIB, 3),
+        "estimate_allocated_gib": round((total - OVERHEAD_BYTES) / GIB, 3),
+        "estimate_peak_phase": report.estimate.peak_phase,
+        "preflight_problems": report.problems,
+    }
 
 
 def matmul_parameters(raw: dict) -> int:
@@ -205,20 +233,39 @@ def run_sft(args, model_dir: Path, warmup: Path, work: Path, gpu: bool) -> tuple
 
     tokenizer = load_tokenizer(model_dir)
     longest = max(len(encode_record(r, tokenizer)["input_ids"]) for r in read_warmup(warmup))
-    recipe = SFTRecipe(model=str(model_dir), train_file=str(warmup), output_dir=str(work / "sft"),
-                       learning_rate=1e-5, max_steps=args.sft_steps, per_device_train_batch_size=4,
-                       max_length=longest, bf16=gpu, warmup_ratio=0.0, lr_scheduler_type="constant",
-                       eval_steps=0, save_steps=10 ** 6, logging_steps=1, report_to=[], group_by_length=False,
-                       lora=LoraSettings(enabled=args.lora), gradient_checkpointing=args.gradient_checkpointing)
+    recipe = SFTRecipe(
+        model=str(model_dir),
+        train_file=str(warmup),
+        output_dir=str(work / "sft"),
+        learning_rate=1e-5,
+        max_steps=args.sft_steps,
+        per_device_train_batch_size=4,
+        max_length=longest,
+        bf16=gpu,
+        warmup_ratio=0.0,
+        lr_scheduler_type="constant",
+        eval_steps=0,
+        save_steps=10**6,
+        logging_steps=1,
+        report_to=[],
+        group_by_length=False,
+        lora=LoraSettings(enabled=args.lora),
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     figures = estimate(recipe, "sft", model_dir)
     _begin_stage()
     clock = StepClock()
     final = train_sft(recipe, callbacks=[clock])
     tokens = clock.num_tokens[-1] if clock.num_tokens else 0.0
     seconds = sum(clock.seconds)
-    figures.update(steps=len(clock.seconds), step_s=[round(s, 4) for s in clock.seconds], tokens=tokens,
-                   tokens_per_s=round(tokens / seconds, 1) if seconds else None, peak_gib=_peak(),
-                   max_length=longest)
+    figures.update(
+        steps=len(clock.seconds),
+        step_s=[round(s, 4) for s in clock.seconds],
+        tokens=tokens,
+        tokens_per_s=round(tokens / seconds, 1) if seconds else None,
+        peak_gib=_peak(),
+        max_length=longest,
+    )
     return figures, final
 
 
@@ -228,15 +275,30 @@ def run_grpo(args, model_path: Path, model_dir: Path, data: Path, tool_config, w
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import GRPORecipe, build_trainer
 
-    fields = dict(model=str(model_path), dataset=str(data), output_dir=str(work / "grpo"),
-                  tool={"entity_handles": tool_config.entity_handles, "top_k": tool_config.top_k},
-                  rollout={"max_new_tokens": args.max_new_tokens, "max_turn_tokens": args.max_new_tokens,
-                           "max_turns": 2, "max_tool_tokens": 256},
-                  episodes=[{"data": "all", "max_steps": args.grpo_steps}], num_generations=args.generations,
-                  per_device_train_batch_size=args.generations, gradient_accumulation_steps=args.questions,
-                  max_questions=args.questions * args.grpo_steps, bf16=gpu, report_to=[],
-                  save_steps=10 ** 6, rollout_backend="hf", lora={"enabled": args.lora}, seed=0,
-                  gradient_checkpointing=args.gradient_checkpointing)
+    fields = dict(
+        model=str(model_path),
+        dataset=str(data),
+        output_dir=str(work / "grpo"),
+        tool={"entity_handles": tool_config.entity_handles, "top_k": tool_config.top_k},
+        rollout={
+            "max_new_tokens": args.max_new_tokens,
+            "max_turn_tokens": args.max_new_tokens,
+            "max_turns": 2,
+            "max_tool_tokens": 256,
+        },
+        episodes=[{"data": "all", "max_steps": args.grpo_steps}],
+        num_generations=args.generations,
+        per_device_train_batch_size=args.generations,
+        gradient_accumulation_steps=args.questions,
+        max_questions=args.questions * args.grpo_steps,
+        bf16=gpu,
+        report_to=[],
+        save_steps=10**6,
+        rollout_backend="hf",
+        lora={"enabled": args.lora},
+        seed=0,
+        gradient_checkpointing=args.gradient_checkpointing,
+    )
     path = work / "grpo.json"
     path.write_text(json.dumps(fields), encoding="utf-8")
     recipe = load_config(GRPORecipe, path)
@@ -265,12 +327,16 @@ def run_grpo(args, model_path: Path, model_dir: Path, data: Path, tool_config, w
     trainer.train()
     generation_s, step_s = sum(rolled["seconds"]), sum(clock.seconds)
     train_s = step_s - generation_s
-    figures.update(steps=len(clock.seconds), step_s=[round(s, 4) for s in clock.seconds],
-                   generation_s=[round(s, 4) for s in rolled["seconds"]], generated_tokens=sum(rolled["generated"]),
-                   generation_tokens_per_s=round(sum(rolled["generated"]) / generation_s, 1) if generation_s else None,
-                   train_tokens=sum(rolled["trained"]),
-                   train_tokens_per_s=round(sum(rolled["trained"]) / train_s, 1) if train_s > 0 else None,
-                   peak_gib=_peak())
+    figures.update(
+        steps=len(clock.seconds),
+        step_s=[round(s, 4) for s in clock.seconds],
+        generation_s=[round(s, 4) for s in rolled["seconds"]],
+        generated_tokens=sum(rolled["generated"]),
+        generation_tokens_per_s=round(sum(rolled["generated"]) / generation_s, 1) if generation_s else None,
+        train_tokens=sum(rolled["trained"]),
+        train_tokens_per_s=round(sum(rolled["trained"]) / train_s, 1) if train_s > 0 else None,
+        peak_gib=_peak(),
+    )
     del trainer
     return figures
 
@@ -295,10 +361,18 @@ def main(argv: list[str] | None = None) -> int:
     flops = (4 if args.lora else 6) * matmul_parameters(raw)
     sft["train_share_of_peak"] = _share(sft["tokens_per_s"] or 0.0, flops, peak)
     grpo["train_share_of_peak"] = _share(grpo["train_tokens_per_s"] or 0.0, flops, peak)
-    figures = {"device": torch.cuda.get_device_name(0) if gpu else "cpu", "dtype": "bfloat16" if gpu else "float32",
-               "model_config": str(args.model_config), "shrink": args.shrink, "lora": args.lora,
-               "gradient_checkpointing": args.gradient_checkpointing,
-               "peak_tflops": peak, "flops_per_token": flops, "sft": sft, "grpo": grpo}
+    figures = {
+        "device": torch.cuda.get_device_name(0) if gpu else "cpu",
+        "dtype": "bfloat16" if gpu else "float32",
+        "model_config": str(args.model_config),
+        "shrink": args.shrink,
+        "lora": args.lora,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "peak_tflops": peak,
+        "flops_per_token": flops,
+        "sft": sft,
+        "grpo": grpo,
+    }
     print(report(figures))
     if args.out:
         args.out.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
@@ -306,19 +380,26 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(figures: dict) -> str:
-    lines = [f"device {figures['device']} ({figures['dtype']}), {figures['model_config']}"
-             + (" shrunk" if figures["shrink"] else "") + (", LoRA" if figures["lora"] else ", full fine-tuning")]
+    lines = [
+        f"device {figures['device']} ({figures['dtype']}), {figures['model_config']}"
+        + (" shrunk" if figures["shrink"] else "")
+        + (", LoRA" if figures["lora"] else ", full fine-tuning")
+    ]
     for stage in ("sft", "grpo"):
         f = figures[stage]
         peak = "n/a (no GPU)" if f["peak_gib"] is None else f"{f['peak_gib']:.2f} GiB"
         lines.append(f"{stage}: {f['steps']} steps, step s {f['step_s']}")
-        lines.append(f"  peak memory {peak}; preflight {f['estimate_gib']:.2f} GiB ({f['estimate_allocated_gib']:.2f} "
-                     f"without the CUDA context; peak phase {f['estimate_peak_phase']})")
+        lines.append(
+            f"  peak memory {peak}; preflight {f['estimate_gib']:.2f} GiB ({f['estimate_allocated_gib']:.2f} "
+            f"without the CUDA context; peak phase {f['estimate_peak_phase']})"
+        )
         if stage == "sft":
             lines.append(f"  training {f['tokens_per_s']} tokens/s")
         else:
-            lines.append(f"  generation {f['generation_tokens_per_s']} tokens/s ({f['generated_tokens']} tokens), "
-                         f"training {f['train_tokens_per_s']} tokens/s")
+            lines.append(
+                f"  generation {f['generation_tokens_per_s']} tokens/s ({f['generated_tokens']} tokens), "
+                f"training {f['train_tokens_per_s']} tokens/s"
+            )
         if f["train_share_of_peak"] is not None:
             lines.append(f"  training at {100 * f['train_share_of_peak']:.1f}% of {figures['peak_tflops']:g} TFLOP/s")
     return "\n".join(lines)

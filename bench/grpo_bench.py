@@ -52,7 +52,7 @@ def matmul_peak(threads: int, size: int = 1024, seconds: float = 2.0) -> float:
         started = time.process_time()  # CPU time: the peak of the cores we got, whatever else runs
         for _ in range(8):
             torch.mm(a, b)
-        best = max(best, 8 * 2 * size ** 3 / max(time.process_time() - started, 1e-9))
+        best = max(best, 8 * 2 * size**3 / max(time.process_time() - started, 1e-9))
     return best
 
 
@@ -90,9 +90,9 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
 
     from trl import GRPOTrainer
 
-    from kgreasoner.training import trl_internals
     from kgreasoner.data import load_dataset
     from kgreasoner.retrieval.tool import KGSearchTool
+    from kgreasoner.training import trl_internals
     from kgreasoner.training.grpo import Episode, _open_kg, build_trainer
 
     dataset = load_dataset(recipe.dataset)
@@ -100,12 +100,14 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
     out = Path(recipe.output_dir)
     # The `today` rows reproduce the trainer before the scored LM head: TRL's own class.
-    with mock.patch.object(trl_internals, "scoring_trainer_class",
-                           trl_internals.scoring_trainer_class if scored else lambda: GRPOTrainer):
+    with mock.patch.object(
+        trl_internals, "scoring_trainer_class", trl_internals.scoring_trainer_class if scored else lambda: GRPOTrainer
+    ):
         trainer = build_trainer(recipe, 1, Episode("all", max_steps=steps), examples, recipe.model, tool)
     tokenizer = trainer.processing_class
-    prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False)["input_ids"])
-                        for p in trainer.train_dataset["prompt"]) / len(trainer.train_dataset)
+    prompt_tokens = sum(
+        len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in trainer.train_dataset["prompt"]
+    ) / len(trainer.train_dataset)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     trainer.train()
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -118,7 +120,12 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
 
     per_step = recipe.per_device_train_batch_size
     body, hidden, vocab = sizes
-    gen, tool_s, train, step = mean("time/generation_s"), mean("time/tool_s"), mean("time/training_s"), mean("time/step_s")
+    gen, tool_s, train, step = (
+        mean("time/generation_s"),
+        mean("time/tool_s"),
+        mean("time/training_s"),
+        mean("time/step_s"),
+    )
     model_tokens = mean("rollout/model_tokens")
     completion = model_tokens / max(1e-9, 1 - mean("rollout/tool_token_share"))
     sequence = prompt_tokens + completion
@@ -131,9 +138,14 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
     step_cpu = measured_cpu / len(rows)
     gen_cpu, train_cpu = step_cpu * gen / step, step_cpu * train / step
     return {
-        "row": name, "rollouts_per_step": per_step, "prompt_tokens": round(prompt_tokens, 1),
-        "sequence_tokens": round(sequence, 1), "step_s": round(step, 3), "generation_s": round(gen, 3),
-        "tool_s": round(tool_s, 3), "training_s": round(train, 3),
+        "row": name,
+        "rollouts_per_step": per_step,
+        "prompt_tokens": round(prompt_tokens, 1),
+        "sequence_tokens": round(sequence, 1),
+        "step_s": round(step, 3),
+        "generation_s": round(gen, 3),
+        "tool_s": round(tool_s, 3),
+        "training_s": round(train, 3),
         "rollouts_per_cpu_s": round(per_step * len(rows) / measured_cpu, 2),
         "gen_gflops": round(gen_flops / max(gen_cpu, 1e-9) / 1e9, 2),
         "train_gflops": round(train_flops / max(train_cpu, 1e-9) / 1e9, 2),
@@ -145,12 +157,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", required=True, help="an SFT checkpoint of a tiny model (the demo's sft/final)")
     parser.add_argument("--data", required=True, help="its dataset folder (the demo's data/)")
     parser.add_argument("--config", default="configs/tiny-cpu/grpo.yaml", help="GRPO recipe the rows start from")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], help="recipe overrides (tool, rollout)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], help="recipe overrides (tool, rollout)"
+    )
     parser.add_argument("--steps", type=int, default=6, help="GRPO steps per row (the first is left out)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--questions", type=int, default=512, help="training questions the rows draw from")
-    parser.add_argument("--rows", default="", help="comma-separated row numbers to run (1 = today, always run: "
-                                                   "the others are compared with it); all by default")
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="comma-separated row numbers to run (1 = today, always run: "
+        "the others are compared with it); all by default",
+    )
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be >= 2: the first step of a row is not measured")
@@ -162,27 +180,56 @@ def main(argv: list[str] | None = None) -> int:
     peak = matmul_peak(args.threads)
     torch.set_num_threads(args.threads)
     sizes = model_sizes(args.model)
-    print(f"fp32 matmul peak at {args.threads} thread(s): {peak / 1e9:.1f} GFLOP/s; model body "
-          f"{sizes[0]:,} parameters, hidden {sizes[1]}, vocabulary {sizes[2]:,}", flush=True)
+    print(
+        f"fp32 matmul peak at {args.threads} thread(s): {peak / 1e9:.1f} GFLOP/s; model body "
+        f"{sizes[0]:,} parameters, hidden {sizes[1]}, vocabulary {sizes[2]:,}",
+        flush=True,
+    )
     work = Path(tempfile.mkdtemp(prefix="grpo-bench-"))
-    base = load_config(GRPORecipe, args.config, [
-        f"model={args.model}", f"dataset={args.data}", f"output_dir={work}/run", "report_to=[]", "save_steps=100000",
-        "learning_rate=1e-4", f"max_questions={args.questions}", *args.overrides])
+    base = load_config(
+        GRPORecipe,
+        args.config,
+        [
+            f"model={args.model}",
+            f"dataset={args.data}",
+            f"output_dir={work}/run",
+            "report_to=[]",
+            "save_steps=100000",
+            "learning_rate=1e-4",
+            f"max_questions={args.questions}",
+            *args.overrides,
+        ],
+    )
     system, compact = with_template(args.model, True, work), with_template(args.model, False, work)
     whole = 1 << 20  # rows per length chunk larger than any batch: the step's rows scored as one
     rows = [
         ("today", replace(base, model=system, per_device_train_batch_size=16, num_generations=8), False),
         ("compact", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8), False),
-        ("compact, scored", replace(base, model=compact, per_device_train_batch_size=16, num_generations=8,
-                                    length_chunk_rows=whole), True),
-        ("compact, scored, 3 q/step", replace(base, model=compact, per_device_train_batch_size=24, num_generations=8,
-                                              length_chunk_rows=whole), True),
-        ("compact, scored, 3 q/step, chunks of 8", replace(base, model=compact, per_device_train_batch_size=24,
-                                                           num_generations=8, length_chunk_rows=8), True),
-        ("compact, scored, 3 q/step, chunks of 4", replace(base, model=compact, per_device_train_batch_size=24,
-                                                           num_generations=8, length_chunk_rows=4), True),
-        ("compact, scored, 8 q/step, chunks of 8", replace(base, model=compact, per_device_train_batch_size=64,
-                                                           num_generations=8, length_chunk_rows=8), True),
+        (
+            "compact, scored",
+            replace(base, model=compact, per_device_train_batch_size=16, num_generations=8, length_chunk_rows=whole),
+            True,
+        ),
+        (
+            "compact, scored, 3 q/step",
+            replace(base, model=compact, per_device_train_batch_size=24, num_generations=8, length_chunk_rows=whole),
+            True,
+        ),
+        (
+            "compact, scored, 3 q/step, chunks of 8",
+            replace(base, model=compact, per_device_train_batch_size=24, num_generations=8, length_chunk_rows=8),
+            True,
+        ),
+        (
+            "compact, scored, 3 q/step, chunks of 4",
+            replace(base, model=compact, per_device_train_batch_size=24, num_generations=8, length_chunk_rows=4),
+            True,
+        ),
+        (
+            "compact, scored, 8 q/step, chunks of 8",
+            replace(base, model=compact, per_device_train_batch_size=64, num_generations=8, length_chunk_rows=8),
+            True,
+        ),
     ]
     if args.rows:
         chosen = {1} | {int(n) for n in args.rows.split(",")}
@@ -190,8 +237,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--rows: numbers from 1 to {len(rows)}, got {args.rows!r}")
         rows = [row for number, row in enumerate(rows, 1) if number in chosen]
     results = []
-    header = ("row", "rollouts/step", "prompt tok", "seq tok", "step s", "gen s", "tool s", "train s",
-              "rollouts/CPU-s", "gen GFLOP/s", "train GFLOP/s")
+    header = (
+        "row",
+        "rollouts/step",
+        "prompt tok",
+        "seq tok",
+        "step s",
+        "gen s",
+        "tool s",
+        "train s",
+        "rollouts/CPU-s",
+        "gen GFLOP/s",
+        "train GFLOP/s",
+    )
     print("| " + " | ".join(header) + " |\n|" + "---|" * len(header), flush=True)
     for name, recipe, scored in rows:
         r = run_row(name, recipe, args.steps, sizes, scored)
@@ -199,9 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         print("| " + " | ".join(str(v) for v in r.values()) + " |", flush=True)
     today = results[0]["rollouts_per_cpu_s"]
     for r in results[1:]:
-        print(f"{r['row']}: {r['rollouts_per_cpu_s'] / today:.2f}x today's rollouts per CPU-second; training at "
-              f"{100 * r['train_gflops'] * 1e9 / peak:.0f}% of the matmul peak, generation at "
-              f"{100 * r['gen_gflops'] * 1e9 / peak:.0f}%")
+        print(
+            f"{r['row']}: {r['rollouts_per_cpu_s'] / today:.2f}x today's rollouts per CPU-second; training at "
+            f"{100 * r['train_gflops'] * 1e9 / peak:.0f}% of the matmul peak, generation at "
+            f"{100 * r['gen_gflops'] * 1e9 / peak:.0f}%"
+        )
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

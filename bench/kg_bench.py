@@ -96,8 +96,9 @@ def biggest_relation(kg: MemoryKG, entity: str, direction: str) -> list[str]:
     return [max(counts, key=counts.__getitem__)]
 
 
-def time_calls(kg: KnowledgeGraph, calls: list[tuple[str, list[str] | None, int | None]], direction: str,
-               warmup: int) -> dict:
+def time_calls(
+    kg: KnowledgeGraph, calls: list[tuple[str, list[str] | None, int | None]], direction: str, warmup: int
+) -> dict:
     for entity, relations, limit in calls[:warmup]:
         kg.neighbors(entity, direction, relations, limit)
     latencies = np.empty(len(calls))
@@ -133,8 +134,14 @@ def bench_size(args: argparse.Namespace, size: int) -> list[dict]:
 
     def measure(kg: KnowledgeGraph, **row) -> None:
         for workload, calls in workloads.items():
-            rows.append({"triples": memory.num_triples, "workload": workload, **row,
-                         **time_calls(kg, calls, args.direction, args.warmup)})
+            rows.append(
+                {
+                    "triples": memory.num_triples,
+                    "workload": workload,
+                    **row,
+                    **time_calls(kg, calls, args.direction, args.warmup),
+                }
+            )
 
     if "memory" in args.backends:
         measure(memory, backend="memory", open_s=memory_load)
@@ -196,19 +203,25 @@ def write_scale_dataset(folder: Path, size: int, seed: int) -> Path:
 
 
 def memory_scale(args: argparse.Namespace, sizes: list[int]) -> str:
-    lines = ["| triples | load (s) | RSS after load (MB) | bytes/triple | peak RSS (MB) | peak bytes/triple |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| triples | load (s) | RSS after load (MB) | bytes/triple | peak RSS (MB) | peak bytes/triple |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     last = None
     for size in sizes:
         kb = write_scale_dataset(args.work / f"scale-{size}-seed{args.seed}", size, args.seed)
         done = subprocess.run([sys.executable, "-c", _MEASURE, str(kb)], capture_output=True, text=True, check=True)
         last = json.loads(done.stdout.strip().splitlines()[-1])
-        lines.append(f"| {last['triples']:,} | {last['load_s']:.1f} | {last['rss'] / 2**20:,.0f} | "
-                     f"{last['rss'] / last['triples']:.0f} | {last['peak'] / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |")
+        lines.append(
+            f"| {last['triples']:,} | {last['load_s']:.1f} | {last['rss'] / 2**20:,.0f} | "
+            f"{last['rss'] / last['triples']:.0f} | {last['peak'] / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |"
+        )
     if last is not None:
         scale = FREEBASE_TRIPLES / last["triples"]
-        lines.append(f"| {FREEBASE_TRIPLES:,} (projected) | {last['load_s'] * scale:,.0f} | {last['rss'] * scale / 2**20:,.0f} | "
-                     f"{last['rss'] / last['triples']:.0f} | {last['peak'] * scale / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |")
+        lines.append(
+            f"| {FREEBASE_TRIPLES:,} (projected) | {last['load_s'] * scale:,.0f} | {last['rss'] * scale / 2**20:,.0f} | "
+            f"{last['rss'] / last['triples']:.0f} | {last['peak'] * scale / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -234,13 +247,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=Path(".cache/kg-bench"), help="cache of datasets and stores")
     parser.add_argument("--sizes", default="10k,1M", help="comma-separated triple counts (10000, 10k, 1M)")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"comma-separated subset of {','.join(BACKENDS)}")
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS), help=f"comma-separated subset of {','.join(BACKENDS)}"
+    )
     parser.add_argument("--calls", type=int, default=2000, help="timed neighbour calls per backend and size")
     parser.add_argument("--hubs", type=int, default=20, help="also time the N highest-degree entities (0: skip)")
     parser.add_argument("--warmup", type=int, default=100, help="untimed calls first")
     parser.add_argument("--direction", default="both", choices=("out", "in", "both"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--memory-scale", help="instead: memory and load time of the memory store at these sizes (1M,3M)")
+    parser.add_argument(
+        "--memory-scale", help="instead: memory and load time of the memory store at these sizes (1M,3M)"
+    )
     args = parser.parse_args(argv)
     args.backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     unknown = sorted(set(args.backends) - set(BACKENDS))

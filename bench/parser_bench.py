@@ -23,11 +23,20 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN, TRIPLES_OPEN,
-    check_format, format_tool_block, last_open_search, parse_trajectory,
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    SEARCH_CLOSE,
+    SEARCH_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TRIPLES_OPEN,
+    check_format,
+    format_tool_block,
+    last_open_search,
+    parse_trajectory,
 )
 from kgreasoner.rewards import count_searches
 
@@ -82,8 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         "count_searches": lambda text, spans: count_searches(text, spans),
         "last_open_search": lambda text, spans: last_open_search(text),
     }
-    print(f"{'shape':<16} {'chars':>9} " + " ".join(f"{name:>17}" for name in readers) + "   (ms, best of "
-          f"{args.repeats})")
+    print(
+        f"{'shape':<16} {'chars':>9} " + " ".join(f"{name:>17}" for name in readers) + "   (ms, best of "
+        f"{args.repeats})"
+    )
     worst = 0.0
     for name, (text, spans) in shapes(args.size).items():
         times = [best_ms(lambda: read(text, spans), args.repeats) for read in readers.values()]

@@ -16,8 +16,13 @@ from pathlib import Path
 
 MODES = ("off", "on", "quotes")
 TRAINING_STAGES = {"sft": ("ranker", "warmup", "build", "sft"), "grpo": ("ranker", "warmup", "build", "sft", "grpo")}
-FAILURES = (("copy_failure", "copy"), ("loop_or_turn_limit", "loop"), ("invalid_format", "invalid"),
-            ("answer_not_in_context", "not in context"), ("data_ambiguity", "ambiguous"))
+FAILURES = (
+    ("copy_failure", "copy"),
+    ("loop_or_turn_limit", "loop"),
+    ("invalid_format", "invalid"),
+    ("answer_not_in_context", "not in context"),
+    ("data_ambiguity", "ambiguous"),
+)
 
 
 def read_times(cell: Path) -> dict[str, tuple[float, float]]:
@@ -37,8 +42,9 @@ def read_times(cell: Path) -> dict[str, tuple[float, float]]:
 
 def sft_steps(cell: Path) -> str:
     """'steps (best)' of the SFT run, from its last checkpoint's trainer state."""
-    states = sorted((cell / "sft").glob("checkpoint-*/trainer_state.json"),
-                    key=lambda p: int(p.parent.name.split("-")[1]))
+    states = sorted(
+        (cell / "sft").glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1])
+    )
     if not states:
         return "—"
     state = json.loads(states[-1].read_text())
@@ -83,11 +89,24 @@ def rows(cell: Path) -> list[str]:
         else:
             budget = "—"
         constrained = results["on"]
-        out.append(" | ".join([
-            "", meta["dataset"], meta["split_scheme"], label, sft_steps(cell), budget,
-            f"{first['n']} ({first['distinct']})", joined(results, "hits1"), joined(results, "hits1_distinct"),
-            f"{constrained['format_valid']:.3f}" if constrained else "—",
-            failures(constrained) if constrained else "—", ""]).strip())
+        out.append(
+            " | ".join(
+                [
+                    "",
+                    meta["dataset"],
+                    meta["split_scheme"],
+                    label,
+                    sft_steps(cell),
+                    budget,
+                    f"{first['n']} ({first['distinct']})",
+                    joined(results, "hits1"),
+                    joined(results, "hits1_distinct"),
+                    f"{constrained['format_valid']:.3f}" if constrained else "—",
+                    failures(constrained) if constrained else "—",
+                    "",
+                ]
+            ).strip()
+        )
     return out
 
 
@@ -95,9 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cells", nargs="+", type=Path, help="OUT folders of bench/pathquestion_grid.sh")
     args = parser.parse_args(argv)
-    header = ("| set | split | training | SFT steps (best) | training wall / CPU min | test rows (distinct) "
-              "| Hits@1 off / on / quotes | distinct Hits@1 off / on / quotes | format-valid (on) | failures (on) |\n"
-              + "|---" * 10 + "|")
+    header = (
+        "| set | split | training | SFT steps (best) | training wall / CPU min | test rows (distinct) "
+        "| Hits@1 off / on / quotes | distinct Hits@1 off / on / quotes | format-valid (on) | failures (on) |\n"
+        + "|---" * 10
+        + "|"
+    )
     try:
         table = [row for cell in args.cells for row in rows(cell)]
     except (OSError, ValueError) as error:

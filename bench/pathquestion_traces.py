@@ -49,13 +49,17 @@ class TraceCounts:
 
     def row(self, name: str) -> str:
         share = self.tail_right / self.written_lines if self.written_lines else 0.0
-        return (f"| {name} | {self.questions} | {self.hits / max(self.questions, 1):.3f} | {self.plan_exact} "
-                f"| {self.wrong_after_exact_plan} | {self.written_lines} | {self.tail_right} ({share:.3f}) "
-                f"| {self.label_right} |")
+        return (
+            f"| {name} | {self.questions} | {self.hits / max(self.questions, 1):.3f} | {self.plan_exact} "
+            f"| {self.wrong_after_exact_plan} | {self.written_lines} | {self.tail_right} ({share:.3f}) "
+            f"| {self.label_right} |"
+        )
 
 
-HEADER = ("| evaluation | questions | Hits@1 | plan exact | wrong after an exact plan | written lines "
-          "| tail right | label right |\n" + "|---" * 8 + "|")
+HEADER = (
+    "| evaluation | questions | Hits@1 | plan exact | wrong after an exact plan | written lines "
+    "| tail right | label right |\n" + "|---" * 8 + "|"
+)
 
 
 def plan_of(relations: tuple[str, ...], relation_format: str) -> list[str]:
@@ -111,8 +115,10 @@ def count(folder: Path, relation_format: str) -> TraceCounts:
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{path}:{number}: not an evaluation record ({error})") from error
         if question not in gold:
-            raise ValueError(f"{path}:{number}: question {question!r} is not in {run['dataset']}'s "
-                             f"{run['split']} split with a gold path")
+            raise ValueError(
+                f"{path}:{number}: question {question!r} is not in {run['dataset']}'s "
+                f"{run['split']} split with a gold path"
+            )
         text = (record.get("trace") or {}).get("text", "")
         counts.questions += 1
         counts.hits += hits
@@ -129,8 +135,12 @@ def count(folder: Path, relation_format: str) -> TraceCounts:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="[experimental] " + __doc__.splitlines()[0])
     parser.add_argument("evaluations", nargs="+", type=Path, help="`kgreasoner eval --out` folders")
-    parser.add_argument("--relation-format", choices=RELATION_FORMATS, default="words",
-                        help="the tool's relation_format in the warm-up (the grid's: words)")
+    parser.add_argument(
+        "--relation-format",
+        choices=RELATION_FORMATS,
+        default="words",
+        help="the tool's relation_format in the warm-up (the grid's: words)",
+    )
     args = parser.parse_args(argv)
     rows = []
     for folder in args.evaluations:

@@ -57,8 +57,12 @@ def main() -> None:
     parser.add_argument("--hubs", type=int, default=10, help="searches of the highest-degree entities")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--rerank-pool", type=int, default=64)
-    parser.add_argument("--relation-first", type=lambda v: None if v == "none" else int(v), default=256,
-                        help="ToolConfig.relation_first: degree above which a search ranks relation first; none: exact")
+    parser.add_argument(
+        "--relation-first",
+        type=lambda v: None if v == "none" else int(v),
+        default=256,
+        help="ToolConfig.relation_first: degree above which a search ranks relation first; none: exact",
+    )
     parser.add_argument("--backends", default="memory,sparql")
     args = parser.parse_args()
 
@@ -70,43 +74,78 @@ def main() -> None:
     before = resident_bytes()
     start = time.perf_counter()
     kg = MemoryKG.from_file(data_dir / "kb.tsv")
-    print(f"memory store: {kg.num_triples} triples loaded in {time.perf_counter() - start:.1f}s, "
-          f"{(resident_bytes() - before) / kg.num_triples:.0f} resident bytes per triple")
+    print(
+        f"memory store: {kg.num_triples} triples loaded in {time.perf_counter() - start:.1f}s, "
+        f"{(resident_bytes() - before) / kg.num_triples:.0f} resident bytes per triple"
+    )
     encoder_config = EncoderConfig(kind=args.encoder, cache_dir=str(args.work / "embedding-cache"))
 
     ranker_dir = args.ranker or args.work / f"ranker-{args.encoder}"
     if not (ranker_dir / "model.safetensors").is_file():
         start = time.perf_counter()
-        train_ranker(RankerTrainConfig(
-            data=str(data_dir), encoder=encoder_config, model=RankerModelConfig(), max_train_questions=100,
-            max_eval_questions=30, max_group_candidates=50, epochs=10, patience=2, out_dir=str(ranker_dir), seed=args.seed,
-        ))
+        train_ranker(
+            RankerTrainConfig(
+                data=str(data_dir),
+                encoder=encoder_config,
+                model=RankerModelConfig(),
+                max_train_questions=100,
+                max_eval_questions=30,
+                max_group_candidates=50,
+                epochs=10,
+                patience=2,
+                out_dir=str(ranker_dir),
+                seed=args.seed,
+            )
+        )
         print(f"trained {ranker_dir} in {time.perf_counter() - start:.1f}s")
     model, meta = load_ranker(ranker_dir)
 
     queries = pick_queries(kg, read_jsonl(data_dir / "questions.jsonl"), args.calls, args.hubs)
     degrees = [kg.degree(t.id) for _, t in queries]
-    print(f"{len(queries)} searches; degree p50 {np.median(degrees):.0f}, max {max(degrees)}, "
-          f"{sum(d >= 5000 for d in degrees)} with degree >= 5000")
+    print(
+        f"{len(queries)} searches; degree p50 {np.median(degrees):.0f}, max {max(degrees)}, "
+        f"{sum(d >= 5000 for d in degrees)} with degree >= 5000"
+    )
 
-    config = ToolConfig(ranking="gat", top_k=args.top_k, rerank_pool=args.rerank_pool, relation_first=args.relation_first,
-                        max_context=int(meta.get("max_context", 16)), encoder=encoder_config)
-    print("| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached "
-          "| texts encoded |")
+    config = ToolConfig(
+        ranking="gat",
+        top_k=args.top_k,
+        rerank_pool=args.rerank_pool,
+        relation_first=args.relation_first,
+        max_context=int(meta.get("max_context", 16)),
+        encoder=encoder_config,
+    )
+    print(
+        "| backend | cache | calls | p50 ms | p99 ms | mean ms | fetch ms | encode ms | rank ms | cached "
+        "| texts encoded |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
     # one folder for every backend: a later backend embeds only the texts its edge order adds
     ahead = tempfile.TemporaryDirectory(dir=args.work)
     for index, backend in enumerate(args.backends.split(",")):
-        with open_backend(backend, data_dir, args.work) as backend_kg, tempfile.TemporaryDirectory(dir=args.work) as cache_dir:
+        with (
+            open_backend(backend, data_dir, args.work) as backend_kg,
+            tempfile.TemporaryDirectory(dir=args.work) as cache_dir,
+        ):
             # cold: an empty embedding cache; disk: a new encoder (as in another process or rank)
             # over the shards the cold pass flushed; warm: the same searches again in memory.
             encoder = build_encoder(EncoderConfig(kind=args.encoder, cache_dir=cache_dir))
-            print(row(backend, "cold", time_calls(KGSearchTool(backend_kg, config, ranker=model, encoder=encoder), queries)),
-                  flush=True)
+            print(
+                row(
+                    backend,
+                    "cold",
+                    time_calls(KGSearchTool(backend_kg, config, ranker=model, encoder=encoder), queries),
+                ),
+                flush=True,
+            )
             encoder.flush()
-            tool = KGSearchTool(backend_kg, config, ranker=model,
-                                encoder=build_encoder(EncoderConfig(kind=args.encoder, cache_dir=cache_dir)))
+            tool = KGSearchTool(
+                backend_kg,
+                config,
+                ranker=model,
+                encoder=build_encoder(EncoderConfig(kind=args.encoder, cache_dir=cache_dir)),
+            )
             for cache in ("disk", "warm", "rerank"):
                 if cache == "rerank":
                     tool.scorer.forget_rankings()
@@ -123,19 +162,35 @@ def main() -> None:
     ahead.cleanup()
     for note in notes:
         print(f"embedded ahead, {note}")
-    texts = {context: len(set(kg_texts(kg, None if context == "all" else config.max_context + 1)))
-             for context in ("all", "first")}
-    print(f"a whole-graph `kg embed` of these {kg.num_triples} triples: {texts['all']} texts "
-          f"(--context first: {texts['first']})")
+    texts = {
+        context: len(set(kg_texts(kg, None if context == "all" else config.max_context + 1)))
+        for context in ("all", "first")
+    }
+    print(
+        f"a whole-graph `kg embed` of these {kg.num_triples} triples: {texts['all']} texts "
+        f"(--context first: {texts['first']})"
+    )
 
 
-def embed_first_searches(kg: KnowledgeGraph, queries: list[tuple[str, TopicEntity]], config: ToolConfig,
-                         encoder_config: EncoderConfig, questions: bool) -> EmbedReport:
+def embed_first_searches(
+    kg: KnowledgeGraph,
+    queries: list[tuple[str, TopicEntity]],
+    config: ToolConfig,
+    encoder_config: EncoderConfig,
+    questions: bool,
+) -> EmbedReport:
     """`kg embed --topics` for the searched entities (and, with `questions`, the searches' questions)."""
-    texts = list(first_search_texts(
-        kg, dict.fromkeys((topic.id, None) for _, topic in queries), max_context=config.max_context,
-        rerank_pool=config.rerank_pool, relation_first=config.relation_first, neighbor_limit=config.neighbor_limit,
-        expand_mediators=config.expand_mediators))
+    texts = list(
+        first_search_texts(
+            kg,
+            dict.fromkeys((topic.id, None) for _, topic in queries),
+            max_context=config.max_context,
+            rerank_pool=config.rerank_pool,
+            relation_first=config.relation_first,
+            neighbor_limit=config.neighbor_limit,
+            expand_mediators=config.expand_mediators,
+        )
+    )
     if questions:
         texts += [question for question, _ in queries]
     return embed_ahead(build_encoder(encoder_config), texts, batch=encoder_config.batch_size, progress=False)
@@ -144,10 +199,12 @@ def embed_first_searches(kg: KnowledgeGraph, queries: list[tuple[str, TopicEntit
 def embed_note(report: EmbedReport) -> str:
     rate = report.encoded / report.seconds if report.seconds > 0 else float("nan")
     per_text = report.table_bytes / max(report.table_texts, 1)
-    return (f"the first searches' graph texts: {report.texts} texts, {report.encoded} encoded in "
-            f"{report.seconds:.1f} s "
-            f"({rate:,.0f} texts/s: {1e6 / rate / 3600:.2f} h per million texts), table {report.table_texts} texts, "
-            f"{per_text:,.0f} bytes a text ({per_text * 1e6 / 1e9:.2f} GB per million texts)")
+    return (
+        f"the first searches' graph texts: {report.texts} texts, {report.encoded} encoded in "
+        f"{report.seconds:.1f} s "
+        f"({rate:,.0f} texts/s: {1e6 / rate / 3600:.2f} h per million texts), table {report.table_texts} texts, "
+        f"{per_text:,.0f} bytes a text ({per_text * 1e6 / 1e9:.2f} GB per million texts)"
+    )
 
 
 def pick_queries(kg: MemoryKG, examples: list[QAExample], calls: int, hubs: int) -> list[tuple[str, TopicEntity]]:
@@ -155,7 +212,9 @@ def pick_queries(kg: MemoryKG, examples: list[QAExample], calls: int, hubs: int)
     queries = [(e.question, e.topic_entities[0]) for e in test]
     by_degree = sorted(kg.names().items(), key=lambda item: -kg.degree(item[0]))[:hubs]
     for i, (entity, label) in enumerate(by_degree):
-        queries.append((test[i % len(test)].question if test else f"what is related to {label}", TopicEntity(entity, label)))
+        queries.append(
+            (test[i % len(test)].question if test else f"what is related to {label}", TopicEntity(entity, label))
+        )
     return queries
 
 
@@ -173,15 +232,25 @@ def time_calls(tool: KGSearchTool, queries: list[tuple[str, TopicEntity]]) -> di
         if result.error:
             raise RuntimeError(f"search of {topic} failed: {result.text}")
     n = len(queries)
-    return {"calls": n, "p50": np.percentile(latencies, 50), "p99": np.percentile(latencies, 99),
-            "mean": float(np.mean(latencies)), "fetch": timings.fetch / n, "encode": timings.encode / n, "rank": timings.rank / n,
-            "cached": timings.cached, "encoded": (encoder.misses - misses) if encoder is not None else 0}
+    return {
+        "calls": n,
+        "p50": np.percentile(latencies, 50),
+        "p99": np.percentile(latencies, 99),
+        "mean": float(np.mean(latencies)),
+        "fetch": timings.fetch / n,
+        "encode": timings.encode / n,
+        "rank": timings.rank / n,
+        "cached": timings.cached,
+        "encoded": (encoder.misses - misses) if encoder is not None else 0,
+    }
 
 
 def row(backend: str, cache: str, t: dict) -> str:
     ms = {k: 1000 * v for k, v in t.items() if k not in ("calls", "cached", "encoded")}
-    return (f"| {backend} | {cache} | {t['calls']} | {ms['p50']:.2f} | {ms['p99']:.1f} | {ms['mean']:.2f} | "
-            f"{ms['fetch']:.2f} | {ms['encode']:.2f} | {ms['rank']:.2f} | {t['cached']} | {t['encoded']} |")
+    return (
+        f"| {backend} | {cache} | {t['calls']} | {ms['p50']:.2f} | {ms['p99']:.1f} | {ms['mean']:.2f} | "
+        f"{ms['fetch']:.2f} | {ms['encode']:.2f} | {ms['rank']:.2f} | {t['cached']} | {t['encoded']} |"
+    )
 
 
 def resident_bytes() -> int:

@@ -32,8 +32,16 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from data_gen.synthetic import generate as generate_synthetic
 from kgreasoner.models import TinyModelConfig, build_tiny_model
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, TAGS, THINK_CLOSE, THINK_OPEN, build_prompt,
-    format_tool_block, last_open_search,
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    SEARCH_CLOSE,
+    SEARCH_OPEN,
+    TAGS,
+    THINK_CLOSE,
+    THINK_OPEN,
+    build_prompt,
+    format_tool_block,
+    last_open_search,
 )
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
@@ -45,6 +53,7 @@ FREE = None
 
 def build_script(tokenizer, calls: int, free: int) -> list[int | None]:
     """Model-token script shared by every row: None = sample freely, an id = force it."""
+
     def ids(text):
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -93,8 +102,8 @@ def left_pad(tokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.full((len(batch), width), tokenizer.pad_token_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     for i, row in enumerate(batch):
-        ids[i, width - len(row):] = torch.tensor(row)
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -103,21 +112,34 @@ def run_plain(model, tokenizer, prompts, script, new_tokens, seed) -> tuple[floa
     torch.manual_seed(seed)
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                             do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                             logits_processor=LogitsProcessorList([GenerateScript(script, [0] * len(prompts), ids.shape[1])]),
-                             eos_token_id=None, pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(
+            ids,
+            attention_mask=mask,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            logits_processor=LogitsProcessorList([GenerateScript(script, [0] * len(prompts), ids.shape[1])]),
+            eos_token_id=None,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     seconds = time.perf_counter() - start
     return seconds, (out.shape[1] - ids.shape[1]) * len(prompts)
 
 
 def run_naive(model, tokenizer, prompts, sessions, script, config: RolloutConfig, seed) -> tuple[float, int, int]:
     """Re-generate every unfinished row from its full text after each round of tool calls."""
+
     def encode(text):
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    stops = [tokenizer.convert_tokens_to_ids(SEARCH_CLOSE), tokenizer.convert_tokens_to_ids(ANSWER_CLOSE),
-             tokenizer.eos_token_id]
+    stops = [
+        tokenizer.convert_tokens_to_ids(SEARCH_CLOSE),
+        tokenizer.convert_tokens_to_ids(ANSWER_CLOSE),
+        tokenizer.eos_token_id,
+    ]
     texts = [""] * len(prompts)
     model_tokens = [0] * len(prompts)
     completion_tokens = [0] * len(prompts)
@@ -128,11 +150,20 @@ def run_naive(model, tokenizer, prompts, sessions, script, config: RolloutConfig
         ids, mask = left_pad(tokenizer, [prompts[i] + texts[i] for i in active])
         processor = GenerateScript(script, [model_tokens[i] for i in active], ids.shape[1])
         with torch.no_grad():
-            out = model.generate(ids, attention_mask=mask, max_new_tokens=config.max_turn_tokens, do_sample=True,
-                                 temperature=1.0, top_k=0, top_p=1.0, logits_processor=LogitsProcessorList([processor]),
-                                 eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
+            out = model.generate(
+                ids,
+                attention_mask=mask,
+                max_new_tokens=config.max_turn_tokens,
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                logits_processor=LogitsProcessorList([processor]),
+                eos_token_id=stops,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         still = []
-        for row, new in zip(active, out[:, ids.shape[1]:].tolist()):
+        for row, new in zip(active, out[:, ids.shape[1] :].tolist()):
             cut = next((k + 1 for k, t in enumerate(new) if t in stops), len(new))
             new = new[:cut]
             model_tokens[row] += len(new)
@@ -179,15 +210,22 @@ def main(argv: list[str] | None = None) -> int:
     tool = KGSearchTool(kg, ToolConfig(entity_handles=True, top_k=args.top_k))
     examples = [data.examples[i % len(data.examples)] for i in range(args.batch)]
     prompts = [build_prompt(e.question, list(e.topic_entities), tokenizer) for e in examples]
-    banned = sorted({tokenizer.convert_tokens_to_ids(t) for t in TAGS} | {tokenizer.eos_token_id, tokenizer.pad_token_id})
+    banned = sorted(
+        {tokenizer.convert_tokens_to_ids(t) for t in TAGS} | {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    )
     script = Script(build_script(tokenizer, args.calls, args.free), banned)
-    config = RolloutConfig(max_turns=args.calls, max_turn_tokens=4 * args.free + 16, max_new_tokens=4096,
-                           max_tool_tokens=1024)
+    config = RolloutConfig(
+        max_turns=args.calls, max_turn_tokens=4 * args.free + 16, max_new_tokens=4096, max_tool_tokens=1024
+    )
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: Qwen3 hidden 256, 4 layers, {params / 1e6:.1f}M parameters, vocab {len(tokenizer)}; "
-          f"KG: {data.num_triples} triples; batch {args.batch}; torch threads {torch.get_num_threads()}")
-    print(f"scripted pattern (same for a, b, c): {args.calls} x ({args.free} free tokens + <search>E_k</search>), "
-          f"then {args.free} free tokens + </think><answer>E2</answer>")
+    print(
+        f"model: Qwen3 hidden 256, 4 layers, {params / 1e6:.1f}M parameters, vocab {len(tokenizer)}; "
+        f"KG: {data.num_triples} triples; batch {args.batch}; torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"scripted pattern (same for a, b, c): {args.calls} x ({args.free} free tokens + <search>E_k</search>), "
+        f"then {args.free} free tokens + </think><answer>E2</answer>"
+    )
 
     # warm-up (allocator, kernels) on a small batch
     RolloutEngine(HFBackend(model, tokenizer, [script.engine_processor]), tool, config).run(examples[:4])
@@ -213,13 +251,19 @@ def main(argv: list[str] | None = None) -> int:
     reasons = sorted({t.finish_reason for t in trajectories})
 
     a_rate, b_rate, c_rate = a_tokens / a_seconds, b_completion / b_seconds, c_completion / c_seconds
-    print(f"(b) engine: {calls:.2f} tool calls per row, finish reasons {reasons}, "
-          f"{b_model} model + {b_completion - b_model} tool tokens")
+    print(
+        f"(b) engine: {calls:.2f} tool calls per row, finish reasons {reasons}, "
+        f"{b_model} model + {b_completion - b_model} tool tokens"
+    )
     print(f"(a) plain generate : {a_tokens:7d} tokens in {a_seconds:6.2f} s = {a_rate:8.0f} tokens/s")
-    print(f"(b) rollout engine : {b_completion:7d} tokens in {b_seconds:6.2f} s = {b_rate:8.0f} tokens/s "
-          f"({b_model / b_seconds:.0f} model tokens/s)")
-    print(f"(c) naive regen    : {c_completion:7d} tokens in {c_seconds:6.2f} s = {c_rate:8.0f} tokens/s "
-          f"({c_model / c_seconds:.0f} model tokens/s)")
+    print(
+        f"(b) rollout engine : {b_completion:7d} tokens in {b_seconds:6.2f} s = {b_rate:8.0f} tokens/s "
+        f"({b_model / b_seconds:.0f} model tokens/s)"
+    )
+    print(
+        f"(c) naive regen    : {c_completion:7d} tokens in {c_seconds:6.2f} s = {c_rate:8.0f} tokens/s "
+        f"({c_model / c_seconds:.0f} model tokens/s)"
+    )
     print(f"(b)/(a) = {b_rate / a_rate:.2f}  (target >= 0.7)")
     print(f"(b)/(c) = {b_rate / c_rate:.2f}  (target >= 3)")
     return 0

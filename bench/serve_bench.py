@@ -47,10 +47,28 @@ def build_model(data_dir: Path, out: Path) -> Path:
 
 
 def start_server(checkpoint: Path, kg: Path, config_path: Path) -> tuple[subprocess.Popen, str]:
-    command = [sys.executable, "-m", "kgreasoner.cli", "serve", "--llm", f"hf:{checkpoint}", "--kg", str(kg),
-               "--config", str(config_path), "--port", "0"]
-    process = subprocess.Popen(command, cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [
+        sys.executable,
+        "-m",
+        "kgreasoner.cli",
+        "serve",
+        "--llm",
+        f"hf:{checkpoint}",
+        "--kg",
+        str(kg),
+        "--config",
+        str(config_path),
+        "--port",
+        "0",
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in process.stdout:
         match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
         if match:
@@ -111,10 +129,15 @@ def run_level(url: str, bodies: list[dict], concurrency: int, total: int) -> dic
     count = batches_after[1] - batches_before[1]
     latencies.sort()
     return {
-        "concurrency": concurrency, "requests": len(latencies), "failures": failures, "seconds": wall,
-        "rps": len(latencies) / wall, "p50": statistics.median(latencies),
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "failures": failures,
+        "seconds": wall,
+        "rps": len(latencies) / wall,
+        "p50": statistics.median(latencies),
         "p99": latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))],
-        "mean_batch": rows / count if count else 0.0, "tokens": statistics.mean(tokens) if tokens else 0.0,
+        "mean_batch": rows / count if count else 0.0,
+        "tokens": statistics.mean(tokens) if tokens else 0.0,
     }
 
 
@@ -126,8 +149,12 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=64, help="answers per concurrency level")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="model tokens per answer (rollout limit)")
     parser.add_argument("--max-batch-size", type=int, default=32, help="server's rollout batch limit")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="server's torch threads (ServeConfig.torch_threads; 1 suits cores shared with other jobs)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="server's torch threads (ServeConfig.torch_threads; 1 suits cores shared with other jobs)",
+    )
     args = parser.parse_args()
     from data_gen.synthetic import write_synthetic
     from kgreasoner.data import load_dataset
@@ -136,26 +163,36 @@ def main() -> int:
         tmp = Path(tmp)
         data = args.data or write_synthetic(tmp / "data", seed=0)
         checkpoint = args.checkpoint or build_model(data, tmp / "model")
-        config = {"tool": {"entity_handles": True, "top_k": 10},
-                  "rollout": {"max_turns": 4, "max_new_tokens": args.max_new_tokens,
-                              "max_turn_tokens": args.max_new_tokens},
-                  "max_batch_size": args.max_batch_size, "batch_wait": 0.01, "max_queue": 1024,
-                  "request_timeout": 600.0, "torch_threads": args.torch_threads}
+        config = {
+            "tool": {"entity_handles": True, "top_k": 10},
+            "rollout": {"max_turns": 4, "max_new_tokens": args.max_new_tokens, "max_turn_tokens": args.max_new_tokens},
+            "max_batch_size": args.max_batch_size,
+            "batch_wait": 0.01,
+            "max_queue": 1024,
+            "request_timeout": 600.0,
+            "torch_threads": args.torch_threads,
+        }
         (tmp / "serve.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
         examples = load_dataset(data, split="test").examples
-        bodies = [{"question": e.question, "topic_entities": [{"id": t.id} for t in e.topic_entities]}
-                  for e in examples]
+        bodies = [
+            {"question": e.question, "topic_entities": [{"id": t.id} for t in e.topic_entities]} for e in examples
+        ]
         process, url = start_server(checkpoint, data, tmp / "serve.yaml")
         try:
             run_level(url, bodies, 1, 2)  # warm-up: first-call allocations
-            print(f"POST /v1/answer, hf backend, {checkpoint.name}, max_new_tokens {args.max_new_tokens}, "
-                  f"server batch <= {args.max_batch_size}, {args.torch_threads} torch thread(s), "
-                  f"{args.requests} requests per level, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})")
+            print(
+                f"POST /v1/answer, hf backend, {checkpoint.name}, max_new_tokens {args.max_new_tokens}, "
+                f"server batch <= {args.max_batch_size}, {args.torch_threads} torch thread(s), "
+                f"{args.requests} requests per level, {os.cpu_count()} CPUs (load {os.getloadavg()[0]:.1f})"
+            )
             print(f"{'concurrency':>11} {'req/s':>8} {'p50 s':>8} {'p99 s':>8} {'batch':>6} {'tokens':>7} {'fail':>5}")
             for level in args.concurrency:
                 r = run_level(url, bodies, level, args.requests)
-                print(f"{r['concurrency']:>11} {r['rps']:>8.2f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
-                      f"{r['mean_batch']:>6.1f} {r['tokens']:>7.1f} {r['failures']:>5}", flush=True)
+                print(
+                    f"{r['concurrency']:>11} {r['rps']:>8.2f} {r['p50']:>8.3f} {r['p99']:>8.3f} "
+                    f"{r['mean_batch']:>6.1f} {r['tokens']:>7.1f} {r['failures']:>5}",
+                    flush=True,
+                )
         finally:
             process.terminate()
             process.wait(timeout=30)

@@ -15,10 +15,10 @@ import time
 
 import torch
 
-from kgreasoner.models import load_model_and_tokenizer
-from kgreasoner.training.trl_internals import add_fused_lm_head
-from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.data.trajectories import read_warmup
+from kgreasoner.models import load_model_and_tokenizer
+from kgreasoner.training.labelled_head import add_labelled_lm_head
+from kgreasoner.training.trl_internals import add_fused_lm_head
 from kgreasoner.training.warmup_data import encode_record
 
 
@@ -73,8 +73,10 @@ def main() -> None:
     batch = make_batch(args.trajectories, tokenizer, args.batch)
     tokens = int(batch["attention_mask"].sum())
     labelled = int((batch["labels"] != -100).sum())
-    print(f"vocab {model.config.vocab_size}, batch {tuple(batch['input_ids'].shape)}, "
-          f"{tokens} tokens, {labelled} labelled ({labelled / tokens:.1%})")
+    print(
+        f"vocab {model.config.vocab_size}, batch {tuple(batch['input_ids'].shape)}, "
+        f"{tokens} tokens, {labelled} labelled ({labelled / tokens:.1%})"
+    )
     add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
     fused, fused_loss = time_head(model, batch, args.steps)
     add_labelled_lm_head(model)

@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from kgreasoner.data.schema import QAExample, TopicEntity
 
@@ -32,10 +32,19 @@ TOPIC_SLOT = "{topic}"
 class AugmentConfig:
     """Shares of training questions rewritten before their warm-up trajectory is made."""
 
-    paraphrase_mixing: float = field(default=0.0, metadata={"help": "share of training questions reworded with the wording of another question of the same relation path (another topic entity)"})
-    name_dropout: float = field(default=0.0, metadata={
-        "help": "[experimental] share of training questions whose topic entity is renamed (question, prompt and "
-                "tool blocks) to another topic entity's name; its triples stay its own"})
+    paraphrase_mixing: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of training questions reworded with the wording of another question of the same relation path (another topic entity)"
+        },
+    )
+    name_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "[experimental] share of training questions whose topic entity is renamed (question, prompt and "
+            "tool blocks) to another topic entity's name; its triples stay its own"
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("paraphrase_mixing", "name_dropout"):
@@ -84,8 +93,9 @@ class QuestionAugmenter:
         name = _topic_name(example)
         if example.gold_paths and rng.random() < self.config.paraphrase_mixing:
             topic = example.topic_entities[0].id
-            others = sorted({w for t, w in self.wordings.get(example.gold_paths[0], []) if t != topic}
-                            - {_wording(example)})
+            others = sorted(
+                {w for t, w in self.wordings.get(example.gold_paths[0], []) if t != topic} - {_wording(example)}
+            )
             if others:
                 question = rng.choice(others).replace(TOPIC_SLOT, name)
                 self.stats["paraphrase_mixed"] += 1

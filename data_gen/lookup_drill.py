@@ -21,8 +21,8 @@ import random
 import re
 from collections import Counter
 
-from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
 from kgreasoner.data.trajectories import Segment, WarmupRecord
+from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
 
 PROBE_SEPARATOR = ". "
 
@@ -36,7 +36,7 @@ def block_probes(block: str) -> list[tuple[str, str]]:
     inner = block.strip()
     if not (inner.startswith(TRIPLES_OPEN) and inner.endswith(TRIPLES_CLOSE)):
         return []
-    matches = [_LINE.match(line) for line in inner[len(TRIPLES_OPEN):-len(TRIPLES_CLOSE)].strip().split("\n")]
+    matches = [_LINE.match(line) for line in inner[len(TRIPLES_OPEN) : -len(TRIPLES_CLOSE)].strip().split("\n")]
     pairs = [(m.group(1), m.group(2)) for m in matches if m]
     starts = Counter(start for start, _ in pairs)
     return [(start, rest) for start, rest in pairs if starts[start] == 1]
@@ -44,16 +44,27 @@ def block_probes(block: str) -> list[tuple[str, str]]:
 
 def lookup_drills(record: WarmupRecord, rng: random.Random, limit: int, min_probes: int = 2) -> list[WarmupRecord]:
     """Up to `limit` drill records of `record`, each at a different tool block with >= `min_probes` probes."""
-    blocks = [(index, probes) for index, segment in enumerate(record.segments)
-              if not segment.train and len(probes := block_probes(segment.text)) >= min_probes]
+    blocks = [
+        (index, probes)
+        for index, segment in enumerate(record.segments)
+        if not segment.train and len(probes := block_probes(segment.text)) >= min_probes
+    ]
     drills = []
     for index, probes in sorted(rng.sample(blocks, min(limit, len(blocks)))):
-        context = tuple(Segment(s.text, False) for s in record.segments[:index + 1])
+        context = tuple(Segment(s.text, False) for s in record.segments[: index + 1])
         order = list(probes)
         rng.shuffle(order)
         asked: list[Segment] = []
         for number, (start, rest) in enumerate(order):
             asked += [Segment((PROBE_SEPARATOR if number else "") + start, False), Segment(rest, True)]
-        drills.append(WarmupRecord(**{**record.__dict__, "id": f"{record.id}#drill{index}",
-                                      "segments": context + tuple(asked), "kind": "drill"}))
+        drills.append(
+            WarmupRecord(
+                **{
+                    **record.__dict__,
+                    "id": f"{record.id}#drill{index}",
+                    "segments": context + tuple(asked),
+                    "kind": "drill",
+                }
+            )
+        )
     return drills

@@ -35,9 +35,10 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm import tqdm
 
@@ -47,10 +48,10 @@ from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.config import add_config_arguments, config_command_main, count_or_all, describe, load_config
 from kgreasoner.data.schema import QAExample
+from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm import Completion, ScriptedLLM
-from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.training.warmup_data import encode_record
 
 PIPELINE_METHODS = ("tog", "sog")
@@ -66,20 +67,51 @@ class PipelineSFTConfig:
     """What `data_gen/pipeline_sft.py` generates, from which data, and where it goes."""
 
     method: str = field(metadata={"help": "pipeline whose LLM steps are written: tog or sog"})
-    dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or a set name (PQ-2H, PQL-3H, ...)"})
+    dataset: str = field(
+        metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or a set name (PQ-2H, PQL-3H, ...)"}
+    )
     output: str = field(metadata={"help": "JSONL of WarmupRecord (with `prompt`) to write"})
-    data_root: str | None = field(default=None, metadata={"help": "data root for named benchmarks (default: $KGREASONER_DATA, then ../shared/data)"})
-    split_scheme: str = field(default="random", metadata={"help": "split of datasets that have none: random or grouped (must match training and evaluation)"})
+    data_root: str | None = field(
+        default=None,
+        metadata={"help": "data root for named benchmarks (default: $KGREASONER_DATA, then ../shared/data)"},
+    )
+    split_scheme: str = field(
+        default="random",
+        metadata={"help": "split of datasets that have none: random or grouped (must match training and evaluation)"},
+    )
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
-    num_examples: int | str | None = field(default="all", metadata={"help": "train-split questions to run (`all` or null: every one); each gives one record per LLM step"})
-    dev_examples: int | str | None = field(default=50, metadata={"help": "dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"})
+    num_examples: int | str | None = field(
+        default="all",
+        metadata={
+            "help": "train-split questions to run (`all` or null: every one); each gives one record per LLM step"
+        },
+    )
+    dev_examples: int | str | None = field(
+        default=50,
+        metadata={"help": "dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"},
+    )
     seed: int = field(default=0, metadata={"help": "seed of the question order (which questions a limit keeps)"})
-    tog: ToGConfig = field(default_factory=ToGConfig, metadata={"help": "ToG settings: the same as at evaluation (`kgreasoner eval --set tog.KEY=...`)"})
+    tog: ToGConfig = field(
+        default_factory=ToGConfig,
+        metadata={"help": "ToG settings: the same as at evaluation (`kgreasoner eval --set tog.KEY=...`)"},
+    )
     sog: SoGConfig = field(default_factory=SoGConfig, metadata={"help": "SoG settings: the same as at evaluation"})
-    sog_frontier_cap: int = field(default=3, metadata={"help": "teacher: SoG searches at most this many frontier entities per hop"})
-    tokenizer: str | None = field(default=None, metadata={"help": "tokenizer (checkpoint path) to drop records over max_length and report token counts"})
-    max_length: int = field(default=1024, metadata={"help": "with tokenizer: records of more tokens (prompt + reply + eos) are dropped and counted (use SFT's max_length)"})
-    summary: str | None = field(default=None, metadata={"help": "summary JSON path (default: the output path with .summary.json)"})
+    sog_frontier_cap: int = field(
+        default=3, metadata={"help": "teacher: SoG searches at most this many frontier entities per hop"}
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "tokenizer (checkpoint path) to drop records over max_length and report token counts"},
+    )
+    max_length: int = field(
+        default=1024,
+        metadata={
+            "help": "with tokenizer: records of more tokens (prompt + reply + eos) are dropped and counted (use SFT's max_length)"
+        },
+    )
+    summary: str | None = field(
+        default=None, metadata={"help": "summary JSON path (default: the output path with .summary.json)"}
+    )
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self) -> None:
@@ -116,8 +148,9 @@ class _Recorder:
     def complete(self, prompt: str, max_tokens: int | None = None, stop: Sequence[str] = ()) -> Completion:
         return self.complete_many([prompt], max_tokens, stop)[0]
 
-    def complete_many(self, prompts: Sequence[str], max_tokens: int | None = None,
-                      stop: Sequence[str] = ()) -> list[Completion]:
+    def complete_many(
+        self, prompts: Sequence[str], max_tokens: int | None = None, stop: Sequence[str] = ()
+    ) -> list[Completion]:
         completions = self.client.complete_many(prompts, TEACHER_MAX_TOKENS, stop)
         self.calls.extend((p, c.text) for p, c in zip(prompts, completions))
         return completions
@@ -144,8 +177,15 @@ def teacher_steps(method: Method, kg: KnowledgeGraph, example: QAExample, config
     return QuestionSteps(steps, hits_at_1(result.answers, example.answers) > 0)
 
 
-def generate_records(config: PipelineSFTConfig, method: Method, kg: KnowledgeGraph, examples: Sequence[QAExample],
-                     limit: int | None, tokenizer: Any = None, label: str = "pipeline") -> tuple[list[WarmupRecord], dict[str, Any]]:
+def generate_records(
+    config: PipelineSFTConfig,
+    method: Method,
+    kg: KnowledgeGraph,
+    examples: Sequence[QAExample],
+    limit: int | None,
+    tokenizer: Any = None,
+    label: str = "pipeline",
+) -> tuple[list[WarmupRecord], dict[str, Any]]:
     """Records for up to `limit` questions (None: all) in a seeded order, and this split's counts."""
     order = list(examples)
     random.Random(f"{config.seed}|order").shuffle(order)
@@ -168,9 +208,15 @@ def generate_records(config: PipelineSFTConfig, method: Method, kg: KnowledgeGra
                 continue
             if not reply.strip():
                 empty[kind] += 1
-            record = WarmupRecord(id=f"{example.id}/{config.method}/{index}", question=example.question,
-                                  topic_entities=tuple(example.topic_entities), segments=(Segment(reply, True),),
-                                  hops=example.hops, split=example.split, prompt=prompt)
+            record = WarmupRecord(
+                id=f"{example.id}/{config.method}/{index}",
+                question=example.question,
+                topic_entities=tuple(example.topic_entities),
+                segments=(Segment(reply, True),),
+                hops=example.hops,
+                split=example.split,
+                prompt=prompt,
+            )
             if tokenizer is not None:
                 length = len(encode_record(record, tokenizer)["input_ids"])
                 if length > config.max_length:
@@ -212,8 +258,9 @@ def run(config: PipelineSFTConfig) -> dict[str, Any]:
     for split, limit in (("train", config.num_examples), ("dev", config.dev_examples)):
         if limit == 0:
             continue
-        made, by_split[split] = generate_records(config, method, kg, dataset.split(split), limit, tokenizer,
-                                                 f"{config.method} {split}")
+        made, by_split[split] = generate_records(
+            config, method, kg, dataset.split(split), limit, tokenizer, f"{config.method} {split}"
+        )
         records.extend(made)
     write_warmup(records, config.output)
     summary: dict[str, Any] = {
@@ -255,8 +302,9 @@ def _description() -> str:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """The `pipeline-sft` subcommand of `kgreasoner`."""
-    parser = subparsers.add_parser("pipeline-sft", help=_HELP, description=_description(),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "pipeline-sft", help=_HELP, description=_description(), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_arguments(parser)
     parser.set_defaults(func=run_command)
 

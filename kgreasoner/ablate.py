@@ -29,14 +29,24 @@ import json
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from kgreasoner.config import ConfigError, add_config_arguments, describe, from_dict, load_config, resolve_recipe
 from kgreasoner.demo import STAGE_FOLDERS, Demo, DemoConfig, StageRecipe, overrides
-from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
-                               stage_key, write_json)
+from kgreasoner.stages import (
+    Stage,
+    StageRunner,
+    StageStore,
+    command,
+    default_threads,
+    log_progress,
+    recipe_args,
+    stage_key,
+    write_json,
+)
 
 SEED_FREE_STAGES = ("data", "kg", "ranker")
 """Stages made with `data_seed` in every run, so that every run sees the same questions, KG and ranker."""
@@ -51,13 +61,21 @@ class Variant:
     """One row of the table: demo settings on top of the base, or the same-backbone pipeline."""
 
     help: str = field(default="", metadata={"help": "what the variant changes (listed under the table)"})
-    set: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "DemoConfig overrides on top of the base, dotted keys as `kgreasoner demo --set` takes them "
-                "(warmup.set.correction_share: 0, grpo.set.rewards.search: 0, tool.ranking: embedding)"})
-    pipeline: StageRecipe | None = field(default=None, metadata={
-        "help": "instead of the unified model: `kgreasoner pipeline-sft` recipe (config + set, method tog or sog): the "
-                "tiny model is SFT-trained on that pipeline's LLM steps with the demo's SFT recipe and budget, then "
-                "evaluated with that method (no GRPO)"})
+    set: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "DemoConfig overrides on top of the base, dotted keys as `kgreasoner demo --set` takes them "
+            "(warmup.set.correction_share: 0, grpo.set.rewards.search: 0, tool.ranking: embedding)"
+        },
+    )
+    pipeline: StageRecipe | None = field(
+        default=None,
+        metadata={
+            "help": "instead of the unified model: `kgreasoner pipeline-sft` recipe (config + set, method tog or sog): the "
+            "tiny model is SFT-trained on that pipeline's LLM steps with the demo's SFT recipe and budget, then "
+            "evaluated with that method (no GRPO)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.set, dict):
@@ -72,18 +90,34 @@ class Variant:
 class AblationConfig:
     """Settings of `kgreasoner ablate` (configs/ablations/*.yaml)."""
 
-    demo: str = field(default="configs/demo/full.yaml", metadata={
-        "help": "the base `kgreasoner demo` settings every variant starts from (DemoConfig YAML; relative paths: "
-                "from the current directory, else the repository)"})
-    set: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "DemoConfig overrides for every variant, dotted keys as `kgreasoner demo --set` takes them (data: PQ-2H)"})
-    seeds: list[int] = field(default_factory=lambda: [0, 1], metadata={
-        "help": "one run per variant and seed; the seed drives warm-up sampling, model init, SFT, hard cases, GRPO"})
-    data_seed: int = field(default=0, metadata={
-        "help": "seed of the data (synthetic world), the KG and the ranker, the same in every run"})
+    demo: str = field(
+        default="configs/demo/full.yaml",
+        metadata={
+            "help": "the base `kgreasoner demo` settings every variant starts from (DemoConfig YAML; relative paths: "
+            "from the current directory, else the repository)"
+        },
+    )
+    set: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "DemoConfig overrides for every variant, dotted keys as `kgreasoner demo --set` takes them (data: PQ-2H)"
+        },
+    )
+    seeds: list[int] = field(
+        default_factory=lambda: [0, 1],
+        metadata={
+            "help": "one run per variant and seed; the seed drives warm-up sampling, model init, SFT, hard cases, GRPO"
+        },
+    )
+    data_seed: int = field(
+        default=0,
+        metadata={"help": "seed of the data (synthetic world), the KG and the ranker, the same in every run"},
+    )
     reference: str = field(default="full", metadata={"help": "the variant every other is compared with (its name)"})
-    variants: dict[str, Variant] = field(default_factory=dict, metadata={
-        "help": "name -> Variant (help, set, pipeline), in table order; names are folder names"})
+    variants: dict[str, Variant] = field(
+        default_factory=dict,
+        metadata={"help": "name -> Variant (help, set, pipeline), in table order; names are folder names"},
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.set, dict):
@@ -96,16 +130,23 @@ class AblationConfig:
         variants = {}
         for name, value in self.variants.items():
             if not isinstance(name, str) or not VARIANT_NAME.match(name):
-                raise ValueError(f"variants: name {name!r} must be letters, digits, '_', '-' or '.' (it names a folder)")
-            variants[name] = from_dict(Variant, value or {}, f"variants.{name}") if not isinstance(value, Variant) else value
+                raise ValueError(
+                    f"variants: name {name!r} must be letters, digits, '_', '-' or '.' (it names a folder)"
+                )
+            variants[name] = (
+                from_dict(Variant, value or {}, f"variants.{name}") if not isinstance(value, Variant) else value
+            )
         self.variants = variants
         if self.reference not in self.variants:
             raise ValueError(f"reference {self.reference!r} is not one of the variants {list(self.variants)}")
 
 
 def check_seeds(seeds: Any, name: str) -> list[int]:
-    if (not isinstance(seeds, (list, tuple)) or not seeds
-            or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)):
+    if (
+        not isinstance(seeds, (list, tuple))
+        or not seeds
+        or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)
+    ):
         raise ValueError(f"{name} must be a non-empty list of integers, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"{name} must not repeat a seed, got {list(seeds)}")
@@ -127,10 +168,21 @@ class PipelineRun(Demo):
             raise ConfigError("a pipeline variant is SFT-trained: sft_warmup must stay true")
         super().__init__(config, out)
         self.paths["pipeline"] = str(out / "pipeline")
-        self.pipeline = self._stage_config(PipelineSFTConfig, "pipeline", {
-            "dataset": self.paths["data"], "output": self.train_file, "split_scheme": config.split_scheme,
-            "split_seed": config.split_seed, "seed": config.seed, "tokenizer": None, "summary": None,
-            "progress": False}, recipe=pipeline)
+        self.pipeline = self._stage_config(
+            PipelineSFTConfig,
+            "pipeline",
+            {
+                "dataset": self.paths["data"],
+                "output": self.train_file,
+                "split_scheme": config.split_scheme,
+                "split_seed": config.split_seed,
+                "seed": config.seed,
+                "tokenizer": None,
+                "summary": None,
+                "progress": False,
+            },
+            recipe=pipeline,
+        )
         self.method = self.pipeline[0].method
         # Evaluation prompts must be the trained ones: the method settings come from the pipeline recipe.
         settings = overrides(dataclasses.asdict(getattr(self.pipeline[0], self.method)), f"{self.method}.")
@@ -145,10 +197,18 @@ class PipelineRun(Demo):
 
     def stages(self) -> list[Stage]:
         demo = {s.name: s for s in super().stages()}
-        pipeline = Stage("pipeline", f"{self.method} steps by the gold-path teacher", [
-            command("kgreasoner", "pipeline-sft", *recipe_args(self.pipeline), sets=self.pipeline[2])], self.run_pipeline)
-        evaluation = Stage("eval", f"evaluation of {self.method}", [
-            self.eval_command(self.method, self.sft_final, self.method)], self.run_pipeline_eval)
+        pipeline = Stage(
+            "pipeline",
+            f"{self.method} steps by the gold-path teacher",
+            [command("kgreasoner", "pipeline-sft", *recipe_args(self.pipeline), sets=self.pipeline[2])],
+            self.run_pipeline,
+        )
+        evaluation = Stage(
+            "eval",
+            f"evaluation of {self.method}",
+            [self.eval_command(self.method, self.sft_final, self.method)],
+            self.run_pipeline_eval,
+        )
         return [demo["data"], demo["kg"], pipeline, demo["model"], demo["sft"], evaluation]
 
     def run_pipeline(self) -> dict[str, Any]:
@@ -156,8 +216,10 @@ class PipelineRun(Demo):
 
         summary = run(self.pipeline[0])
         train = summary["by_split"].get("train", {})
-        return {"line": f"{summary['records']} records from {train.get('questions', 0)} training questions "
-                        f"(+ dev); teacher Hits@1 {train.get('teacher_hits_at_1', 0):.3f}"}
+        return {
+            "line": f"{summary['records']} records from {train.get('questions', 0)} training questions "
+            f"(+ dev); teacher Hits@1 {train.get('teacher_hits_at_1', 0):.3f}"
+        }
 
     def run_pipeline_eval(self) -> dict[str, Any]:
         summary = self._evaluate(self.sft_final, [self.method], Path(self.paths["eval"]) / self.method)[self.method]
@@ -207,8 +269,9 @@ def make_demo(config: AblationConfig, base: str | None, name: str, seed: int, fo
         raise ConfigError(f"variant {name}: {err}") from err
 
 
-def plan(config: AblationConfig, out: Path, only: Sequence[str] | None = None,
-         seeds: Sequence[int] | None = None) -> list[Run]:
+def plan(
+    config: AblationConfig, out: Path, only: Sequence[str] | None = None, seeds: Sequence[int] | None = None
+) -> list[Run]:
     """Every run to do (variants in config order, each over the seeds), all settings validated up front."""
     names = list(config.variants)
     if only:
@@ -222,8 +285,11 @@ def plan(config: AblationConfig, out: Path, only: Sequence[str] | None = None,
         for seed in seeds or config.seeds:
             folder = out / "runs" / name / f"seed-{seed}"
             demo = make_demo(config, base, name, seed, folder)
-            fixed = {s.name: s for s in make_demo(config, base, name, config.data_seed, folder).stages()
-                     if s.name in SEED_FREE_STAGES}
+            fixed = {
+                s.name: s
+                for s in make_demo(config, base, name, config.data_seed, folder).stages()
+                if s.name in SEED_FREE_STAGES
+            }
             stages = [fixed.get(s.name, s) for s in demo.stages() if s.name != "report"]
             keys, previous = {}, ""
             for stage in stages:
@@ -263,16 +329,33 @@ def execute(run: Run, out: Path, threads: int) -> tuple[dict[str, Any], bool]:
         folder = store.folder(stage.name, key)
         folder.mkdir(parents=True, exist_ok=True)
         _link(run.folder / STAGE_FOLDERS.get(stage.name, stage.name), folder)
-        record, ran = runner.run(stage, f"    {stage.name}: {stage.title}", key=key, finish=f"    {stage.name}",
-                                 made_by=f"{run.variant}/seed-{run.seed}")
-        stages[stage.name] = {"key": key, "seconds": record["seconds"], "cpu_seconds": record.get("cpu_seconds"),
-                              "ran": ran}
+        record, ran = runner.run(
+            stage,
+            f"    {stage.name}: {stage.title}",
+            key=key,
+            finish=f"    {stage.name}",
+            made_by=f"{run.variant}/seed-{run.seed}",
+        )
+        stages[stage.name] = {
+            "key": key,
+            "seconds": record["seconds"],
+            "cpu_seconds": record.get("cpu_seconds"),
+            "ran": ran,
+        }
     summary_path, method = run.final_evaluation()
     summary = json.loads(summary_path.read_text(encoding="utf-8"))["methods"][method]
-    record = {"variant": run.variant, "seed": run.seed, "method": method, "hits1": summary["hits1"],
-              "format_valid": summary["format_valid"], "n": summary["n"], "oracle_hits1": oracle_hits1(run),
-              "hits1_by_hops": {hops: group["hits1"] for hops, group in summary.get("by_hops", {}).items()},
-              "keys": run.keys, "stages": stages}
+    record = {
+        "variant": run.variant,
+        "seed": run.seed,
+        "method": method,
+        "hits1": summary["hits1"],
+        "format_valid": summary["format_valid"],
+        "n": summary["n"],
+        "oracle_hits1": oracle_hits1(run),
+        "hits1_by_hops": {hops: group["hits1"] for hops, group in summary.get("by_hops", {}).items()},
+        "keys": run.keys,
+        "stages": stages,
+    }
     write_json(record_path, record)
     return record, False
 
@@ -287,15 +370,18 @@ def oracle_hits1(run: Run) -> float | None:
 
 
 def run_line(number: int, total: int, run: Run, record: dict[str, Any], earlier: bool) -> str:
-    head = (f"[{number}/{total}] {run.label}: Hits@1 {record['hits1']:.3f}, format-valid {record['format_valid']:.3f} "
-            f"({record['n']} test questions)")
+    head = (
+        f"[{number}/{total}] {run.label}: Hits@1 {record['hits1']:.3f}, format-valid {record['format_valid']:.3f} "
+        f"({record['n']} test questions)"
+    )
     if earlier:
         return f"{head}; finished earlier, skipped"
     ran = [name for name, s in record["stages"].items() if s["ran"]]
     reused = [name for name, s in record["stages"].items() if not s["ran"]]
     seconds = sum(record["stages"][name]["seconds"] for name in ran)
-    return (f"{head}; ran {', '.join(ran) or 'nothing'} ({seconds:.1f}s)"
-            + (f", reused {', '.join(reused)}" if reused else ""))
+    return f"{head}; ran {', '.join(ran) or 'nothing'} ({seconds:.1f}s)" + (
+        f", reused {', '.join(reused)}" if reused else ""
+    )
 
 
 # --- the table ---------------------------------------------------------------------------------------------
@@ -313,8 +399,9 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else sum(values) / len(values)
 
 
-def summarize_results(records: dict[str, dict[int, dict[str, Any]]], variants: Sequence[str], seeds: Sequence[int],
-                      reference: str) -> dict[str, dict[str, Any]]:
+def summarize_results(
+    records: dict[str, dict[int, dict[str, Any]]], variants: Sequence[str], seeds: Sequence[int], reference: str
+) -> dict[str, dict[str, Any]]:
     """Per variant (those with a result, and the reference): Hits@1, format-valid, the oracle's Hits@1 and
     the training CPU seconds per seed, the means over the seeds (None until every seed finished), the
     difference to the reference's mean, and the mean Hits@1 by hop count (None unless every seed has it)."""
@@ -326,11 +413,14 @@ def summarize_results(records: dict[str, dict[int, dict[str, Any]]], variants: S
         hits = {seed: found[seed]["hits1"] if seed in found else None for seed in seeds}
         valid = {seed: found[seed]["format_valid"] if seed in found else None for seed in seeds}
         complete = all(seed in found for seed in seeds)
-        rows[name] = {"hits1": hits, "format_valid": valid,
-                      "n": {seed: found[seed]["n"] if seed in found else None for seed in seeds},
-                      "oracle_hits1": {seed: found[seed].get("oracle_hits1") if seed in found else None for seed in seeds},
-                      "mean": sum(hits.values()) / len(seeds) if complete else None,
-                      "format_valid_mean": sum(valid.values()) / len(seeds) if complete else None}
+        rows[name] = {
+            "hits1": hits,
+            "format_valid": valid,
+            "n": {seed: found[seed]["n"] if seed in found else None for seed in seeds},
+            "oracle_hits1": {seed: found[seed].get("oracle_hits1") if seed in found else None for seed in seeds},
+            "mean": sum(hits.values()) / len(seeds) if complete else None,
+            "format_valid_mean": sum(valid.values()) / len(seeds) if complete else None,
+        }
         by_hops = {seed: found[seed].get("hits1_by_hops", {}) if seed in found else {} for seed in seeds}
         hop_counts = sorted({h for groups in by_hops.values() for h in groups}, key=int)
         rows[name]["hits1_by_hops"] = {h: _mean([by_hops[seed].get(h) for seed in seeds]) for h in hop_counts}
@@ -353,9 +443,15 @@ def render_table(rows: dict[str, dict[str, Any]], seeds: Sequence[int], referenc
     """The Markdown table: variant, Hits@1 per seed, mean, difference to the reference, format-valid, mean
     Hits@1 by hop count (the hop counts of any row), mean training CPU seconds."""
     hop_counts = sorted({h for row in rows.values() for h in row.get("hits1_by_hops", {})}, key=int)
-    lines = ["| variant | " + " | ".join(f"Hits@1 seed {s}" for s in seeds) + f" | mean | vs {reference} | "
-             + "format-valid | " + "".join(f"{h}-hop | " for h in hop_counts) + "training CPU s |",
-             "|---|" + "---|" * len(seeds) + "---|---|---|" + "---|" * len(hop_counts) + "---|"]
+    lines = [
+        "| variant | "
+        + " | ".join(f"Hits@1 seed {s}" for s in seeds)
+        + f" | mean | vs {reference} | "
+        + "format-valid | "
+        + "".join(f"{h}-hop | " for h in hop_counts)
+        + "training CPU s |",
+        "|---|" + "---|" * len(seeds) + "---|---|---|" + "---|" * len(hop_counts) + "---|",
+    ]
     for name, row in rows.items():
         delta = "reference" if name == reference else _cell(row["delta"], signed=True)
         cells = [_cell(row["hits1"][s]) for s in seeds] + [_cell(row["mean"]), delta, _cell(row["format_valid_mean"])]
@@ -369,29 +465,43 @@ def render_table(rows: dict[str, dict[str, Any]], seeds: Sequence[int], referenc
 def budget_line(demo: Demo) -> str:
     """The training and evaluation budget every variant shares, as the reference run uses it."""
     sft, grpo, model = demo.sft[0], demo.grpo[0], demo.model[0]
-    episodes = ", ".join(f"episode {i} {e.max_steps} step{'s' * (e.max_steps != 1)} ({e.data})"
-                         for i, e in enumerate(grpo.episodes, 1))
+    episodes = ", ".join(
+        f"episode {i} {e.max_steps} step{'s' * (e.max_steps != 1)} ({e.data})" for i, e in enumerate(grpo.episodes, 1)
+    )
     limit = "" if demo.config.eval_questions is None else f" (at most {demo.config.eval_questions})"
-    return (f"model hidden {model.hidden_size}, {model.num_layers} layers, trained from scratch; SFT {sft.max_steps} steps "
-            f"x {sft.per_device_train_batch_size} trajectories (lr {sft.learning_rate:g}); GRPO {episodes}, "
-            f"{grpo.num_generations} rollouts per question, {grpo.per_device_train_batch_size} completions per step "
-            f"(lr {grpo.learning_rate:g}); greedy evaluation on the test split{limit}")
+    return (
+        f"model hidden {model.hidden_size}, {model.num_layers} layers, trained from scratch; SFT {sft.max_steps} steps "
+        f"x {sft.per_device_train_batch_size} trajectories (lr {sft.learning_rate:g}); GRPO {episodes}, "
+        f"{grpo.num_generations} rollouts per question, {grpo.per_device_train_batch_size} completions per step "
+        f"(lr {grpo.learning_rate:g}); greedy evaluation on the test split{limit}"
+    )
 
 
-def render_markdown(title: str, notes: Sequence[str], table: Sequence[str], variants: dict[str, Variant],
-                    rows: dict[str, dict[str, Any]]) -> str:
+def render_markdown(
+    title: str,
+    notes: Sequence[str],
+    table: Sequence[str],
+    variants: dict[str, Variant],
+    rows: dict[str, dict[str, Any]],
+) -> str:
     lines = [f"# {title}", "", *[f"- {note}" for note in notes], "", *table, "", "Variants:", ""]
     lines += [f"- `{name}`: {variants[name].help}" for name in rows]
-    lines += ["", "`-`: not run yet. The mean and the difference are over every seed; format-valid is the mean "
-              "rate of replies in the method's own format (the think/search/answer protocol for the unified "
-              "variants, the pipeline's answer format for a pipeline row). The h-hop columns are the mean Hits@1 on "
-              "the test questions of h hops; training CPU s the mean CPU seconds of the SFT, hard-case and GRPO "
-              "stages (each counted whole, though runs share a stage). ablations.json also gives each run's oracle "
-              "Hits@1 (the gold path walked with that run's tool: what its ranking allows).", ""]
+    lines += [
+        "",
+        "`-`: not run yet. The mean and the difference are over every seed; format-valid is the mean "
+        "rate of replies in the method's own format (the think/search/answer protocol for the unified "
+        "variants, the pipeline's answer format for a pipeline row). The h-hop columns are the mean Hits@1 on "
+        "the test questions of h hops; training CPU s the mean CPU seconds of the SFT, hard-case and GRPO "
+        "stages (each counted whole, though runs share a stage). ablations.json also gives each run's oracle "
+        "Hits@1 (the gold path walked with that run's tool: what its ranking allows).",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def write_outputs(config: AblationConfig, config_path: str | None, demo: Demo, out: Path, seeds: Sequence[int]) -> Path:
+def write_outputs(
+    config: AblationConfig, config_path: str | None, demo: Demo, out: Path, seeds: Sequence[int]
+) -> Path:
     """OUT/ablations.md and OUT/ablations.json from every finished run of the config's variants;
     `demo` is the reference's (the budget and data it states)."""
     records: dict[str, dict[int, dict[str, Any]]] = {}
@@ -401,27 +511,51 @@ def write_outputs(config: AblationConfig, config_path: str | None, demo: Demo, o
             if path.exists():
                 records.setdefault(name, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
     rows = summarize_results(records, list(config.variants), seeds, config.reference)
-    data = f"{demo.source} ({demo.config.split_scheme} split)" if demo.source != "synthetic" else "synthetic KG and questions"
-    computed = {(name, s["key"]): s["seconds"] for by_seed in records.values() for record in by_seed.values()
-                for name, s in record["stages"].items()}
+    data = (
+        f"{demo.source} ({demo.config.split_scheme} split)"
+        if demo.source != "synthetic"
+        else "synthetic KG and questions"
+    )
+    computed = {
+        (name, s["key"]): s["seconds"]
+        for by_seed in records.values()
+        for record in by_seed.values()
+        for name, s in record["stages"].items()
+    }
     notes = [
         f"Data: {data}; Hits@1 of each run's final checkpoint on the test split.",
         f"Seeds: {', '.join(map(str, seeds))} (warm-up sampling, model initialisation, SFT, hard cases, GRPO); data, "
         f"KG and ranker made once with seed {config.data_seed}.",
         f"Budget, the same for every variant: {budget_line(demo)}.",
         f"Settings: {config_path or 'defaults'} on top of {config.demo}"
-        + (f" with {', '.join(overrides(config.set))}" if config.set else "") + "; each variant's changes are listed below.",
+        + (f" with {', '.join(overrides(config.set))}" if config.set else "")
+        + "; each variant's changes are listed below.",
         f"Compute: {sum(computed.values()) / 60:.1f} min of stages (a stage shared by several runs counted once).",
     ]
     table = render_table(rows, seeds, config.reference)
     markdown = out / "ablations.md"
-    markdown.write_text(render_markdown(f"Ablations: {demo.source}", notes, table, config.variants, rows), encoding="utf-8")
-    write_json(out / "ablations.json", {
-        "config": config_path, "demo": config.demo, "set": config.set, "data": demo.source, "split": "test",
-        "seeds": list(seeds), "data_seed": config.data_seed, "reference": config.reference, "budget": budget_line(demo),
-        "variants": {name: {"help": config.variants[name].help, **{k: _by_seed(v) for k, v in row.items()}}
-                     for name, row in rows.items()},
-        "compute_seconds": round(sum(computed.values()), 2)})
+    markdown.write_text(
+        render_markdown(f"Ablations: {demo.source}", notes, table, config.variants, rows), encoding="utf-8"
+    )
+    write_json(
+        out / "ablations.json",
+        {
+            "config": config_path,
+            "demo": config.demo,
+            "set": config.set,
+            "data": demo.source,
+            "split": "test",
+            "seeds": list(seeds),
+            "data_seed": config.data_seed,
+            "reference": config.reference,
+            "budget": budget_line(demo),
+            "variants": {
+                name: {"help": config.variants[name].help, **{k: _by_seed(v) for k, v in row.items()}}
+                for name, row in rows.items()
+            },
+            "compute_seconds": round(sum(computed.values()), 2),
+        },
+    )
     return markdown
 
 
@@ -429,21 +563,35 @@ def _by_seed(value: Any) -> Any:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
 
 
-def run_ablation(config: AblationConfig, out: str | Path, only: Sequence[str] | None = None,
-                 seeds: Sequence[int] | None = None, threads: int | None = None, config_path: str | None = None) -> Path:
+def run_ablation(
+    config: AblationConfig,
+    out: str | Path,
+    only: Sequence[str] | None = None,
+    seeds: Sequence[int] | None = None,
+    threads: int | None = None,
+    config_path: str | None = None,
+) -> Path:
     """Plan every run (validating all settings), run or skip each, write the table after each; returns ablations.md."""
     import torch
 
     out = Path(out)
     seeds = check_seeds(list(seeds), "--seeds") if seeds else config.seeds
     runs = plan(config, out, only, seeds)
-    reference = make_demo(config, resolve_recipe(config.demo), config.reference, seeds[0],
-                          out / "runs" / config.reference / f"seed-{seeds[0]}")
+    reference = make_demo(
+        config,
+        resolve_recipe(config.demo),
+        config.reference,
+        seeds[0],
+        out / "runs" / config.reference / f"seed-{seeds[0]}",
+    )
     log_progress()
     threads = threads or default_threads()
     torch.set_num_threads(threads)
-    print(f"kgreasoner ablate: {len(runs)} runs ({len({r.variant for r in runs})} variants x seeds "
-          f"{', '.join(map(str, seeds))}) -> {out} ({threads} torch thread{'s' * (threads > 1)})", flush=True)
+    print(
+        f"kgreasoner ablate: {len(runs)} runs ({len({r.variant for r in runs})} variants x seeds "
+        f"{', '.join(map(str, seeds))}) -> {out} ({threads} torch thread{'s' * (threads > 1)})",
+        flush=True,
+    )
     started = time.perf_counter()
     markdown = out / "ablations.md"
     for number, run in enumerate(runs, 1):
@@ -469,23 +617,37 @@ def _seeds(text: str) -> list[int]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "ablate", help="the paper's ablations at small scale: one run per variant and seed, one table",
-        description=(__doc__ + "\nFields of the --config YAML (AblationConfig):\n" + describe(AblationConfig)
-                     + "\n\nFields of each variant (Variant):\n" + describe(Variant)),
+        "ablate",
+        help="the paper's ablations at small scale: one run per variant and seed, one table",
+        description=(
+            __doc__
+            + "\nFields of the --config YAML (AblationConfig):\n"
+            + describe(AblationConfig)
+            + "\n\nFields of each variant (Variant):\n"
+            + describe(Variant)
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(parser)
     parser.add_argument("--out", required=True, type=Path, help="folder of the runs, the shared stages and the table")
-    parser.add_argument("--only", type=_names, default=None, help="run only these variants (names separated by commas)")
+    parser.add_argument(
+        "--only", type=_names, default=None, help="run only these variants (names separated by commas)"
+    )
     parser.add_argument("--seeds", type=_seeds, default=None, help="seeds separated by commas (default: the config's)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.config is None:
-        raise ValueError("--config is required: configs/ablations/pathquestion.yaml, configs/ablations/quick.yaml or your own")
+        raise ValueError(
+            "--config is required: configs/ablations/pathquestion.yaml, configs/ablations/quick.yaml or your own"
+        )
     if args.threads < 0:
         raise ValueError(f"--threads must be >= 0, got {args.threads}")
     config = load_config(AblationConfig, args.config, args.overrides)

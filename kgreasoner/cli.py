@@ -15,7 +15,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "kg": ("kgreasoner.retrieval.commands", "build, serve, inspect and embed knowledge-graph stores"),
     "prepare-data": ("kgreasoner.data.prepare", "write a dataset as a folder with fixed splits and gold paths"),
     "warmup": ("data_gen.warmup", "generate warm-up SFT trajectories by running the search tool along gold paths"),
-    "pipeline-sft": ("data_gen.pipeline_sft", "write SFT data for every LLM step of tog or sog (same-backbone baseline)"),
+    "pipeline-sft": (
+        "data_gen.pipeline_sft",
+        "write SFT data for every LLM step of tog or sog (same-backbone baseline)",
+    ),
     "build-tiny": ("kgreasoner.models", "train a tokenizer and save a freshly initialised tiny model checkpoint"),
     "hard-cases": ("kgreasoner.training.hard_cases", "score warm-up trajectories and keep the hard multi-hop ones"),
     "preflight": ("kgreasoner.training.preflight", "check a GPU recipe (TRL config, data, model, memory per GPU)"),

@@ -17,8 +17,9 @@ import dataclasses
 import sys
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -36,10 +37,11 @@ def resolve_recipe(path: str | Path | None) -> str | None:
     text = Path(path).as_posix()
     if not text.startswith(CONFIGS_PREFIX):
         raise FileNotFoundError(f"{path} not found (from {Path.cwd()})")
-    candidate = PACKAGE_CONFIGS / text[len(CONFIGS_PREFIX):]
+    candidate = PACKAGE_CONFIGS / text[len(CONFIGS_PREFIX) :]
     if not candidate.exists():
-        raise FileNotFoundError(f"{path} not found here ({Path.cwd()}) or in the package's configs "
-                                f"({PACKAGE_CONFIGS})")
+        raise FileNotFoundError(
+            f"{path} not found here ({Path.cwd()}) or in the package's configs ({PACKAGE_CONFIGS})"
+        )
     return str(candidate)
 
 
@@ -135,16 +137,27 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """The `--config FILE` and `--set key=value` flags every entry point takes."""
     parser.add_argument("--config", type=Path, help="YAML recipe")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="override one field (repeatable; dotted keys for nested configs)",
     )
 
 
-def config_command_main(prog: str, name: str, description: str, run_command: Callable[[argparse.Namespace], int],
-                        argv: list[str] | None = None) -> int:
+def config_command_main(
+    prog: str,
+    name: str,
+    description: str,
+    run_command: Callable[[argparse.Namespace], int],
+    argv: list[str] | None = None,
+) -> int:
     """A module's own command line (`python -m ...`) over `--config`/`--set`: exit 1 with `NAME: error: ...`
     on a missing file or a bad setting, as the `kgreasoner` subcommands do."""
-    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_arguments(parser)
     args = parser.parse_args(argv)
     try:
@@ -158,8 +171,12 @@ def describe(cls: type) -> str:
     """A field table (name, default, help) for `--help` texts and docs."""
     rows = []
     for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
+            )
         )
         rows.append(f"  {f.name} = {default!r}: {f.metadata.get('help', '')}")
     return "\n".join(rows)

@@ -37,16 +37,25 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config, resolve_recipe
 from kgreasoner.data.path_search import PathSearch
-from kgreasoner.stages import (Stage, StageRunner, StageStore, command, default_threads, log_progress, recipe_args,
-                               write_json)
+from kgreasoner.stages import (
+    Stage,
+    StageRunner,
+    StageStore,
+    command,
+    default_threads,
+    log_progress,
+    recipe_args,
+    write_json,
+)
 
 SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
@@ -61,18 +70,31 @@ RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
 class StageRecipe:
     """A stage's own recipe (the YAML its command takes) and `--set` overrides on top of it."""
 
-    config: str | None = field(default=None, metadata={
-        "help": "the stage's YAML recipe (relative paths: from the current directory, else configs/... from the "
-                "package's own recipes)"})
-    set: dict[str, Any] = field(default_factory=dict, metadata={"help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"})
+    config: str | None = field(
+        default=None,
+        metadata={
+            "help": "the stage's YAML recipe (relative paths: from the current directory, else configs/... from the "
+            "package's own recipes)"
+        },
+    )
+    set: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"
+        },
+    )
 
 
 @dataclass
 class SyntheticSize:
     """The synthetic world (data_gen/synthetic.py) when `data` is `synthetic`."""
 
-    num_entities: int | None = field(default=None, metadata={"help": "about this many named entities (None: about 2,800)"})
-    num_questions: int = field(default=3000, metadata={"help": "questions, a third per hop count (split 80/10/10 grouped)"})
+    num_entities: int | None = field(
+        default=None, metadata={"help": "about this many named entities (None: about 2,800)"}
+    )
+    num_questions: int = field(
+        default=3000, metadata={"help": "questions, a third per hop count (split 80/10/10 grouped)"}
+    )
 
 
 def _recipe(config: str | None, **overrides: Any) -> Callable[[], StageRecipe]:
@@ -88,43 +110,100 @@ class DemoConfig:
     changes one value of the YAML in use (full.yaml unless `--config` or `--quick`).
     """
 
-    data: str = field(default=SYNTHETIC, metadata={"help": "synthetic, a PathQuestion set (PQ-2H, pathquestion:PQ-3H) or a dataset folder"})
+    data: str = field(
+        default=SYNTHETIC,
+        metadata={"help": "synthetic, a PathQuestion set (PQ-2H, pathquestion:PQ-3H) or a dataset folder"},
+    )
     synthetic: SyntheticSize = field(default_factory=SyntheticSize, metadata={"help": "size of the synthetic world"})
     split_scheme: str = field(default="grouped", metadata={"help": "split of sources without one: random or grouped"})
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
-    paths: PathSearch = field(default_factory=PathSearch, metadata={"help": "gold-path search for questions without paths"})
+    paths: PathSearch = field(
+        default_factory=PathSearch, metadata={"help": "gold-path search for questions without paths"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the synthetic world and of every training stage"})
-    tool: dict[str, Any] = field(default_factory=lambda: {"entity_handles": True, "top_k": 10}, metadata={
-        "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless set here; "
-                "ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"})
-    rollout: dict[str, Any] = field(default_factory=lambda: {"max_turns": 6, "max_new_tokens": 192, "max_turn_tokens": 64}, metadata={
-        "help": "RolloutConfig fields shared by GRPO and eval"})
-    ranker: StageRecipe = field(default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180), metadata={
-        "help": "train/ranker.py (RankerTrainConfig)"})
-    warmup: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/warmup.yaml", templates="configs/tiny-cpu/templates-copy.yaml", sample="stratified"), metadata={
-        "help": "kgreasoner warmup (WarmupConfig)"})
-    model: StageRecipe = field(default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", **{"tokenizer.system_prompt": False}), metadata={
-        "help": "kgreasoner build-tiny (TinyModelConfig)"})
-    sft: StageRecipe = field(default_factory=_recipe(
-        "configs/tiny-cpu/sft.yaml", learning_rate=3e-3, per_device_train_batch_size=16, max_steps=300,
-        eval_steps=100, save_steps=100, logging_steps=10, report_to=[]), metadata={"help": "train/sft.py (SFTRecipe)"})
-    hard: StageRecipe = field(default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"})
-    grpo: StageRecipe = field(default_factory=_recipe(
-        "configs/tiny-cpu/grpo.yaml", episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
-        learning_rate=1e-4, per_device_train_batch_size=24, search_reward="hops", dev_eval_steps=25,
-        dev_eval_questions=150, save_steps=50, report_to=[]), metadata={"help": "train/grpo.py (GRPORecipe)"})
-    eval: StageRecipe = field(default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"})
-    eval_questions: int | None = field(default=None, metadata={"help": "evaluate only the first N test questions (None: all)"})
-    warmup_examples: int | None = field(default=300, metadata={
-        "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper used "
-                "about 500); None: SFT on a trajectory for every training question"})
-    rl: bool = field(default=True, metadata={
-        "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
-                "warmup_examples null and sft.set.max_steps sized to the RL run's training time, imitation of every "
-                "gold trajectory against RL on the same CPU budget)"})
-    sft_warmup: bool = field(default=True, metadata={
-        "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
-                "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"})
+    tool: dict[str, Any] = field(
+        default_factory=lambda: {"entity_handles": True, "top_k": 10},
+        metadata={
+            "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless set here; "
+            "ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"
+        },
+    )
+    rollout: dict[str, Any] = field(
+        default_factory=lambda: {"max_turns": 6, "max_new_tokens": 192, "max_turn_tokens": 64},
+        metadata={"help": "RolloutConfig fields shared by GRPO and eval"},
+    )
+    ranker: StageRecipe = field(
+        default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180),
+        metadata={"help": "train/ranker.py (RankerTrainConfig)"},
+    )
+    warmup: StageRecipe = field(
+        default_factory=_recipe(
+            "configs/tiny-cpu/warmup.yaml", templates="configs/tiny-cpu/templates-copy.yaml", sample="stratified"
+        ),
+        metadata={"help": "kgreasoner warmup (WarmupConfig)"},
+    )
+    model: StageRecipe = field(
+        default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", **{"tokenizer.system_prompt": False}),
+        metadata={"help": "kgreasoner build-tiny (TinyModelConfig)"},
+    )
+    sft: StageRecipe = field(
+        default_factory=_recipe(
+            "configs/tiny-cpu/sft.yaml",
+            learning_rate=3e-3,
+            per_device_train_batch_size=16,
+            max_steps=300,
+            eval_steps=100,
+            save_steps=100,
+            logging_steps=10,
+            report_to=[],
+        ),
+        metadata={"help": "train/sft.py (SFTRecipe)"},
+    )
+    hard: StageRecipe = field(
+        default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"}
+    )
+    grpo: StageRecipe = field(
+        default_factory=_recipe(
+            "configs/tiny-cpu/grpo.yaml",
+            episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
+            learning_rate=1e-4,
+            per_device_train_batch_size=24,
+            search_reward="hops",
+            dev_eval_steps=25,
+            dev_eval_questions=150,
+            save_steps=50,
+            report_to=[],
+        ),
+        metadata={"help": "train/grpo.py (GRPORecipe)"},
+    )
+    eval: StageRecipe = field(
+        default_factory=_recipe(None, batch_size=32), metadata={"help": "kgreasoner eval (EvalConfig)"}
+    )
+    eval_questions: int | None = field(
+        default=None, metadata={"help": "evaluate only the first N test questions (None: all)"}
+    )
+    warmup_examples: int | None = field(
+        default=300,
+        metadata={
+            "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper used "
+            "about 500); None: SFT on a trajectory for every training question"
+        },
+    )
+    rl: bool = field(
+        default=True,
+        metadata={
+            "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
+            "warmup_examples null and sft.set.max_steps sized to the RL run's training time, imitation of every "
+            "gold trajectory against RL on the same CPU budget)"
+        },
+    )
+    sft_warmup: bool = field(
+        default=True,
+        metadata={
+            "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
+            "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.split_scheme not in ("random", "grouped"):
@@ -171,6 +250,7 @@ class Demo:
     """The stages of one demo run into `out`, built from a DemoConfig (every stage config is validated up front)."""
 
     def __init__(self, config: DemoConfig, out: Path) -> None:
+        from data_gen.warmup import WarmupConfig
         from kgreasoner.data.prepare import source_name
         from kgreasoner.evaluation.methods import EvalConfig
         from kgreasoner.models import TinyModelConfig
@@ -178,7 +258,6 @@ class Demo:
         from kgreasoner.training.grpo import GRPORecipe
         from kgreasoner.training.hard_cases import HardCaseConfig
         from kgreasoner.training.sft import SFTRecipe
-        from data_gen.warmup import WarmupConfig
 
         self.config = config
         self.out = out
@@ -198,32 +277,81 @@ class Demo:
         rollout_sets = overrides(config.rollout, "rollout.")
         seed = config.seed
 
-        self.ranker = self._stage_config(RankerTrainConfig, "ranker", {
-            "data": o["data"], "scheme": config.split_scheme, "split_seed": config.split_seed, "seed": seed,
-            "out_dir": o["ranker"], "encoder.cache_dir": cache})
+        self.ranker = self._stage_config(
+            RankerTrainConfig,
+            "ranker",
+            {
+                "data": o["data"],
+                "scheme": config.split_scheme,
+                "split_seed": config.split_seed,
+                "seed": seed,
+                "out_dir": o["ranker"],
+                "encoder.cache_dir": cache,
+            },
+        )
         tool = {"ranking": "gat", **flatten(config.tool)}
         if tool["ranking"] == "gat":
             tool["ranker_path"] = o["ranker"]
         elif tool["ranking"] == "embedding":
             # The ranker's encoder (its kind and vectors), so embedding vs gat isolates the context aggregation.
             encoder = self.ranker[0].encoder
-            tool = {**{f"encoder.{k}": getattr(encoder, k) for k in ("kind", "model_path", "max_length", "hashing_dim")}, **tool}
+            tool = {
+                **{f"encoder.{k}": getattr(encoder, k) for k in ("kind", "model_path", "max_length", "hashing_dim")},
+                **tool,
+            }
         tool_sets = overrides({**tool, "encoder.cache_dir": cache}, "tool.")
-        sample = ({"sample_output": self.warmup_file, "sample_size": config.warmup_examples, "num_examples": "all"}
-                  if config.warmup_examples else {})
-        self.warmup = self._stage_config(WarmupConfig, "warmup", {
-            "dataset": o["data"], "output": self.warmup_all_file, "split_scheme": config.split_scheme,
-            "split_seed": config.split_seed, "seed": seed, **sample}, tool_sets)
+        sample = (
+            {"sample_output": self.warmup_file, "sample_size": config.warmup_examples, "num_examples": "all"}
+            if config.warmup_examples
+            else {}
+        )
+        self.warmup = self._stage_config(
+            WarmupConfig,
+            "warmup",
+            {
+                "dataset": o["data"],
+                "output": self.warmup_all_file,
+                "split_scheme": config.split_scheme,
+                "split_seed": config.split_seed,
+                "seed": seed,
+                **sample,
+            },
+            tool_sets,
+        )
         self.model = self._stage_config(TinyModelConfig, "model", {"seed": seed})
-        self.sft = self._stage_config(SFTRecipe, "sft", {
-            "model": o["base"], "tiny_model": None, "tokenizer_texts": [], "train_file": self.train_file,
-            "output_dir": o["sft"], "seed": seed})
-        self.hard = self._stage_config(HardCaseConfig, "hard", {
-            "model": self.sft_final, "trajectories": self.warmup_all_file, "output": self.hard_file})
-        self.grpo = self._stage_config(GRPORecipe, "grpo", {
-            "model": self.sft_final, "dataset": o["data"], "output_dir": o["grpo"], "hard_cases": self.hard_file,
-            "hard_case_trajectories": None, "split_scheme": config.split_scheme, "split_seed": config.split_seed,
-            "seed": seed, "guidance_trajectories": self.warmup_all_file}, tool_sets + rollout_sets)
+        self.sft = self._stage_config(
+            SFTRecipe,
+            "sft",
+            {
+                "model": o["base"],
+                "tiny_model": None,
+                "tokenizer_texts": [],
+                "train_file": self.train_file,
+                "output_dir": o["sft"],
+                "seed": seed,
+            },
+        )
+        self.hard = self._stage_config(
+            HardCaseConfig,
+            "hard",
+            {"model": self.sft_final, "trajectories": self.warmup_all_file, "output": self.hard_file},
+        )
+        self.grpo = self._stage_config(
+            GRPORecipe,
+            "grpo",
+            {
+                "model": self.sft_final,
+                "dataset": o["data"],
+                "output_dir": o["grpo"],
+                "hard_cases": self.hard_file,
+                "hard_case_trajectories": None,
+                "split_scheme": config.split_scheme,
+                "split_seed": config.split_seed,
+                "seed": seed,
+                "guidance_trajectories": self.warmup_all_file,
+            },
+            tool_sets + rollout_sets,
+        )
         self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo[0].episodes)}/final"
         self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
         if config.eval_questions is not None:
@@ -246,8 +374,9 @@ class Demo:
             return next((name for name in KB_FILES if (folder / name).is_file()), KB_FILES[0])
         return KB_FILES[0]
 
-    def _stage_config(self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = (),
-                      recipe: StageRecipe | None = None) -> tuple[Any, str | None, list[str]]:
+    def _stage_config(
+        self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = (), recipe: StageRecipe | None = None
+    ) -> tuple[Any, str | None, list[str]]:
         """(config object, recipe path, the `--set` list) of a stage: the recipe (the DemoConfig section
         `name` unless given), the user's overrides, then what the demo owns (paths, seeds, the shared
         tool), exactly as the printed command has them."""
@@ -267,39 +396,136 @@ class Demo:
         o = self.paths
         stages = [
             Stage("data", "dataset folder", [self._data_command()], self.run_data),
-            Stage("kg", "KG in the embedded store", [command("kgreasoner", "kg", "stats", f"memory:{o['data']}")], self.run_kg),
-            Stage("ranker", "GAT ranker", [command("python", "train/ranker.py", *recipe_args(self.ranker), sets=self.ranker[2])], self.run_ranker),
-            Stage("warmup", "warm-up trajectories", [command("kgreasoner", "warmup", *recipe_args(self.warmup), sets=self.warmup[2])], self.run_warmup),
-            Stage("model", "tiny model + tokenizer", [command("kgreasoner", "build-tiny", *recipe_args(self.model), "--texts",
-                                                              *self.tokenizer_texts(), "--text-splits", "train", "--out", o["base"],
-                                                              sets=self.model[2])], self.run_model),
-            Stage("sft", "SFT warm-up", [command("python", "train/sft.py", *recipe_args(self.sft), sets=self.sft[2])], self.run_sft),
-            Stage("hard", "hard cases", [command("kgreasoner", "hard-cases", *recipe_args(self.hard), sets=self.hard[2])], self.run_hard),
-            Stage("grpo", "GRPO (episode 1: all, 2: hard)", [command("python", "train/grpo.py", *recipe_args(self.grpo), sets=self.grpo[2])], self.run_grpo),
-            Stage("eval", "evaluation", [self.eval_command("kgreasoner,oracle", self.sft_final, self.first_eval)]
-                  + ([self.eval_command("kgreasoner", self.grpo_final, "grpo")] if self.config.rl else []), self.run_eval),
-            Stage("report", "report", [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")]
-                  if self.config.rl else [], self.run_report),
+            Stage(
+                "kg",
+                "KG in the embedded store",
+                [command("kgreasoner", "kg", "stats", f"memory:{o['data']}")],
+                self.run_kg,
+            ),
+            Stage(
+                "ranker",
+                "GAT ranker",
+                [command("python", "train/ranker.py", *recipe_args(self.ranker), sets=self.ranker[2])],
+                self.run_ranker,
+            ),
+            Stage(
+                "warmup",
+                "warm-up trajectories",
+                [command("kgreasoner", "warmup", *recipe_args(self.warmup), sets=self.warmup[2])],
+                self.run_warmup,
+            ),
+            Stage(
+                "model",
+                "tiny model + tokenizer",
+                [
+                    command(
+                        "kgreasoner",
+                        "build-tiny",
+                        *recipe_args(self.model),
+                        "--texts",
+                        *self.tokenizer_texts(),
+                        "--text-splits",
+                        "train",
+                        "--out",
+                        o["base"],
+                        sets=self.model[2],
+                    )
+                ],
+                self.run_model,
+            ),
+            Stage(
+                "sft",
+                "SFT warm-up",
+                [command("python", "train/sft.py", *recipe_args(self.sft), sets=self.sft[2])],
+                self.run_sft,
+            ),
+            Stage(
+                "hard",
+                "hard cases",
+                [command("kgreasoner", "hard-cases", *recipe_args(self.hard), sets=self.hard[2])],
+                self.run_hard,
+            ),
+            Stage(
+                "grpo",
+                "GRPO (episode 1: all, 2: hard)",
+                [command("python", "train/grpo.py", *recipe_args(self.grpo), sets=self.grpo[2])],
+                self.run_grpo,
+            ),
+            Stage(
+                "eval",
+                "evaluation",
+                [self.eval_command("kgreasoner,oracle", self.sft_final, self.first_eval)]
+                + ([self.eval_command("kgreasoner", self.grpo_final, "grpo")] if self.config.rl else []),
+                self.run_eval,
+            ),
+            Stage(
+                "report",
+                "report",
+                [command("kgreasoner", "plot", o["grpo"], "--out", f"{o['report']}/grpo_curves.png")]
+                if self.config.rl
+                else [],
+                self.run_report,
+            ),
         ]
-        skipped = ({"sft"} if not self.config.sft_warmup else set()) | ({"hard", "grpo"} if not self.config.rl else set())
+        skipped = ({"sft"} if not self.config.sft_warmup else set()) | (
+            {"hard", "grpo"} if not self.config.rl else set()
+        )
         return [s for s in stages if s.name not in skipped]
 
     def eval_command(self, methods: str, model: str, label: str) -> str:
         """`kgreasoner eval` of `methods` with checkpoint `model` on the test split into eval/<label>."""
         limit = [] if self.config.eval_questions is None else ["--limit", self.config.eval_questions]
-        return command("kgreasoner", "eval", "--methods", methods, "--dataset", self.paths["data"], "--split", "test", *limit,
-                       "--llm", f"hf:{model}", "--out", f"{self.paths['eval']}/{label}", sets=self.eval[2])
+        return command(
+            "kgreasoner",
+            "eval",
+            "--methods",
+            methods,
+            "--dataset",
+            self.paths["data"],
+            "--split",
+            "test",
+            *limit,
+            "--llm",
+            f"hf:{model}",
+            "--out",
+            f"{self.paths['eval']}/{label}",
+            sets=self.eval[2],
+        )
 
     def _data_command(self) -> str:
         c = self.config
         warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             size = [] if c.synthetic.num_entities is None else ["--num-entities", c.synthetic.num_entities]
-            return command("python", "-m", "data_gen.synthetic", "--out", self.paths["data"], "--seed", c.seed, *size,
-                           "--questions", c.synthetic.num_questions)
-        return command("kgreasoner", "prepare-data", self.source, "--out", self.paths["data"], "--scheme", c.split_scheme,
-                       "--seed", c.split_seed, "--max-hops", c.paths.max_hops, "--max-paths", c.paths.max_paths,
-                       "--max-branch", c.paths.max_branch)
+            return command(
+                "python",
+                "-m",
+                "data_gen.synthetic",
+                "--out",
+                self.paths["data"],
+                "--seed",
+                c.seed,
+                *size,
+                "--questions",
+                c.synthetic.num_questions,
+            )
+        return command(
+            "kgreasoner",
+            "prepare-data",
+            self.source,
+            "--out",
+            self.paths["data"],
+            "--scheme",
+            c.split_scheme,
+            "--seed",
+            c.split_seed,
+            "--max-hops",
+            c.paths.max_hops,
+            "--max-paths",
+            c.paths.max_paths,
+            "--max-branch",
+            c.paths.max_branch,
+        )
 
     def run_data(self) -> dict[str, Any]:
         c = self.config
@@ -307,22 +533,32 @@ class Demo:
         if self.source == SYNTHETIC:
             from data_gen.synthetic import write_synthetic
 
-            write_synthetic(self.paths["data"], seed=c.seed, num_entities=c.synthetic.num_entities,
-                            num_questions=c.synthetic.num_questions)
+            write_synthetic(
+                self.paths["data"],
+                seed=c.seed,
+                num_entities=c.synthetic.num_entities,
+                num_questions=c.synthetic.num_questions,
+            )
         else:
             from kgreasoner.data.prepare import prepare_dataset
 
-            warnings = prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed,
-                                       search=c.paths)["warnings"]
+            warnings = prepare_dataset(self.source, self.paths["data"], c.split_scheme, c.split_seed, search=c.paths)[
+                "warnings"
+            ]
         from kgreasoner.data import load_dataset
 
         dataset = load_dataset(self.paths["data"])
         sizes = {s: len(dataset.split(s)) for s in ("train", "dev", "test")}
         with_paths = sum(1 for e in dataset if e.gold_paths)
         flagged = ", ".join(f"{n} {name.replace('_', ' ')}" for name, n in warnings.items() if n)
-        return {"questions": len(dataset), "splits": sizes, "with_gold_paths": with_paths, "warnings": warnings,
-                "line": f"{len(dataset)} questions (train/dev/test {sizes['train']}/{sizes['dev']}/{sizes['test']}), "
-                        f"{with_paths} with gold paths" + (f"; warnings: {flagged}" if flagged else "")}
+        return {
+            "questions": len(dataset),
+            "splits": sizes,
+            "with_gold_paths": with_paths,
+            "warnings": warnings,
+            "line": f"{len(dataset)} questions (train/dev/test {sizes['train']}/{sizes['dev']}/{sizes['test']}), "
+            f"{with_paths} with gold paths" + (f"; warnings: {flagged}" if flagged else ""),
+        }
 
     def run_kg(self) -> dict[str, Any]:
         from kgreasoner.data import load_dataset, open_dataset_kg
@@ -334,7 +570,10 @@ class Demo:
         stats = graph_stats(kg, 5)
         stats["load_seconds"] = round(seconds, 3)
         write_json(Path(self.paths["kg"]) / "stats.json", stats)
-        return {**stats, "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, loaded in {seconds:.2f}s"}
+        return {
+            **stats,
+            "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, loaded in {seconds:.2f}s",
+        }
 
     def run_ranker(self) -> dict[str, Any]:
         from kgreasoner.retrieval.training import train_ranker
@@ -342,25 +581,33 @@ class Demo:
         result = train_ranker(self.ranker[0])
         test = result.test or result.dev
         gat, none = test.get("gat", {}), test.get("none", {})
-        return {"line": f"best epoch {result.best_epoch} of {result.epochs_run}; test recall@1 gat {gat.get('recall@1', 0):.3f} "
-                        f"vs KG order {none.get('recall@1', 0):.3f}"}
+        return {
+            "line": f"best epoch {result.best_epoch} of {result.epochs_run}; test recall@1 gat {gat.get('recall@1', 0):.3f} "
+            f"vs KG order {none.get('recall@1', 0):.3f}"
+        }
 
     def run_warmup(self) -> dict[str, Any]:
         from data_gen.warmup import run
 
         summary = run(self.warmup[0])
-        return {"line": f"{summary['records']} trajectories {summary['by_kind']} by split {summary['by_split']}, "
-                        f"skipped {summary['skipped']}"}
+        return {
+            "line": f"{summary['records']} trajectories {summary['by_kind']} by split {summary['by_split']}, "
+            f"skipped {summary['skipped']}"
+        }
 
     def run_model(self) -> dict[str, Any]:
         from kgreasoner.models import build_tiny, parameter_counts
         from kgreasoner.tokenizer import read_training_texts
 
-        model, tokenizer = build_tiny(self.model[0], read_training_texts(self.tokenizer_texts(), ["train"]),
-                                      self.paths["base"])
+        model, tokenizer = build_tiny(
+            self.model[0], read_training_texts(self.tokenizer_texts(), ["train"]), self.paths["base"]
+        )
         counts = parameter_counts(model)
-        return {"parameters": counts, "vocab": len(tokenizer),
-                "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), vocabulary {len(tokenizer):,}"}
+        return {
+            "parameters": counts,
+            "vocab": len(tokenizer),
+            "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), vocabulary {len(tokenizer):,}",
+        }
 
     def run_sft(self) -> dict[str, Any]:
         from kgreasoner.demo_report import sft_log_history
@@ -369,8 +616,10 @@ class Demo:
         final = train_sft(self.sft[0], resume=True)
         state = sft_log_history(self.paths["sft"])
         evals = [r["eval_loss"] for r in state if "eval_loss" in r]
-        return {"line": f"{final}; {max((r.get('step', 0) for r in state), default=0)} steps"
-                        + (f", best dev loss {min(evals):.3f}" if evals else "")}
+        return {
+            "line": f"{final}; {max((r.get('step', 0) for r in state), default=0)} steps"
+            + (f", best dev loss {min(evals):.3f}" if evals else "")
+        }
 
     def run_hard(self) -> dict[str, Any]:
         from kgreasoner.training.hard_cases import mine_hard_cases
@@ -395,24 +644,35 @@ class Demo:
             summaries = self._evaluate(model, methods, Path(self.paths["eval"]) / label)
             results[label] = {m: round(s["hits1"], 4) for m, s in summaries.items()}
         grpo = f", GRPO {results['grpo']['kgreasoner']:.3f}" if "grpo" in results else ""
-        return {"hits1": results, "line": f"Hits@1 {'SFT' if first == 'sft' else 'base model'} {results[first]['kgreasoner']:.3f}"
-                                          f"{grpo}, oracle {results[first]['oracle']:.3f}"}
+        return {
+            "hits1": results,
+            "line": f"Hits@1 {'SFT' if first == 'sft' else 'base model'} {results[first]['kgreasoner']:.3f}"
+            f"{grpo}, oracle {results[first]['oracle']:.3f}",
+        }
 
     def _evaluate(self, model: str, methods: list[str], out: Path) -> dict[str, dict[str, Any]]:
         from kgreasoner.data import load_dataset, open_dataset_kg
         from kgreasoner.evaluation.harness import run_evaluation, select_examples
-        from kgreasoner.llm import open_llm
         from kgreasoner.evaluation.methods import MethodContext
         from kgreasoner.evaluation.report import RunInfo
+        from kgreasoner.llm import open_llm
 
         config = self.eval[0]
         dataset = load_dataset(self.paths["data"], split="test")
         kg = open_dataset_kg(dataset)
         llm = open_llm(f"hf:{model}", config.max_tokens, config.batch_size, config.workers or 8)
         try:
-            info = RunInfo(dataset.name, "test", dataset.split_scheme, dataset.seed, kg=str(dataset.kb_path), llm=f"hf:{model}")
-            return run_evaluation(methods, select_examples(dataset.examples, config.limit), MethodContext(kg, llm, config),
-                                  out, info, progress=False)
+            info = RunInfo(
+                dataset.name, "test", dataset.split_scheme, dataset.seed, kg=str(dataset.kb_path), llm=f"hf:{model}"
+            )
+            return run_evaluation(
+                methods,
+                select_examples(dataset.examples, config.limit),
+                MethodContext(kg, llm, config),
+                out,
+                info,
+                progress=False,
+            )
         finally:
             llm.close()
             kg.close()
@@ -434,8 +694,10 @@ def check_settings(out: Path, config: DemoConfig) -> None:
         stored = {**dataclasses.asdict(DemoConfig()), **(yaml.safe_load(path.read_text(encoding="utf-8")) or {})}
         different = sorted(k for k in set(stored) | set(settings) if stored.get(k) != settings.get(k))
         if different:
-            raise ValueError(f"{out} holds a demo run with other settings ({', '.join(different)} differ, see {path}); "
-                             "use another --out, or delete the folder to start over")
+            raise ValueError(
+                f"{out} holds a demo run with other settings ({', '.join(different)} differ, see {path}); "
+                "use another --out, or delete the folder to start over"
+            )
         return
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(settings, sort_keys=False), encoding="utf-8")
@@ -452,8 +714,11 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
     threads = threads or default_threads()
     torch.set_num_threads(threads)
     stages = demo.stages()
-    print(f"kgreasoner demo: data {demo.source} -> {out} ({threads} torch thread{'s' * (threads > 1)}; "
-          f"{os.cpu_count()} cores)", flush=True)
+    print(
+        f"kgreasoner demo: data {demo.source} -> {out} ({threads} torch thread{'s' * (threads > 1)}; "
+        f"{os.cpu_count()} cores)",
+        flush=True,
+    )
     runner = StageRunner(demo.store, threads)
     started = time.perf_counter()
     for number, stage in enumerate(stages, 1):
@@ -468,17 +733,26 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "demo", help="the whole pipeline on one CPU machine (data, ranker, warm-up, SFT, GRPO, eval, report)",
+        "demo",
+        help="the whole pipeline on one CPU machine (data, ranker, warm-up, SFT, GRPO, eval, report)",
         description=__doc__ + "\nFields of the --config YAML (DemoConfig):\n" + describe(DemoConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(parser)
-    parser.add_argument("--quick", action="store_true", help=f"tiny budgets ({QUICK_CONFIG}, <= 5 minutes; default {FULL_CONFIG})")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"tiny budgets ({QUICK_CONFIG}, <= 5 minutes; default {FULL_CONFIG})"
+    )
     parser.add_argument("--data", default=None, help="synthetic (default), a PathQuestion set, or a dataset folder")
-    parser.add_argument("--out", default="outputs/demo", type=Path, help="folder of every stage's output and the report")
+    parser.add_argument(
+        "--out", default="outputs/demo", type=Path, help="folder of every stage's output and the report"
+    )
     parser.add_argument("--seed", type=int, default=None, help="seed of the synthetic world and the training stages")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -496,4 +770,3 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(DemoConfig, path, sets)
     run_demo(config, args.out, args.threads or None)
     return 0
-

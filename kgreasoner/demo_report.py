@@ -65,6 +65,7 @@ def plot_sft_loss(history: list[dict[str, Any]], output: Path) -> Path:
 
 def _methods(demo: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Summaries of the three methods by report label, and the first evaluation's summary (for its header)."""
+
     def load(label: str) -> dict[str, Any]:
         return json.loads((Path(demo.paths["eval"]) / label / "summary.json").read_text(encoding="utf-8"))
 
@@ -73,8 +74,11 @@ def _methods(demo: Any) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         return {SFT_ONLY_METHOD: first["methods"]["kgreasoner"], "oracle": first["methods"]["oracle"]}, first
     grpo = load("grpo")
     labels = (SFT_METHOD, GRPO_METHOD) if demo.config.sft_warmup else (BASE_METHOD, NO_WARMUP_GRPO_METHOD)
-    return {labels[0]: first["methods"]["kgreasoner"], labels[1]: grpo["methods"]["kgreasoner"],
-            "oracle": first["methods"]["oracle"]}, first
+    return {
+        labels[0]: first["methods"]["kgreasoner"],
+        labels[1]: grpo["methods"]["kgreasoner"],
+        "oracle": first["methods"]["oracle"],
+    }, first
 
 
 def _data_line(demo: Any) -> str:
@@ -83,8 +87,11 @@ def _data_line(demo: Any) -> str:
         p = json.loads(prepared.read_text(encoding="utf-8"))
         scheme = p["split_scheme"] + ("" if p["split_seed"] is None else f", seed {p['split_seed']}")
         paths = p["gold_paths"]
-        derived = (f"; gold paths derived for {paths['derived']} questions (none found for {paths['not_found']})"
-                   if paths["derived"] or paths["not_found"] else "")
+        derived = (
+            f"; gold paths derived for {paths['derived']} questions (none found for {paths['not_found']})"
+            if paths["derived"] or paths["not_found"]
+            else ""
+        )
         return f"{p['dataset']} ({p['source']}), {scheme} split{derived}"
     return f"synthetic KG and questions (seed {demo.config.seed}, grouped split made by the generator)"
 
@@ -155,8 +162,14 @@ def write_report(demo: Any) -> Path:
     for number, name in enumerate(order, 1):
         record = stages[name]
         lines.append(f"| {number} | {name} | {_duration(record['seconds'])} | {record['result']['line']} |")
-    lines += ["", "Wall time is that of the run that finished the stage (a resumed SFT or GRPO counts from its "
-              "checkpoint).", "", "Commands (each stage from the shell, in order):", "", "```"]
+    lines += [
+        "",
+        "Wall time is that of the run that finished the stage (a resumed SFT or GRPO counts from its checkpoint).",
+        "",
+        "Commands (each stage from the shell, in order):",
+        "",
+        "```",
+    ]
     for name in order:
         lines += stages[name]["commands"]
     if demo.config.rl:
@@ -164,8 +177,12 @@ def write_report(demo: Any) -> Path:
     lines += ["```", ""]
     report = out / "report.md"
     report.write_text("\n".join(lines), encoding="utf-8")
-    results = {"dataset": demo.source, "split": info.describe_split(), "methods": methods,
-               "stages": {name: {"seconds": r["seconds"], **r["result"]} for name, r in stages.items()}}
+    results = {
+        "dataset": demo.source,
+        "split": info.describe_split(),
+        "methods": methods,
+        "stages": {name: {"seconds": r["seconds"], **r["result"]} for name, r in stages.items()},
+    }
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     return report
 
@@ -175,9 +192,14 @@ def _gain_lines(methods: dict[str, dict[str, Any]]) -> list[str]:
     first, second = list(methods)[:2]
     before, after = methods[first], methods[second]
     hops = [h for h in sorted(after["by_hops"], key=int) if h in before["by_hops"]]
-    per_hop = "; ".join(f"{h}-hop {before['by_hops'][h]['hits1']:.3f} -> {after['by_hops'][h]['hits1']:.3f}" for h in hops)
-    return [f"**What RL added:** test Hits@1 {before['hits1']:.3f} -> {after['hits1']:.3f} "
-            f"({100 * (after['hits1'] - before['hits1']):+.1f} points){'; ' + per_hop if per_hop else ''}.", ""]
+    per_hop = "; ".join(
+        f"{h}-hop {before['by_hops'][h]['hits1']:.3f} -> {after['by_hops'][h]['hits1']:.3f}" for h in hops
+    )
+    return [
+        f"**What RL added:** test Hits@1 {before['hits1']:.3f} -> {after['hits1']:.3f} "
+        f"({100 * (after['hits1'] - before['hits1']):+.1f} points){'; ' + per_hop if per_hop else ''}.",
+        "",
+    ]
 
 
 def _duration(seconds: float) -> str:

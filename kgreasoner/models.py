@@ -20,15 +20,20 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kgreasoner.config import ConfigError, add_config_arguments, load_config
 from kgreasoner.tokenizer import (
-    STOP_TOKENS, TokenizerConfig, read_training_texts, tokenizer_summary, train_tokenizer,
+    STOP_TOKENS,
+    TokenizerConfig,
+    read_training_texts,
+    tokenizer_summary,
+    train_tokenizer,
 )
 
 if TYPE_CHECKING:  # torch + transformers models take seconds to import; load them when used.
@@ -52,30 +57,46 @@ class TinyModelConfig:
     hidden_size: int = field(default=256, metadata={"help": "width of the residual stream"})
     num_layers: int = field(default=4, metadata={"help": "number of transformer blocks"})
     num_heads: int = field(default=4, metadata={"help": "attention (query) heads per block"})
-    num_kv_heads: int = field(default=2, metadata={
-        "help": "key/value heads (grouped-query attention); must divide num_heads"})
-    head_dim: int = field(default=64, metadata={
-        "help": f"width of one attention head; >= {MIN_HEAD_DIM} so a CPU vLLM can serve the model"})
+    num_kv_heads: int = field(
+        default=2, metadata={"help": "key/value heads (grouped-query attention); must divide num_heads"}
+    )
+    head_dim: int = field(
+        default=64,
+        metadata={"help": f"width of one attention head; >= {MIN_HEAD_DIM} so a CPU vLLM can serve the model"},
+    )
     intermediate_size: int = field(default=768, metadata={"help": "hidden width of the SwiGLU MLP"})
-    max_position_embeddings: int = field(default=4096, metadata={
-        "help": "longest sequence (prompt + trajectory) in tokens the rotary embedding is set up for"})
-    tie_word_embeddings: bool = field(default=True, metadata={
-        "help": "share the input embedding with the LM head (saves vocab x hidden parameters)"})
+    max_position_embeddings: int = field(
+        default=4096,
+        metadata={"help": "longest sequence (prompt + trajectory) in tokens the rotary embedding is set up for"},
+    )
+    tie_word_embeddings: bool = field(
+        default=True, metadata={"help": "share the input embedding with the LM head (saves vocab x hidden parameters)"}
+    )
     initializer_range: float = field(default=0.02, metadata={"help": "std of the normal weight init"})
     seed: int = field(default=0, metadata={"help": "seed of the weight init: same seed, same weights"})
-    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig, metadata={
-        "help": "tokenizer training settings (kind, vocab_size, min_frequency, num_handles)"})
+    tokenizer: TokenizerConfig = field(
+        default_factory=TokenizerConfig,
+        metadata={"help": "tokenizer training settings (kind, vocab_size, min_frequency, num_handles)"},
+    )
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
             raise ConfigError(f"architecture must be one of {list(ARCHITECTURES)}, got {self.architecture!r}")
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size",
-                     "max_position_embeddings"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.head_dim < MIN_HEAD_DIM:
-            raise ConfigError(f"head_dim must be >= {MIN_HEAD_DIM} (vLLM on CPU cannot serve smaller "
-                              f"attention heads), got {self.head_dim}")
+            raise ConfigError(
+                f"head_dim must be >= {MIN_HEAD_DIM} (vLLM on CPU cannot serve smaller "
+                f"attention heads), got {self.head_dim}"
+            )
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})")
         if self.initializer_range <= 0:
@@ -92,7 +113,8 @@ def build_tiny_model(config: TinyModelConfig, tokenizer: PreTrainedTokenizerBase
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     config_class, model_class = {
-        "qwen3": (Qwen3Config, Qwen3ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "llama": (LlamaConfig, LlamaForCausalLM),
     }[config.architecture]
     stops = generation_config(tokenizer)
     hf_config = config_class(
@@ -125,8 +147,9 @@ def generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
     return GenerationConfig(eos_token_id=stop_ids, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
 
 
-def build_tiny(config: TinyModelConfig, texts: Iterable[str], out_dir: str | Path
-               ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+def build_tiny(
+    config: TinyModelConfig, texts: Iterable[str], out_dir: str | Path
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Train the tokenizer on `texts`, build the seeded model and save both to `out_dir`."""
     tokenizer = train_tokenizer(texts, config.tokenizer)
     model = build_tiny_model(config, tokenizer)
@@ -135,7 +158,8 @@ def build_tiny(config: TinyModelConfig, texts: Iterable[str], out_dir: str | Pat
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     (out_dir / TINY_RECIPE_FILE).write_text(
-        yaml.safe_dump(dataclasses.asdict(config), sort_keys=False), encoding="utf-8")
+        yaml.safe_dump(dataclasses.asdict(config), sort_keys=False), encoding="utf-8"
+    )
     return model, tokenizer
 
 
@@ -165,8 +189,9 @@ def ensure_pad_token(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerB
             tokenizer.pad_token = candidate
             return tokenizer
     if tokenizer.eos_token is None:
-        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an eos token; "
-                         "add a pad token before training")
+        raise ValueError(
+            f"tokenizer {tokenizer.name_or_path!r} has neither a pad nor an eos token; add a pad token before training"
+        )
     tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
@@ -211,8 +236,12 @@ def load_tokenizer(name_or_path: str | Path, padding_side: str | None = None) ->
     return tokenizer
 
 
-def load_model(name_or_path: str | Path, tokenizer: PreTrainedTokenizerBase, dtype: str | torch.dtype = "auto",
-               device: str = "cpu") -> PreTrainedModel:
+def load_model(
+    name_or_path: str | Path,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: str | torch.dtype = "auto",
+    device: str = "cpu",
+) -> PreTrainedModel:
     """The causal LM of a checkpoint or cached hub model, in eval mode, with `tokenizer`'s pad id set
     where its config and generation config have none (arguments as `load_model_and_tokenizer`)."""
     from transformers import AutoModelForCausalLM
@@ -256,22 +285,36 @@ def _torch_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
 
 
 def _not_found(name_or_path: str | Path, err: OSError) -> str:
-    return (f"cannot load model {str(name_or_path)!r}: not a checkpoint directory and not in the local hub cache "
-            f"(no downloads when HF_HUB_OFFLINE=1): {err}")
+    return (
+        f"cannot load model {str(name_or_path)!r}: not a checkpoint directory and not in the local hub cache "
+        f"(no downloads when HF_HUB_OFFLINE=1): {err}"
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """The `build-tiny` subcommand (for `kgreasoner` and `python -m kgreasoner.models`)."""
     parser = subparsers.add_parser(
-        "build-tiny", help="train a tokenizer and save a freshly initialised tiny model checkpoint",
+        "build-tiny",
+        help="train a tokenizer and save a freshly initialised tiny model checkpoint",
         description="Fields of the --config YAML (TinyModelConfig):\n" + _describe_tiny(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(parser)
-    parser.add_argument("--texts", nargs="+", required=True, type=Path, metavar="FILE",
-                        help="training texts: questions.jsonl, names.tsv, kb.tsv, PathQuestion .txt, plain text")
-    parser.add_argument("--text-splits", nargs="+", default=None, metavar="SPLIT",
-                        help="read only these splits of QA files among --texts (e.g. train; default: every example)")
+    parser.add_argument(
+        "--texts",
+        nargs="+",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="training texts: questions.jsonl, names.tsv, kb.tsv, PathQuestion .txt, plain text",
+    )
+    parser.add_argument(
+        "--text-splits",
+        nargs="+",
+        default=None,
+        metavar="SPLIT",
+        help="read only these splits of QA files among --texts (e.g. train; default: every example)",
+    )
     parser.add_argument("--out", required=True, type=Path, help="checkpoint directory to write")
     parser.set_defaults(func=run_build_tiny)
 
@@ -282,10 +325,14 @@ def run_build_tiny(args: argparse.Namespace) -> int:
     model, tokenizer = build_tiny(config, read_training_texts(args.texts, args.text_splits), args.out)
     sizes = tokenizer_summary(tokenizer)
     counts = parameter_counts(model)
-    print(f"tokenizer ({config.tokenizer.kind}): {sizes['vocab_size']:,} tokens "
-          f"({sizes['learned']:,} learned + {sizes['added']} added)")
-    print(f"model ({config.architecture}): {counts['total']:,} parameters, "
-          f"{counts['non_embedding']:,} without embeddings")
+    print(
+        f"tokenizer ({config.tokenizer.kind}): {sizes['vocab_size']:,} tokens "
+        f"({sizes['learned']:,} learned + {sizes['added']} added)"
+    )
+    print(
+        f"model ({config.architecture}): {counts['total']:,} parameters, "
+        f"{counts['non_embedding']:,} without embeddings"
+    )
     print(f"saved to {args.out} in {time.perf_counter() - started:.1f}s")
     return 0
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"
@@ -65,17 +66,17 @@ INSTRUCTIONS = (
     "The User asks a question, and the Assistant solves it. The Assistant first thinks about the "
     "reasoning process in the mind and then provides the User with the final answer. The output "
     "format of reasoning process and final answer are enclosed within <think> </think> and "
-    "<answer> </answer> tags, respectively, i.e., \"<think> reasoning process here </think> "
-    "<answer> final answer here </answer>\". During the thinking process, the Assistant can "
+    '<answer> </answer> tags, respectively, i.e., "<think> reasoning process here </think> '
+    '<answer> final answer here </answer>". During the thinking process, the Assistant can '
     "perform searching for uncertain knowledge from a knowledge graph if necessary with the format "
-    "of \"<search> search query (only one entity) </search>\". The entity must be involved in the "
+    'of "<search> search query (only one entity) </search>". The entity must be involved in the '
     "searched triples or topic entities. Then, the system will provide the Assistant with helpful "
-    "information with the format of \"<triples> ...search results... </triples>\". If a searched "
-    "entity turns out to be a dead end, the Assistant can write \"<search> entity | backtrack "
-    "</search>\" to return to the previous entity and see its next candidate triples. When the "
-    "triples end with a line \"more: relation (count), ...\", the entity has more triples by those "
-    "relations, and \"<search> entity | relation </search>\" shows the next ones by that relation. When the line "
-    "ends \"and N more relations\", \"<search> entity | relations </search>\" lists the others."
+    'information with the format of "<triples> ...search results... </triples>". If a searched '
+    'entity turns out to be a dead end, the Assistant can write "<search> entity | backtrack '
+    '</search>" to return to the previous entity and see its next candidate triples. When the '
+    'triples end with a line "more: relation (count), ...", the entity has more triples by those '
+    'relations, and "<search> entity | relation </search>" shows the next ones by that relation. When the line '
+    'ends "and N more relations", "<search> entity | relations </search>" lists the others.'
 )
 """The paper's system prompt (Appendix C) plus one sentence for backtracking and two for relation filters."""
 
@@ -138,7 +139,7 @@ def opened_think(prompt: str) -> str:
     `enable_thinking=False` ends in `<think>\\n\\n</think>\\n\\n`) opened nothing.
     """
     body = prompt.rstrip()
-    return prompt[len(body) - len(THINK_OPEN):] if body.endswith(THINK_OPEN) else ""
+    return prompt[len(body) - len(THINK_OPEN) :] if body.endswith(THINK_OPEN) else ""
 
 
 def format_tool_block(text: str) -> str:
@@ -194,7 +195,7 @@ def read_relation_filter(written: str) -> str:
     text = written.strip()
     if not text.startswith(RELATION_ESCAPE):
         return text
-    rest = text[len(RELATION_ESCAPE):]
+    rest = text[len(RELATION_ESCAPE) :]
     if len(rest) >= 2 and rest.startswith(RELATION_QUOTE) and rest.endswith(RELATION_QUOTE):
         unquoted = _unquote(rest[1:-1])
         if unquoted is not None:
@@ -210,17 +211,22 @@ def _split_at_last_bar(text: str) -> tuple[str, str] | None:
             return None
         backslashes = len(text[:position]) - len(text[:position].rstrip("\\"))
         if backslashes % 2 == 0:
-            return text[:position], text[position + len(QUERY_SEPARATOR):]
+            return text[:position], text[position + len(QUERY_SEPARATOR) :]
 
 
 _QUOTED_ESCAPES = {"\\": "\\\\", RELATION_QUOTE: "\\" + RELATION_QUOTE, QUERY_SEPARATOR: "\\" + QUERY_SEPARATOR}
 _UNQUOTED = {escaped[1:]: char for char, escaped in _QUOTED_ESCAPES.items()}
-_BARE_FORBIDDEN = frozenset("|\\\",()")
+_BARE_FORBIDDEN = frozenset('|\\",()')
 
 
 def _needs_quotes(relation: str) -> bool:
-    return (not relation or relation != relation.strip() or any(c in _BARE_FORBIDDEN for c in relation)
-            or any(_is_line_breaking(c) for c in relation) or any(tag in relation for tag in TAGS))
+    return (
+        not relation
+        or relation != relation.strip()
+        or any(c in _BARE_FORBIDDEN for c in relation)
+        or any(_is_line_breaking(c) for c in relation)
+        or any(tag in relation for tag in TAGS)
+    )
 
 
 def _is_line_breaking(char: str) -> bool:
@@ -245,12 +251,12 @@ def _unquote(body: str) -> str | None:
             out.append(char)
             index += 1
             continue
-        following = body[index + 1:index + 2]
+        following = body[index + 1 : index + 2]
         if following in _UNQUOTED:
             out.append(_UNQUOTED[following])
             index += 2
-        elif following == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[index + 2:index + 6]):
-            out.append(chr(int(body[index + 2:index + 6], 16)))
+        elif following == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[index + 2 : index + 6]):
+            out.append(chr(int(body[index + 2 : index + 6], 16)))
             index += 6
         else:
             return None
@@ -319,7 +325,12 @@ def tag_events(text: str, tool_spans: ToolSpans | None) -> Iterator[TagEvent]:
         open_end = span_start if opening < 0 else opening + len(TRIPLES_OPEN)
         closing = text.rfind(TRIPLES_CLOSE, open_end, span_end)
         yield TRIPLES_OPEN, span_start if opening < 0 else opening, open_end, True
-        yield TRIPLES_CLOSE, span_end if closing < 0 else closing, span_end if closing < 0 else closing + len(TRIPLES_CLOSE), True
+        yield (
+            TRIPLES_CLOSE,
+            span_end if closing < 0 else closing,
+            span_end if closing < 0 else closing + len(TRIPLES_CLOSE),
+            True,
+        )
         position = span_end
     for match in _TAG_RE.finditer(text, position):
         yield match.group(), match.start(), match.end(), False
@@ -393,7 +404,7 @@ def last_open_search(turn_text: str) -> str | None:
     start = body.rfind(SEARCH_OPEN)
     if start < 0:
         return None
-    return body[start + len(SEARCH_OPEN):]
+    return body[start + len(SEARCH_OPEN) :]
 
 
 @dataclass(frozen=True)

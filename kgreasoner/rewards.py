@@ -28,12 +28,19 @@ Gold answers come from the `answers` column (strings, `{"name", "aliases", "id"}
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kgreasoner.data.gold_chains import chain_progress
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.protocol import (
-    SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, ToolSpans, check_format, parse_trajectory, tag_events,
+    SEARCH_CLOSE,
+    TRIPLES_CLOSE,
+    TRIPLES_OPEN,
+    ToolSpans,
+    check_format,
+    parse_trajectory,
+    tag_events,
 )
 
 SEARCH_STEP = 0.5
@@ -51,8 +58,13 @@ def completion_texts(completions: Sequence[Any], completion_text: Sequence[str] 
         if isinstance(completion, str):
             texts.append(completion)
         elif isinstance(completion, (list, tuple)):
-            texts.append("".join(str(m.get("content", "")) for m in completion
-                                 if isinstance(m, dict) and m.get("role", "assistant") == "assistant"))
+            texts.append(
+                "".join(
+                    str(m.get("content", ""))
+                    for m in completion
+                    if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+                )
+            )
         else:
             texts.append(str(completion))
     return texts
@@ -73,8 +85,12 @@ def count_searches(text: str, tool_spans: ToolSpans | None = None) -> int:
                 count += _has_triple_line(text[block_start:start])
                 block_start = None
             continue
-        if (search_end is not None and tag == TRIPLES_OPEN and not text[search_end:start].strip()
-                and by_tool == (tool_spans is not None)):
+        if (
+            search_end is not None
+            and tag == TRIPLES_OPEN
+            and not text[search_end:start].strip()
+            and by_tool == (tool_spans is not None)
+        ):
             block_start = end
         search_end = end if tag == SEARCH_CLOSE else None
     return count
@@ -93,17 +109,28 @@ def _spans(tool_spans: Sequence[ToolSpans] | None, i: int) -> ToolSpans | None:
     return None if tool_spans is None else tool_spans[i]
 
 
-def search_reward(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
-                  completion_text: Sequence[str] | None = None, tool_spans: Sequence[ToolSpans] | None = None,
-                  **kwargs: Any) -> list[float]:
+def search_reward(
+    completions: Sequence[Any],
+    num_searches: Sequence[int] | None = None,
+    completion_text: Sequence[str] | None = None,
+    tool_spans: Sequence[ToolSpans] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     texts = completion_texts(completions, completion_text)
-    counts = list(num_searches) if num_searches is not None else [
-        count_searches(t, _spans(tool_spans, i)) for i, t in enumerate(texts)]
+    counts = (
+        list(num_searches)
+        if num_searches is not None
+        else [count_searches(t, _spans(tool_spans, i)) for i, t in enumerate(texts)]
+    )
     return [min(SEARCH_STEP * int(n), SEARCH_CAP) for n in counts]
 
 
-def format_reward(completions: Sequence[Any], completion_text: Sequence[str] | None = None,
-                  tool_spans: Sequence[ToolSpans] | None = None, **kwargs: Any) -> list[float]:
+def format_reward(
+    completions: Sequence[Any],
+    completion_text: Sequence[str] | None = None,
+    tool_spans: Sequence[ToolSpans] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     texts = completion_texts(completions, completion_text)
     return [FORMAT_SCORE if check_format(t, _spans(tool_spans, i)).valid else 0.0 for i, t in enumerate(texts)]
 
@@ -138,18 +165,23 @@ def first_answer(text: str, resolved: Sequence[str] | None = None, tool_spans: T
     return parse_trajectory(text, tool_spans).first_answer
 
 
-def answer_reward(completions: Sequence[Any], answers: Sequence[Any] | None = None,
-                  answer_aliases: Sequence[Sequence[str]] | None = None,
-                  resolved_answers: Sequence[Sequence[str]] | None = None,
-                  completion_text: Sequence[str] | None = None, tool_spans: Sequence[ToolSpans] | None = None,
-                  **kwargs: Any) -> list[float]:
+def answer_reward(
+    completions: Sequence[Any],
+    answers: Sequence[Any] | None = None,
+    answer_aliases: Sequence[Sequence[str]] | None = None,
+    resolved_answers: Sequence[Sequence[str]] | None = None,
+    completion_text: Sequence[str] | None = None,
+    tool_spans: Sequence[ToolSpans] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     texts = completion_texts(completions, completion_text)
     if answers is None:
         raise ValueError("answer_reward needs the gold answers: a dataset column named 'answers'")
     scores = []
     for i, text in enumerate(texts):
-        prediction = first_answer(text, resolved_answers[i] if resolved_answers is not None else None,
-                                  _spans(tool_spans, i))
+        prediction = first_answer(
+            text, resolved_answers[i] if resolved_answers is not None else None, _spans(tool_spans, i)
+        )
         gold = gold_forms(answers[i], answer_aliases[i] if answer_aliases is not None else None)
         correct = prediction is not None and normalize_answer(prediction) in gold
         scores.append(ANSWER_SCORE if correct else 0.0)
@@ -157,8 +189,11 @@ def answer_reward(completions: Sequence[Any], answers: Sequence[Any] | None = No
 
 
 def total_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
-    parts = (search_reward(completions, **kwargs), format_reward(completions, **kwargs),
-             answer_reward(completions, **kwargs))
+    parts = (
+        search_reward(completions, **kwargs),
+        format_reward(completions, **kwargs),
+        answer_reward(completions, **kwargs),
+    )
     return [sum(values) for values in zip(*parts)]
 
 
@@ -188,13 +223,21 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
     if form == "path":
         return path_search_reward
 
-    def shaped(completions: Sequence[Any], num_searches: Sequence[int] | None = None,
-               completion_text: Sequence[str] | None = None, hops: Sequence[int] | None = None,
-               tool_spans: Sequence[ToolSpans | None] | None = None, **kwargs: Any) -> list[float]:
+    def shaped(
+        completions: Sequence[Any],
+        num_searches: Sequence[int] | None = None,
+        completion_text: Sequence[str] | None = None,
+        hops: Sequence[int] | None = None,
+        tool_spans: Sequence[ToolSpans | None] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
         texts = completion_texts(completions, completion_text)
         spans = list(tool_spans) if tool_spans is not None else [None] * len(texts)
-        counts = ([int(n) for n in num_searches] if num_searches is not None
-                  else [count_searches(t, s) for t, s in zip(texts, spans)])
+        counts = (
+            [int(n) for n in num_searches]
+            if num_searches is not None
+            else [count_searches(t, s) for t, s in zip(texts, spans)]
+        )
         if form in ("hops", "correct_hops") and hops is not None:
             counts = [min(n, int(h)) if h else n for n, h in zip(counts, hops)]
         values = [min(SEARCH_STEP * n, SEARCH_CAP) for n in counts]
@@ -207,9 +250,13 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
     return shaped
 
 
-def path_search_reward(completions: Sequence[Any], gold_chains: Sequence[str] | None = None,
-                       search_record: Sequence[Sequence[dict[str, Any]]] | None = None,
-                       hops: Sequence[int] | None = None, **kwargs: Any) -> list[float]:
+def path_search_reward(
+    completions: Sequence[Any],
+    gold_chains: Sequence[str] | None = None,
+    search_record: Sequence[Sequence[dict[str, Any]]] | None = None,
+    hops: Sequence[int] | None = None,
+    **kwargs: Any,
+) -> list[float]:
     """The `path` form: `SEARCH_CAP` times the rollout's progress along its question's gold path.
 
     Progress (`kgreasoner.data.gold_chains.chain_progress`) is the deepest level of the gold path
@@ -224,12 +271,16 @@ def path_search_reward(completions: Sequence[Any], gold_chains: Sequence[str] | 
     scored by the `hops` form instead, so it keeps a search signal rather than none.
     """
     if gold_chains is None or search_record is None:
-        missing = [name for name, value in (("gold_chains", gold_chains), ("search_record", search_record))
-                   if value is None]
-        raise ValueError(f"search reward form 'path' needs the columns {missing}: the GRPO dataset's gold_chains "
-                         "(kgreasoner.data.gold_chains.GoldChains) and the rollout's search_record")
-    values: list[float | None] = [None if p is None else SEARCH_CAP * p
-                                  for p in map(chain_progress, gold_chains, search_record)]
+        missing = [
+            name for name, value in (("gold_chains", gold_chains), ("search_record", search_record)) if value is None
+        ]
+        raise ValueError(
+            f"search reward form 'path' needs the columns {missing}: the GRPO dataset's gold_chains "
+            "(kgreasoner.data.gold_chains.GoldChains) and the rollout's search_record"
+        )
+    values: list[float | None] = [
+        None if p is None else SEARCH_CAP * p for p in map(chain_progress, gold_chains, search_record)
+    ]
     if any(v is None for v in values):
         counted = shaped_search_reward("hops")(completions, hops=hops, **kwargs)
         values = [counted[i] if v is None else v for i, v in enumerate(values)]

@@ -19,9 +19,10 @@ import logging
 import os
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -127,8 +128,9 @@ class StageRunner:
     threads: int
     show_commands: bool = True
 
-    def run(self, stage: Stage, head: str, *, key: str | None = None, finish: str | None = None,
-            **extra: Any) -> tuple[dict[str, Any], bool]:
+    def run(
+        self, stage: Stage, head: str, *, key: str | None = None, finish: str | None = None, **extra: Any
+    ) -> tuple[dict[str, Any], bool]:
         """(the stage's record, whether it ran now): a finished stage is not run again.
 
         Prints `HEAD ...` before and `FINISH: RESULT LINE (SECONDS s)` after (FINISH defaults to
@@ -145,8 +147,15 @@ class StageRunner:
         result = stage.run()
         seconds, cpu_seconds = time.perf_counter() - wall, _cpu_seconds() - cpu
         print(f"{finish or head}: {result['line']} ({seconds:.1f}s)", flush=True)
-        record = {"stage": stage.name, **({"key": key} if key is not None else {}), "seconds": round(seconds, 2),
-                  "cpu_seconds": round(cpu_seconds, 2), "commands": stage.commands, "threads": self.threads,
-                  **extra, "result": result}
+        record = {
+            "stage": stage.name,
+            **({"key": key} if key is not None else {}),
+            "seconds": round(seconds, 2),
+            "cpu_seconds": round(cpu_seconds, 2),
+            "commands": stage.commands,
+            "threads": self.threads,
+            **extra,
+            "result": result,
+        }
         self.store.save(record)
         return record, True

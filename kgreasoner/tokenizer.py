@@ -48,9 +48,10 @@ from __future__ import annotations
 import itertools
 import re
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -107,30 +108,48 @@ def chat_template(system_prompt: bool = True) -> str:
 class TokenizerConfig:
     """How the tiny model's tokenizer is trained (section `tokenizer:` of a tiny model YAML)."""
 
-    kind: str = field(default="word", metadata={
-        "help": "'word': one token per word seen in the texts, byte fallback; 'bpe': byte-level BPE"})
-    vocab_size: int = field(default=24000, metadata={
-        "help": "size of the learned vocabulary including the 256 byte symbols (and for 'word' the 3 chat "
-                "role names), excluding added tokens (tags, handles, specials); 'word' keeps the most "
-                "frequent words that fit"})
-    min_frequency: int = field(default=1, metadata={
-        "help": "a word (or BPE pair) must occur at least this often in the texts to get its own token"})
-    num_handles: int = field(default=64, metadata={
-        "help": "entity handles E1..E{num_handles} added as single tokens; 0 for no handles"})
-    include_prompt: bool = field(default=True, metadata={
-        "help": "also learn the words of the system prompt (protocol.INSTRUCTIONS), which every "
-                "example starts with; without them it is ~800 byte tokens instead of ~200"})
-    system_prompt: bool = field(default=True, metadata={
-        "help": "false: the chat template leaves the system turn (the paper's instructions) out, so a prompt "
-                "is the question and topic entities only (~20 tokens instead of ~280); for models trained from "
-                "scratch, which learn the protocol from examples"})
+    kind: str = field(
+        default="word",
+        metadata={"help": "'word': one token per word seen in the texts, byte fallback; 'bpe': byte-level BPE"},
+    )
+    vocab_size: int = field(
+        default=24000,
+        metadata={
+            "help": "size of the learned vocabulary including the 256 byte symbols (and for 'word' the 3 chat "
+            "role names), excluding added tokens (tags, handles, specials); 'word' keeps the most "
+            "frequent words that fit"
+        },
+    )
+    min_frequency: int = field(
+        default=1,
+        metadata={"help": "a word (or BPE pair) must occur at least this often in the texts to get its own token"},
+    )
+    num_handles: int = field(
+        default=64, metadata={"help": "entity handles E1..E{num_handles} added as single tokens; 0 for no handles"}
+    )
+    include_prompt: bool = field(
+        default=True,
+        metadata={
+            "help": "also learn the words of the system prompt (protocol.INSTRUCTIONS), which every "
+            "example starts with; without them it is ~800 byte tokens instead of ~200"
+        },
+    )
+    system_prompt: bool = field(
+        default=True,
+        metadata={
+            "help": "false: the chat template leaves the system turn (the paper's instructions) out, so a prompt "
+            "is the question and topic entities only (~20 tokens instead of ~280); for models trained from "
+            "scratch, which learn the protocol from examples"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in TOKENIZER_KINDS:
             raise ConfigError(f"tokenizer.kind must be one of {list(TOKENIZER_KINDS)}, got {self.kind!r}")
         if self.vocab_size <= len(BYTE_ALPHABET):
-            raise ConfigError(f"tokenizer.vocab_size must exceed the {len(BYTE_ALPHABET)} byte symbols, "
-                              f"got {self.vocab_size}")
+            raise ConfigError(
+                f"tokenizer.vocab_size must exceed the {len(BYTE_ALPHABET)} byte symbols, got {self.vocab_size}"
+            )
         if self.min_frequency < 1:
             raise ConfigError(f"tokenizer.min_frequency must be >= 1, got {self.min_frequency}")
         if self.num_handles < 0:
@@ -160,14 +179,18 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> PreTrained
     else:
         backend = _assemble(models.BPE(), pre_tokenizer)
         trainer = trainers.BpeTrainer(
-            vocab_size=config.vocab_size, min_frequency=config.min_frequency,
-            initial_alphabet=list(BYTE_ALPHABET), special_tokens=[], show_progress=False,
+            vocab_size=config.vocab_size,
+            min_frequency=config.min_frequency,
+            initial_alphabet=list(BYTE_ALPHABET),
+            special_tokens=[],
+            show_progress=False,
         )
         backend.train_from_iterator(segments, trainer=trainer)
     backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in TAGS])
     # single_word: a handle is a token only standing alone, so "E23" with 20 handles is not "E2"+"3".
-    backend.add_tokens([AddedToken(t, single_word=True, normalized=False, special=False)
-                        for t in handle_tokens(config.num_handles)])
+    backend.add_tokens(
+        [AddedToken(t, single_word=True, normalized=False, special=False) for t in handle_tokens(config.num_handles)]
+    )
     backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in SPECIAL_TOKENS])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -181,10 +204,12 @@ def train_tokenizer(texts: Iterable[str], config: TokenizerConfig) -> PreTrained
 
 
 def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
-    return pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
 
 
 def _assemble(model: models.Model, pre_tokenizer: pre_tokenizers.PreTokenizer) -> Tokenizer:
@@ -194,8 +219,9 @@ def _assemble(model: models.Model, pre_tokenizer: pre_tokenizers.PreTokenizer) -
     return backend
 
 
-def _word_vocab(segments: list[str], pre_tokenizer: pre_tokenizers.PreTokenizer,
-                config: TokenizerConfig) -> dict[str, int]:
+def _word_vocab(
+    segments: list[str], pre_tokenizer: pre_tokenizers.PreTokenizer, config: TokenizerConfig
+) -> dict[str, int]:
     """The 256 byte symbols, the chat roles, then the most frequent words (ties by text, for
     determinism)."""
     counts: Counter[str] = Counter()
@@ -338,4 +364,3 @@ def tokenizer_summary(tokenizer: PreTrainedTokenizerFast) -> dict[str, int]:
     """Sizes worth logging: learned vocabulary and added tokens."""
     added = len(tokenizer.get_added_vocab())
     return {"vocab_size": len(tokenizer), "learned": len(tokenizer) - added, "added": added}
-

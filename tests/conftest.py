@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 import pyoxigraph as ox
 import pytest
@@ -24,9 +25,14 @@ from kgreasoner.kg.server import OxigraphServer, start_oxigraph_server
 
 TINY_MODEL_TEXTS = [
     # The hand-written questions, thoughts and triples of the llm and training tests.
-    "what time zone is utah in", "Mountain Time Zone", "I need the time zone of Utah.", "Utah is in E2.",
+    "what time zone is utah in",
+    "Mountain Time Zone",
+    "I need the time zone of Utah.",
+    "Utah is in E2.",
     "(E1 Utah, time_zone, E2 Mountain_Time_Zone) (E1 Utah, capital, E3 Salt_Lake_City)",
-    "what is the capital of france", "I need the capital of France.", "The capital is E2.",
+    "what is the capital of france",
+    "I need the capital of France.",
+    "The capital is E2.",
     "(E1 France, capital, E2 Paris) (E1 France, currency, E3 Euro)",
 ]
 
@@ -98,8 +104,16 @@ def tiny_checkpoint(tmp_path_factory, synthetic_dir):
     from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 
     config = dataclasses.replace(
-        TinyModelConfig(), hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-        intermediate_size=128, max_position_embeddings=2048, tokenizer=TokenizerConfig(num_handles=32))
+        TinyModelConfig(),
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        max_position_embeddings=2048,
+        tokenizer=TokenizerConfig(num_handles=32),
+    )
     out = tmp_path_factory.mktemp("tiny_model") / "final"
     texts = read_training_texts([synthetic_dir / "questions.jsonl", synthetic_dir / "names.tsv"])
     build_tiny(config, [*texts, *TINY_MODEL_TEXTS], out)
@@ -132,8 +146,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw_body = self.rfile.read(length) if length else b""
-        request = Received(self.command, self.path, self.headers.get("Authorization"),
-                           json.loads(raw_body) if raw_body else None)
+        request = Received(
+            self.command, self.path, self.headers.get("Authorization"), json.loads(raw_body) if raw_body else None
+        )
         self.server.received.append(request)
         status, reply = self.server.reply(request)
         raw = reply.encode() if isinstance(reply, str) else json.dumps(reply).encode()
@@ -169,4 +184,3 @@ def openai_server():
     for server in servers:
         server.shutdown()
         server.server_close()
-

@@ -8,8 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.ablate import (AblationConfig, PipelineRun, execute, make_demo, plan, render_table, summarize_results,
-                               training_cpu_seconds, write_outputs)
+from kgreasoner.ablate import (
+    AblationConfig,
+    PipelineRun,
+    execute,
+    make_demo,
+    plan,
+    render_table,
+    summarize_results,
+    training_cpu_seconds,
+    write_outputs,
+)
 from kgreasoner.cli import build_parser, main
 from kgreasoner.config import ConfigError, load_config, resolve_recipe
 from kgreasoner.stages import Stage, stage_key
@@ -17,8 +26,19 @@ from kgreasoner.stages import Stage, stage_key
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = ROOT / "configs/ablations/quick.yaml"
 PATHQUESTION = ROOT / "configs/ablations/pathquestion.yaml"
-VARIANTS = ["full", "no_backtracking", "pipeline_tog", "no_warmup", "no_hard_cases", "no_guided_groups",
-            "no_search_reward", "no_format_reward", "no_answer_reward", "no_context_aggregation", "sft_only"]
+VARIANTS = [
+    "full",
+    "no_backtracking",
+    "pipeline_tog",
+    "no_warmup",
+    "no_hard_cases",
+    "no_guided_groups",
+    "no_search_reward",
+    "no_format_reward",
+    "no_answer_reward",
+    "no_context_aggregation",
+    "sft_only",
+]
 UNIFIED_STAGES = ["data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo", "eval"]
 
 
@@ -122,14 +142,18 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     # A zero reward weight reaches the GRPO recipe (and TRL's reward_weights through it); nothing before GRPO changes.
     for name, weight in (("search", "search"), ("format", "format"), ("answer", "answer")):
         grpo = runs[f"no_{name}_reward", 0].demo.grpo[0]
-        assert dataclasses.asdict(grpo.rewards) == {k: 0.0 if k == weight else 1.0 for k in ("search", "format", "answer")}
+        assert dataclasses.asdict(grpo.rewards) == {
+            k: 0.0 if k == weight else 1.0 for k in ("search", "format", "answer")
+        }
         assert changed(f"no_{name}_reward", "grpo") == {f"rewards.{weight}"}
         for stage in ("warmup", "model", "sft", "hard", "eval"):
             assert changed(f"no_{name}_reward", stage) == set(), stage
 
     # Episode 2 over all questions, with the same step budgets.
     no_hard = runs["no_hard_cases", 0].demo.grpo[0]
-    assert [(e.data, e.max_steps) for e in no_hard.episodes] == [("all", e.max_steps) for e in full.demo.grpo[0].episodes]
+    assert [(e.data, e.max_steps) for e in no_hard.episodes] == [
+        ("all", e.max_steps) for e in full.demo.grpo[0].episodes
+    ]
     assert changed("no_hard_cases", "grpo") == {"episodes"}
 
     # Guided groups on in full (from the warm-up's records of every training question), off in no_guided_groups.
@@ -143,7 +167,10 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     for stage in ("warmup", "grpo", "eval"):
         tool = getattr(ctx, stage)[0].tool
         assert tool.ranking == "embedding" and tool.ranker_path is None, stage
-        assert (tool.encoder.kind, tool.encoder.hashing_dim) == (ctx.ranker[0].encoder.kind, ctx.ranker[0].encoder.hashing_dim)
+        assert (tool.encoder.kind, tool.encoder.hashing_dim) == (
+            ctx.ranker[0].encoder.kind,
+            ctx.ranker[0].encoder.hashing_dim,
+        )
         assert changed("no_context_aggregation", stage) <= {"tool.ranking", "tool.ranker_path", "tool.encoder.kind"}
     assert ctx.ranker[0].encoder.kind == ("hashing" if path == QUICK else "minilm")
 
@@ -164,7 +191,11 @@ def test_the_pipeline_variant_trains_the_same_architecture_with_the_same_sft_bud
     steps = str(tog.folder / "pipeline" / "steps.jsonl")
     pipeline = tog.demo.pipeline[0]
     assert (pipeline.method, pipeline.output, pipeline.dataset, pipeline.split_scheme) == (
-        "tog", steps, tog.demo.paths["data"], full.demo.config.split_scheme)
+        "tog",
+        steps,
+        tog.demo.paths["data"],
+        full.demo.config.split_scheme,
+    )
     assert pipeline.tog.few_shot is False  # configs/tiny-cpu/pipeline_sft.yaml
     assert tog.demo.eval[0].tog == pipeline.tog  # evaluation prompts are the trained ones
     assert _diff(_settings(full, "sft"), _settings(tog, "sft")) == {"train_file"}
@@ -198,14 +229,23 @@ def test_every_printed_command_builds_the_config_the_run_uses(tmp_path):
     from kgreasoner.training.hard_cases import HardCaseConfig
     from kgreasoner.training.sft import SFTRecipe
 
-    classes = {"warmup": WarmupConfig, "sft": SFTRecipe, "hard": HardCaseConfig, "grpo": GRPORecipe, "pipeline": PipelineSFTConfig}
+    classes = {
+        "warmup": WarmupConfig,
+        "sft": SFTRecipe,
+        "hard": HardCaseConfig,
+        "grpo": GRPORecipe,
+        "pipeline": PipelineSFTConfig,
+    }
     for run in _runs(QUICK, tmp_path, seeds=[1]).values():
         for stage in run.stages:
             words = shlex.split(stage.commands[0])
             if stage.name in classes:
                 config = words[words.index("--config") + 1] if "--config" in words else None
                 sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
-                assert load_config(classes[stage.name], config, sets) == getattr(run.demo, stage.name)[0], (run.label, stage.name)
+                assert load_config(classes[stage.name], config, sets) == getattr(run.demo, stage.name)[0], (
+                    run.label,
+                    stage.name,
+                )
             if stage.name == "eval":
                 for line in stage.commands:
                     args = build_parser().parse_args(shlex.split(line)[1:])
@@ -222,8 +262,7 @@ def test_runs_share_a_stage_exactly_when_their_settings_agree_up_to_it(tmp_path)
         return [s for s in runs[a].keys if runs[a].keys[s] == runs[b].keys.get(s)]
 
     upto_hard = ["data", "kg", "ranker", "warmup", "model", "sft", "hard"]
-    for variant in ("no_hard_cases", "no_guided_groups", "no_search_reward", "no_format_reward",
-                    "no_answer_reward"):
+    for variant in ("no_hard_cases", "no_guided_groups", "no_search_reward", "no_format_reward", "no_answer_reward"):
         assert shared(("full", 0), (variant, 0)) == upto_hard
     assert shared(("full", 0), ("no_warmup", 0)) == ["data", "kg", "ranker", "warmup", "model"]
     for variant in ("no_backtracking", "no_context_aggregation"):
@@ -241,7 +280,11 @@ def test_a_stage_key_covers_the_recipe_file_the_command_names(tmp_path):
     recipe.write_text("max_steps: 10\n")
 
     def key(folder: Path) -> str:
-        return stage_key("prev", Stage("sft", "", [f"python train/sft.py --config {recipe} --set output_dir={folder}/sft"], dict), folder)
+        return stage_key(
+            "prev",
+            Stage("sft", "", [f"python train/sft.py --config {recipe} --set output_dir={folder}/sft"], dict),
+            folder,
+        )
 
     first = key(tmp_path / "a")
     assert key(tmp_path / "b") == first
@@ -263,7 +306,9 @@ def test_the_table_from_hand_made_results():
     }
     rows = summarize_results(records, VARIANTS, [0, 1], "full")
     assert list(rows) == ["full", "no_backtracking", "pipeline_tog", "no_warmup"]
-    assert rows["no_backtracking"]["mean"] == pytest.approx(0.325) and rows["no_backtracking"]["delta"] == pytest.approx(-0.125)
+    assert rows["no_backtracking"]["mean"] == pytest.approx(0.325) and rows["no_backtracking"][
+        "delta"
+    ] == pytest.approx(-0.125)
     assert rows["no_warmup"]["mean"] is None and rows["no_warmup"]["hits1"] == {0: 0.0, 1: None}
     assert render_table(rows, [0, 1], "full") == [
         "| variant | Hits@1 seed 0 | Hits@1 seed 1 | mean | vs full | format-valid | training CPU s |",
@@ -275,8 +320,10 @@ def test_the_table_from_hand_made_results():
     ]
     # Without the reference's results the reference row is still there, and no difference is given.
     rows = summarize_results({"no_warmup": {0: result(0.25, 1.0)}}, VARIANTS, [0], "full")
-    assert render_table(rows, [0], "full")[2:] == ["| full | - | - | reference | - | - |",
-                                                   "| no_warmup | 0.250 | 0.250 | - | 1.000 | - |"]
+    assert render_table(rows, [0], "full")[2:] == [
+        "| full | - | - | reference | - | - |",
+        "| no_warmup | 0.250 | 0.250 | - | 1.000 | - |",
+    ]
 
 
 def test_the_table_gives_hits1_by_hop_count_and_training_cpu_seconds_from_the_result_files(tmp_path):
@@ -284,16 +331,32 @@ def test_the_table_gives_hits1_by_hop_count_and_training_cpu_seconds_from_the_re
     reference = make_demo(config, resolve_recipe(config.demo), "full", 0, tmp_path / "runs/full/seed-0")
 
     def write(name: str, seed: int, hits1: float, by_hops: dict, cpu: dict) -> None:
-        stages = {stage: {"key": "k", "seconds": 1.0, "cpu_seconds": seconds, "ran": True}
-                  for stage, seconds in cpu.items()}
-        record = {"variant": name, "seed": seed, "method": "kgreasoner", "hits1": hits1, "format_valid": 1.0,
-                  "n": 30, "oracle_hits1": 0.9, "hits1_by_hops": by_hops, "keys": {}, "stages": stages}
+        stages = {
+            stage: {"key": "k", "seconds": 1.0, "cpu_seconds": seconds, "ran": True} for stage, seconds in cpu.items()
+        }
+        record = {
+            "variant": name,
+            "seed": seed,
+            "method": "kgreasoner",
+            "hits1": hits1,
+            "format_valid": 1.0,
+            "n": 30,
+            "oracle_hits1": 0.9,
+            "hits1_by_hops": by_hops,
+            "keys": {},
+            "stages": stages,
+        }
         (tmp_path / "runs" / name / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
         (tmp_path / "runs" / name / f"seed-{seed}" / "result.json").write_text(json.dumps(record))
 
     # data, kg, warmup and eval are no training: only sft, hard and grpo count
-    write("full", 0, 0.5, {"1": 0.8, "2": 0.4, "3": 0.1},
-          {"data": 50.0, "warmup": 70.0, "sft": 100.0, "hard": 10.0, "grpo": 300.0, "eval": 40.0})
+    write(
+        "full",
+        0,
+        0.5,
+        {"1": 0.8, "2": 0.4, "3": 0.1},
+        {"data": 50.0, "warmup": 70.0, "sft": 100.0, "hard": 10.0, "grpo": 300.0, "eval": 40.0},
+    )
     write("full", 1, 0.4, {"1": 0.6, "2": 0.3, "3": 0.3}, {"sft": 110.0, "hard": 12.0, "grpo": 320.0})
     write("sft_only", 0, 0.3, {"1": 0.5, "2": 0.2}, {"sft": 101.0, "eval": 30.0})
     write("sft_only", 1, 0.2, {"1": 0.3, "2": 0.1, "3": 0.0}, {"sft": 99.0})
@@ -313,8 +376,11 @@ def test_the_table_gives_hits1_by_hop_count_and_training_cpu_seconds_from_the_re
         "| sft_only | 0.300 | 0.200 | 0.250 | -0.200 | 1.000 | 0.400 | 0.150 | - | 100 |",
     ]
     saved = json.loads((tmp_path / "ablations.json").read_text())["variants"]
-    assert saved["full"]["hits1_by_hops"] == {"1": pytest.approx(0.7), "2": pytest.approx(0.35),
-                                              "3": pytest.approx(0.2)}
+    assert saved["full"]["hits1_by_hops"] == {
+        "1": pytest.approx(0.7),
+        "2": pytest.approx(0.35),
+        "3": pytest.approx(0.2),
+    }
     assert saved["full"]["training_cpu_seconds"] == {"0": 410.0, "1": 442.0}
     assert saved["full"]["training_cpu_mean"] == 426.0
     assert saved["no_hard_cases"]["training_cpu_seconds"] == {"0": None, "1": 6.0}
@@ -324,9 +390,15 @@ def test_a_run_records_hits1_by_hop_count_and_the_cpu_seconds_of_each_stage(tmp_
     """The stages are stand-ins (training takes minutes): each burns some CPU, eval writes the summaries."""
     out = tmp_path / "ablate"
     [run] = plan(load_config(AblationConfig, QUICK), out, only=["full"], seeds=[0])
-    summary = {"hits1": 0.5, "format_valid": 1.0, "n": 30,
-               "by_hops": {"1": {"n": 10, "hits1": 0.8, "f1": 0.8, "em": 0.8},
-                           "2": {"n": 20, "hits1": 0.35, "f1": 0.4, "em": 0.3}}}
+    summary = {
+        "hits1": 0.5,
+        "format_valid": 1.0,
+        "n": 30,
+        "by_hops": {
+            "1": {"n": 10, "hits1": 0.8, "f1": 0.8, "em": 0.8},
+            "2": {"n": 20, "hits1": 0.35, "f1": 0.4, "em": 0.3},
+        },
+    }
 
     def busy() -> dict:
         end = time.process_time() + 0.05
@@ -347,13 +419,27 @@ def test_a_run_records_hits1_by_hop_count_and_the_cpu_seconds_of_each_stage(tmp_
     assert set(record["stages"]) == set(UNIFIED_STAGES)
     assert all(stage["cpu_seconds"] >= 0.04 for name, stage in record["stages"].items() if name != "eval")
     assert training_cpu_seconds(record) == pytest.approx(
-        sum(record["stages"][name]["cpu_seconds"] for name in ("sft", "hard", "grpo")))
+        sum(record["stages"][name]["cpu_seconds"] for name in ("sft", "hard", "grpo"))
+    )
 
 
 # --- command line -------------------------------------------------------------------------------------------------
 def test_the_command_line(tmp_path, capsys):
-    args = build_parser().parse_args(["ablate", "--config", str(QUICK), "--out", str(tmp_path), "--only", "full,no_warmup",
-                                      "--seeds", "0,2", "--set", "data_seed=1"])
+    args = build_parser().parse_args(
+        [
+            "ablate",
+            "--config",
+            str(QUICK),
+            "--out",
+            str(tmp_path),
+            "--only",
+            "full,no_warmup",
+            "--seeds",
+            "0,2",
+            "--set",
+            "data_seed=1",
+        ]
+    )
     assert (args.only, args.seeds, args.overrides, args.threads) == (["full", "no_warmup"], [0, 2], ["data_seed=1"], 0)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["ablate", "--config", str(QUICK), "--out", str(tmp_path), "--seeds", "0,x"])
@@ -369,8 +455,19 @@ def test_the_command_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_quick_ablation_of_two_variants_end_to_end_then_resumes(tmp_path, capsys):
     out = tmp_path / "ablate"
-    argv = ["ablate", "--config", str(QUICK), "--out", str(out), "--only", "full,no_search_reward", "--seeds", "0",
-            "--threads", "1"]
+    argv = [
+        "ablate",
+        "--config",
+        str(QUICK),
+        "--out",
+        str(out),
+        "--only",
+        "full,no_search_reward",
+        "--seeds",
+        "0",
+        "--threads",
+        "1",
+    ]
     started = time.perf_counter()
     assert main(argv) == 0
     first = time.perf_counter() - started

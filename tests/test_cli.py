@@ -15,8 +15,10 @@ def test_every_listed_command_is_registered_by_its_module():
 
 
 def test_help_lists_every_command_without_importing_torch():
-    code = ("import sys\nfrom kgreasoner.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys\nfrom kgreasoner.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert result.stdout.splitlines()[-1] == "False False"
     for name in COMMANDS:

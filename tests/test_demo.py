@@ -53,9 +53,14 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
     demo = Demo(config, tmp_path / "out dir")  # a space, quoted in the commands
     stages = {s.name: s for s in demo.stages()}
     assert list(stages) == list(STAGE_NAMES)
-    classes = {"ranker": (RankerTrainConfig, demo.ranker), "warmup": (WarmupConfig, demo.warmup),
-               "model": (TinyModelConfig, demo.model), "sft": (SFTRecipe, demo.sft),
-               "hard": (HardCaseConfig, demo.hard), "grpo": (GRPORecipe, demo.grpo)}
+    classes = {
+        "ranker": (RankerTrainConfig, demo.ranker),
+        "warmup": (WarmupConfig, demo.warmup),
+        "model": (TinyModelConfig, demo.model),
+        "sft": (SFTRecipe, demo.sft),
+        "hard": (HardCaseConfig, demo.hard),
+        "grpo": (GRPORecipe, demo.grpo),
+    }
     for name, (cls, (built, _, _)) in classes.items():
         (line,) = stages[name].commands
         path, sets = _sets(shlex.split(line))
@@ -71,8 +76,11 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
     assert demo.grpo[0].rollout == demo.eval[0].rollout
     assert shlex.split(stages["data"].commands[0])[:3] == ["kgreasoner", "prepare-data", "PQ-2H"]
     build = build_parser().parse_args(shlex.split(stages["model"].commands[0])[1:])
-    assert [str(p) for p in build.texts] == [demo.paths["data"] + "/kb.tsv", demo.warmup_file,
-                                             demo.paths["data"] + "/questions.jsonl"]
+    assert [str(p) for p in build.texts] == [
+        demo.paths["data"] + "/kb.tsv",
+        demo.warmup_file,
+        demo.paths["data"] + "/questions.jsonl",
+    ]
     assert build.text_splits == ["train"]
 
 
@@ -89,9 +97,15 @@ def test_bad_settings_name_the_stage_and_field(tmp_path):
 
 
 def test_a_nested_override_changes_one_field_of_the_recipe_section(tmp_path):
-    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/full.yaml", ["ranker.set.encoder.batch_size=7"]), tmp_path)
+    demo = Demo(
+        load_config(DemoConfig, ROOT / "configs/demo/full.yaml", ["ranker.set.encoder.batch_size=7"]), tmp_path
+    )
     encoder = demo.ranker[0].encoder
-    assert (encoder.kind, encoder.batch_size, encoder.cache_dir) == ("minilm", 7, str(tmp_path / "cache" / "embeddings"))
+    assert (encoder.kind, encoder.batch_size, encoder.cache_dir) == (
+        "minilm",
+        7,
+        str(tmp_path / "cache" / "embeddings"),
+    )
     assert "encoder.batch_size=7" in demo.ranker[2]
     with pytest.raises(ConfigError, match="unknown key"):
         load_config(DemoConfig, None, ["sfft.set.max_steps=3"])
@@ -120,7 +134,14 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
         assert (out / model / "config.json").exists() and (out / model / "tokenizer.json").exists(), model
     assert (out / "hard" / "hard.jsonl").read_text().strip()
     steps = [json.loads(x) for x in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
-    assert [(r["episode"], r["step"]) for r in steps if "loss" in r] == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2)]
+    assert [(r["episode"], r["step"]) for r in steps if "loss" in r] == [
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+        (2, 1),
+        (2, 2),
+    ]
     # Greedy dev Hits@1 before each episode and every 2 steps (dev_eval_steps).
     assert [(r["episode"], r["step"]) for r in steps if "dev/hits1" in r] == [(1, 0), (1, 2), (1, 4), (2, 0), (2, 2)]
     # SFT learns from the first 60 training questions of the stratified order; hard cases are mined on all.
@@ -134,7 +155,13 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
 
     # The report folder: table rows per method, figures, every stage's command and time; no checkpoint.
     report = out / "report"
-    assert {p.name for p in report.iterdir()} == {"report.md", "results.json", "sft_loss.png", "grpo_curves.png", "hard_cases.png"}
+    assert {p.name for p in report.iterdir()} == {
+        "report.md",
+        "results.json",
+        "sft_loss.png",
+        "grpo_curves.png",
+        "hard_cases.png",
+    }
     text = (report / "report.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     for method in (SFT_METHOD, GRPO_METHOD, "oracle"):
@@ -189,8 +216,23 @@ def _install(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return target
 
 
@@ -200,18 +242,28 @@ def test_an_installed_package_runs_the_demo_from_any_folder(tmp_path):
     demo gets past the warm-up stage (which read `configs/tiny-cpu/templates-copy.yaml` from the
     current folder before) with every stage's recipe resolved up front; the run is stopped there."""
     target = _install(tmp_path)
-    shipped = {p.relative_to(target / "kgreasoner" / "configs") for p in (target / "kgreasoner" / "configs").rglob("*")
-               if p.is_file()}
+    shipped = {
+        p.relative_to(target / "kgreasoner" / "configs")
+        for p in (target / "kgreasoner" / "configs").rglob("*")
+        if p.is_file()
+    }
     assert shipped == {p.relative_to(ROOT / "configs") for p in (ROOT / "configs").rglob("*") if p.is_file()}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    where = subprocess.run([sys.executable, "-c", "import kgreasoner; print(kgreasoner.__file__)"], cwd=elsewhere,
-                           env=env, check=True, capture_output=True, text=True).stdout.strip()
+    where = subprocess.run(
+        [sys.executable, "-c", "import kgreasoner; print(kgreasoner.__file__)"],
+        cwd=elsewhere,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     assert Path(where).is_relative_to(target)
     command = [sys.executable, "-m", "kgreasoner.cli", "demo", "--quick", "--out", "out", "--threads", "1"]
-    process = subprocess.Popen(command, cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = subprocess.Popen(
+        command, cwd=elsewhere, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     log = []
     try:
         for line in process.stdout:
@@ -241,8 +293,10 @@ def test_recipe_paths_resolve_against_the_packages_configs_from_any_folder(tmp_p
     Demo(load_config(DemoConfig, "configs/demo/quick.yaml"), tmp_path / "out")
     with pytest.raises(ConfigError) as err:
         load_config(DemoConfig, "configs/demo/nothing.yaml")
-    assert str(err.value) == (f"config file not found: configs/demo/nothing.yaml not found here ({tmp_path}) or in "
-                              f"the package's configs ({PACKAGE_CONFIGS})")
+    assert str(err.value) == (
+        f"config file not found: configs/demo/nothing.yaml not found here ({tmp_path}) or in "
+        f"the package's configs ({PACKAGE_CONFIGS})"
+    )
     # A file of the current folder comes first.
     (tmp_path / "configs" / "demo").mkdir(parents=True)
     (tmp_path / "configs" / "demo" / "quick.yaml").write_text("eval_questions: 3\n", encoding="utf-8")
@@ -253,9 +307,17 @@ def test_the_data_stage_summary_counts_the_warnings_of_its_questions(tmp_path):
     folder = tmp_path / "d"
     folder.mkdir()
     (folder / "kb.tsv").write_text("e.utah\tcapital\te.slc\ne.slc\tcontained_by\te.utah\n", encoding="utf-8")
-    questions = [{"id": f"q{i}", "question": "what is the capital of utah", "split": split,
-                  "topic_entities": [{"id": "e.utah"}], "answers": [{"id": answer}], "gold_paths": [["capital"]]}
-                 for i, (split, answer) in enumerate([("train", "e.slc"), ("dev", "e.slc"), ("test", "e.ogden")])]
+    questions = [
+        {
+            "id": f"q{i}",
+            "question": "what is the capital of utah",
+            "split": split,
+            "topic_entities": [{"id": "e.utah"}],
+            "answers": [{"id": answer}],
+            "gold_paths": [["capital"]],
+        }
+        for i, (split, answer) in enumerate([("train", "e.slc"), ("dev", "e.slc"), ("test", "e.ogden")])
+    ]
     (folder / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
     demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", [f"data={folder}"]), tmp_path / "out")
     result = demo.run_data()

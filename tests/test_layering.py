@@ -44,11 +44,24 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("kgreasoner", "data_gen")
 
 LAYERS: list[list[str]] = [
-    ["kgreasoner", "kgreasoner.config", "kgreasoner.protocol",
-     "kgreasoner.data.schema", "kgreasoner.data.trajectories", "kgreasoner.data.normalize", "kgreasoner.data.paths",
-     "kgreasoner.data.splits", "kgreasoner.data.sampling", "kgreasoner.data.pathquestion",
-     "kgreasoner.data.tog_json", "kgreasoner.data.webqsp_cwq", "kgreasoner.data.rog",
-     "kgreasoner.data.hops", "kgreasoner.kg.base", "kgreasoner.llm.http"],
+    [
+        "kgreasoner",
+        "kgreasoner.config",
+        "kgreasoner.protocol",
+        "kgreasoner.data.schema",
+        "kgreasoner.data.trajectories",
+        "kgreasoner.data.normalize",
+        "kgreasoner.data.paths",
+        "kgreasoner.data.splits",
+        "kgreasoner.data.sampling",
+        "kgreasoner.data.pathquestion",
+        "kgreasoner.data.tog_json",
+        "kgreasoner.data.webqsp_cwq",
+        "kgreasoner.data.rog",
+        "kgreasoner.data.hops",
+        "kgreasoner.kg.base",
+        "kgreasoner.llm.http",
+    ],
     ["kgreasoner.kg"],
     ["kgreasoner.data"],
     ["kgreasoner.retrieval"],
@@ -90,7 +103,8 @@ def place(module: str) -> tuple[int, str] | None:
     best_len = -1
     entries = [(i, e) for i, layer in enumerate(LAYERS) for e in layer] + [
         (next(i for i, layer in enumerate(LAYERS) if unit in layer), entry)
-        for entry, unit in UNITS.items() if unit != "records"
+        for entry, unit in UNITS.items()
+        if unit != "records"
     ]
     for index, entry in entries:
         if (module == entry or module.startswith(entry + ".")) and len(entry) > best_len:
@@ -185,8 +199,12 @@ def import_cycles(graph: dict[str, list[tuple[Path, int, str]]]) -> list[list[st
 
 def describe_cycle(cycle: list[str], graph: dict[str, list[tuple[Path, int, str]]], root: Path = ROOT) -> str:
     members = set(cycle)
-    lines = [f"{p.relative_to(root)}:{line}: {m} imports {t}"
-             for m in cycle for p, line, t in graph[m] if t in members and t != m]
+    lines = [
+        f"{p.relative_to(root)}:{line}: {m} imports {t}"
+        for m in cycle
+        for p, line, t in graph[m]
+        if t in members and t != m
+    ]
     return "import cycle among " + ", ".join(cycle) + ":\n    " + "\n    ".join(lines)
 
 
@@ -202,18 +220,27 @@ def test_no_import_cycles():
 
 
 def test_no_module_imports_another_modules_private_names():
-    private = [f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(a.name for a in node.names if a.name.startswith('_'))} "
-               f"from {node.module}"
-               for path in source_files() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-               if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in SOURCES
-               and any(a.name.startswith("_") and a.name != "__version__" for a in node.names)]
+    private = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(a.name for a in node.names if a.name.startswith('_'))} "
+        f"from {node.module}"
+        for path in source_files()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom)
+        and node.module
+        and node.module.split(".")[0] in SOURCES
+        and any(a.name.startswith("_") and a.name != "__version__" for a in node.names)
+    ]
     assert not private, "private names imported from another module:\n" + "\n".join(private)
 
 
 def test_the_layer_table_names_real_modules():
     modules = {module_name(p) for p in source_files()}
-    stale = [entry for layer in LAYERS for entry in layer
-             if not any(m == entry or m.startswith(entry + ".") for m in modules)]
+    stale = [
+        entry
+        for layer in LAYERS
+        for entry in layer
+        if not any(m == entry or m.startswith(entry + ".") for m in modules)
+    ]
     assert not stale, f"LAYERS names modules that do not exist: {stale}"
 
 
@@ -226,14 +253,17 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_an_upward_lazy_import_is_named_with_its_file_and_line(tmp_path):
-    root = _tree(tmp_path, {
-        "kgreasoner/__init__.py": "",
-        "kgreasoner/kg/__init__.py": "",
-        "kgreasoner/kg/memory.py": "import os\n\ndef f():\n    from kgreasoner.retrieval import tool\n",
-        "kgreasoner/retrieval/__init__.py": "",
-        "kgreasoner/retrieval/tool.py": "from ..kg import memory\n",
-        "data_gen/__init__.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "kgreasoner/__init__.py": "",
+            "kgreasoner/kg/__init__.py": "",
+            "kgreasoner/kg/memory.py": "import os\n\ndef f():\n    from kgreasoner.retrieval import tool\n",
+            "kgreasoner/retrieval/__init__.py": "",
+            "kgreasoner/retrieval/tool.py": "from ..kg import memory\n",
+            "data_gen/__init__.py": "",
+        },
+    )
     problems = upward_imports(import_graph(root), root)
     assert problems == [
         "kgreasoner/kg/memory.py:4: kgreasoner.kg.memory imports kgreasoner.retrieval.tool, "
@@ -242,14 +272,17 @@ def test_an_upward_lazy_import_is_named_with_its_file_and_line(tmp_path):
 
 
 def test_peers_must_not_import_each_other(tmp_path):
-    root = _tree(tmp_path, {
-        "kgreasoner/__init__.py": "",
-        "kgreasoner/training/__init__.py": "",
-        "kgreasoner/training/sft.py": "from kgreasoner.baselines.io import IOMethod\n",
-        "kgreasoner/baselines/__init__.py": "",
-        "kgreasoner/baselines/io.py": "",
-        "data_gen/__init__.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "kgreasoner/__init__.py": "",
+            "kgreasoner/training/__init__.py": "",
+            "kgreasoner/training/sft.py": "from kgreasoner.baselines.io import IOMethod\n",
+            "kgreasoner/baselines/__init__.py": "",
+            "kgreasoner/baselines/io.py": "",
+            "data_gen/__init__.py": "",
+        },
+    )
     assert upward_imports(import_graph(root), root) == [
         "kgreasoner/training/sft.py:1: kgreasoner.training.sft imports kgreasoner.baselines.io, "
         "a peer in its own layer (kgreasoner.baselines beside kgreasoner.training)"
@@ -257,12 +290,15 @@ def test_peers_must_not_import_each_other(tmp_path):
 
 
 def test_a_cycle_inside_one_layer_is_found(tmp_path):
-    root = _tree(tmp_path, {
-        "kgreasoner/__init__.py": "",
-        "kgreasoner/demo.py": "import kgreasoner.cli\n",
-        "kgreasoner/cli.py": "def main():\n    from kgreasoner import demo\n",
-        "data_gen/__init__.py": "",
-    })
+    root = _tree(
+        tmp_path,
+        {
+            "kgreasoner/__init__.py": "",
+            "kgreasoner/demo.py": "import kgreasoner.cli\n",
+            "kgreasoner/cli.py": "def main():\n    from kgreasoner import demo\n",
+            "data_gen/__init__.py": "",
+        },
+    )
     graph = import_graph(root)
     assert import_cycles(graph) == [["kgreasoner.cli", "kgreasoner.demo"]]
     assert describe_cycle(["kgreasoner.cli", "kgreasoner.demo"], graph, root) == (
@@ -272,11 +308,21 @@ def test_a_cycle_inside_one_layer_is_found(tmp_path):
     )
 
 
-@pytest.mark.parametrize("module, layer", [
-    ("kgreasoner.data.normalize", 0), ("kgreasoner.kg.base", 0), ("kgreasoner.kg.memory", 1),
-    ("kgreasoner.data", 2), ("kgreasoner.data.datasets", 2), ("kgreasoner.tokenizer", 5),
-    ("kgreasoner.llm.http", 0), ("kgreasoner.llm.clients", 6), ("kgreasoner.rewards", 7),
-    ("data_gen.warmup", 10), ("kgreasoner.cli", 14),
-])
+@pytest.mark.parametrize(
+    "module, layer",
+    [
+        ("kgreasoner.data.normalize", 0),
+        ("kgreasoner.kg.base", 0),
+        ("kgreasoner.kg.memory", 1),
+        ("kgreasoner.data", 2),
+        ("kgreasoner.data.datasets", 2),
+        ("kgreasoner.tokenizer", 5),
+        ("kgreasoner.llm.http", 0),
+        ("kgreasoner.llm.clients", 6),
+        ("kgreasoner.rewards", 7),
+        ("data_gen.warmup", 10),
+        ("kgreasoner.cli", 14),
+    ],
+)
 def test_modules_land_in_their_layer(module, layer):
     assert place(module)[0] == layer

@@ -7,12 +7,22 @@ import yaml
 from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import (
-    AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList, Qwen3ForCausalLM,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaForCausalLM,
+    LogitsProcessor,
+    LogitsProcessorList,
+    Qwen3ForCausalLM,
 )
 
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.models import (
-    TinyModelConfig, build_tiny, build_tiny_model, ensure_pad_token, load_model_and_tokenizer, main,
+    TinyModelConfig,
+    build_tiny,
+    build_tiny_model,
+    ensure_pad_token,
+    load_model_and_tokenizer,
+    main,
     parameter_counts,
 )
 from kgreasoner.protocol import ANSWER_CLOSE
@@ -24,9 +34,16 @@ SAMPLE = "<think> <search>Utah</search>\n<triples>\n(E1 Utah, time zone, E2 Moun
 
 
 def small(**changes) -> TinyModelConfig:
-    base = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-                           intermediate_size=128, max_position_embeddings=256,
-                           tokenizer=TokenizerConfig(num_handles=16))
+    base = TinyModelConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        max_position_embeddings=256,
+        tokenizer=TokenizerConfig(num_handles=16),
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -57,7 +74,9 @@ def test_saved_checkpoint_loads_with_auto_classes_and_same_logits(saved):
     with torch.no_grad():
         assert torch.equal(model(batch).logits, loaded(batch).logits)
     assert loaded.generation_config.eos_token_id == [
-        tokenizer.convert_tokens_to_ids(EOS_TOKEN), tokenizer.convert_tokens_to_ids(ANSWER_CLOSE)]
+        tokenizer.convert_tokens_to_ids(EOS_TOKEN),
+        tokenizer.convert_tokens_to_ids(ANSWER_CLOSE),
+    ]
     assert loaded.generation_config.pad_token_id == tokenizer.convert_tokens_to_ids(PAD_TOKEN)
     assert loaded.config.vocab_size == len(tokenizer)
     recipe = yaml.safe_load((out / "tiny_model.yaml").read_text())
@@ -120,8 +139,15 @@ def test_llama_architecture(tokenizer):
 
 def test_parameter_counts_of_the_tiny_cpu_recipe(tokenizer):
     config = load_config(TinyModelConfig, REPO / "configs/tiny-cpu/model.yaml")
-    assert (config.architecture, config.hidden_size, config.num_layers, config.num_heads,
-            config.num_kv_heads, config.head_dim, config.intermediate_size) == ("qwen3", 256, 4, 4, 2, 64, 768)
+    assert (
+        config.architecture,
+        config.hidden_size,
+        config.num_layers,
+        config.num_heads,
+        config.num_kv_heads,
+        config.head_dim,
+        config.intermediate_size,
+    ) == ("qwen3", 256, 4, 4, 2, 64, 768)
     counts = parameter_counts(build_tiny_model(config, tokenizer))
     # per layer: q 256x256, k and v 256x128, o 256x256, MLP 3x256x768, norms 2x256 + 2x64; final norm 256
     assert counts["non_embedding"] == 4 * (65536 + 2 * 32768 + 65536 + 3 * 196608 + 512 + 128) + 256
@@ -136,11 +162,14 @@ def test_small_head_dim_is_a_config_error_naming_the_field(tmp_path):
         load_config(TinyModelConfig, path)
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"architecture": "gpt2"}, "architecture must be one of"),
-    ({"num_kv_heads": 3}, r"num_kv_heads \(3\) must divide num_heads \(4\)"),
-    ({"num_layers": 0}, "num_layers must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"architecture": "gpt2"}, "architecture must be one of"),
+        ({"num_kv_heads": 3}, r"num_kv_heads \(3\) must divide num_heads \(4\)"),
+        ({"num_layers": 0}, "num_layers must be >= 1"),
+    ],
+)
 def test_bad_model_settings_name_the_field(changes, message):
     with pytest.raises(ConfigError, match=message):
         TinyModelConfig(**changes)
@@ -159,11 +188,35 @@ def test_cli_builds_a_checkpoint(tmp_path, capsys):
     texts = tmp_path / "names.tsv"
     texts.write_text("m.1\tUtah\nm.2\tMountain Time Zone\n", encoding="utf-8")
     config = tmp_path / "model.yaml"
-    config.write_text(yaml.safe_dump({"hidden_size": 64, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
-                                      "head_dim": 32, "intermediate_size": 64}))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "hidden_size": 64,
+                "num_layers": 1,
+                "num_heads": 2,
+                "num_kv_heads": 1,
+                "head_dim": 32,
+                "intermediate_size": 64,
+            }
+        )
+    )
     out = tmp_path / "ckpt"
-    assert main(["build-tiny", "--config", str(config), "--set", "tokenizer.num_handles=4",
-                 "--texts", str(texts), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "build-tiny",
+                "--config",
+                str(config),
+                "--set",
+                "tokenizer.num_handles=4",
+                "--texts",
+                str(texts),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "without embeddings" in printed and f"saved to {out}" in printed
     tok = AutoTokenizer.from_pretrained(out)
@@ -186,9 +239,14 @@ def test_generation_stops_right_after_answer_close(saved):
             forced[:, script[step]] = 0.0
             return forced
 
-    prompt = torch.tensor([tok.apply_chat_template([{"role": "user", "content": "Utah"}],
-                                                   add_generation_prompt=True, tokenize=True, return_dict=True)
-                           ["input_ids"]])
-    generated = model.generate(prompt, logits_processor=LogitsProcessorList([Forced()]), max_new_tokens=8,
-                               do_sample=False)
-    assert tok.decode(generated[0, prompt.shape[1]:]) == "<answer>E3</answer>"
+    prompt = torch.tensor(
+        [
+            tok.apply_chat_template(
+                [{"role": "user", "content": "Utah"}], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        ]
+    )
+    generated = model.generate(
+        prompt, logits_processor=LogitsProcessorList([Forced()]), max_new_tokens=8, do_sample=False
+    )
+    assert tok.decode(generated[0, prompt.shape[1] :]) == "<answer>E3</answer>"

@@ -14,14 +14,29 @@ from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
 from kgreasoner.rollout.types import TextOutput, trl_rollout_output
 
 TRIPLES = [
-    ("m.ada", "father", "m.byron"), ("m.byron", "born_in", "m.london"), ("m.london", "in_country", "m.england"),
-    ("m.ada", "mother", "m.annabella"), ("m.annabella", "born_in", "m.seaham"),
-    ("m.seaham", "in_country", "m.england"), ("m.ada", "citizen_of", "m.england"),
-    ("m.london", "mayor", "m.khan"), ("m.byron", "spouse", "m.annabella"),
-    ("m.ada", "education", "m.cvt"), ("m.cvt", "institution", "m.oxford"), ("m.oxford", "in_country", "m.england"),
+    ("m.ada", "father", "m.byron"),
+    ("m.byron", "born_in", "m.london"),
+    ("m.london", "in_country", "m.england"),
+    ("m.ada", "mother", "m.annabella"),
+    ("m.annabella", "born_in", "m.seaham"),
+    ("m.seaham", "in_country", "m.england"),
+    ("m.ada", "citizen_of", "m.england"),
+    ("m.london", "mayor", "m.khan"),
+    ("m.byron", "spouse", "m.annabella"),
+    ("m.ada", "education", "m.cvt"),
+    ("m.cvt", "institution", "m.oxford"),
+    ("m.oxford", "in_country", "m.england"),
 ]
-NAMES = {"m.ada": "Ada", "m.byron": "Byron", "m.london": "London", "m.england": "England",
-         "m.annabella": "Annabella", "m.seaham": "Seaham", "m.khan": "Khan", "m.oxford": "Oxford"}
+NAMES = {
+    "m.ada": "Ada",
+    "m.byron": "Byron",
+    "m.london": "London",
+    "m.england": "England",
+    "m.annabella": "Annabella",
+    "m.seaham": "Seaham",
+    "m.khan": "Khan",
+    "m.oxford": "Oxford",
+}
 KG = MemoryKG.from_triples(TRIPLES, NAMES)  # m.cvt has no name: an unnamed mediator
 ADA = {"id": "m.ada", "name": "Ada"}
 ENGLAND = {"id": "m.england", "name": "England"}
@@ -31,9 +46,16 @@ FULL = SEARCH_CAP
 
 
 def question(paths, answers=(ENGLAND,), topics=(ADA,), **extra) -> QAExample:
-    return QAExample.from_dict({"id": "q", "question": "in which country was ada's father born",
-                                "topic_entities": list(topics), "answers": list(answers), "gold_paths": paths,
-                                **extra})
+    return QAExample.from_dict(
+        {
+            "id": "q",
+            "question": "in which country was ada's father born",
+            "topic_entities": list(topics),
+            "answers": list(answers),
+            "gold_paths": paths,
+            **extra,
+        }
+    )
 
 
 class ScriptedText:
@@ -54,7 +76,8 @@ def rollout(example: QAExample, *queries: str):
     tool = KGSearchTool(KG, ToolConfig(top_k=10))
     session = tool.session(example.question, list(example.topic_entities), example_id=example.id)
     [trajectory] = RolloutEngine(ScriptedText(queries), None, RolloutConfig(max_turns=8)).run(
-        [example.question], [session], SamplingParams(temperature=0.0))
+        [example.question], [session], SamplingParams(temperature=0.0)
+    )
     return trajectory
 
 
@@ -63,8 +86,12 @@ def path_reward(example: QAExample, *queries: str) -> float:
     trajectory = rollout(example, *queries)
     columns = trl_rollout_output([trajectory], end_token_id=0)
     [value] = shaped_search_reward("path")(
-        [trajectory.text], gold_chains=[GoldChains(KG)(example)], hops=[example.hops], answers=[["England"]],
-        **{k: columns[k] for k in ("completion_text", "tool_spans", "num_searches", "search_record")})
+        [trajectory.text],
+        gold_chains=[GoldChains(KG)(example)],
+        hops=[example.hops],
+        answers=[["England"]],
+        **{k: columns[k] for k in ("completion_text", "tool_spans", "num_searches", "search_record")},
+    )
     return value
 
 
@@ -73,8 +100,11 @@ THREE_HOPS = question([FATHER_PATH])
 
 def test_the_chains_of_a_gold_path_are_its_entity_levels_and_its_answers():
     [[chain]] = gold_chains(KG, THREE_HOPS)
-    assert chain == {"levels": [["m.ada"], ["m.byron"], ["m.london"]], "answers": ["m.england"],
-                     "mediators": [False, False, False]}
+    assert chain == {
+        "levels": [["m.ada"], ["m.byron"], ["m.london"]],
+        "answers": ["m.england"],
+        "mediators": [False, False, False],
+    }
 
 
 def test_no_search_scores_zero():
@@ -114,8 +144,9 @@ def test_alternative_paths_score_the_best_one():
 
 def test_an_intersect_question_scores_the_mean_over_its_topic_entities():
     london = {"id": "m.london", "name": "London"}
-    intersect = question([["father", "born_in"], ["^in_country"]], answers=(london,),
-                         topics=(ADA, ENGLAND), intersect=True)
+    intersect = question(
+        [["father", "born_in"], ["^in_country"]], answers=(london,), topics=(ADA, ENGLAND), intersect=True
+    )
     # Ada's walk: level 1 of 2; England's 1-hop walk: nothing until London is shown
     assert path_reward(intersect, "Ada | father") == pytest.approx(FULL * (1 / 2 + 0) / 2)
     assert path_reward(intersect, "Ada | father", "Byron | born_in") == pytest.approx(FULL)
@@ -148,8 +179,15 @@ def test_a_level_keeps_at_most_max_level_entities():
     fan = [("a", "r", "b0"), ("a", "r", "b1"), ("c12", "t", "z")]
     fan += [(f"b{i}", "s", f"c{i}{j}") for i in range(2) for j in range(3)]
     hub = MemoryKG.from_triples(fan)
-    example = QAExample.from_dict({"id": "h", "question": "q", "topic_entities": [{"id": "a", "name": "a"}],
-                                   "answers": ["z"], "gold_paths": [["r", "s", "t"]]})
+    example = QAExample.from_dict(
+        {
+            "id": "h",
+            "question": "q",
+            "topic_entities": [{"id": "a", "name": "a"}],
+            "answers": ["z"],
+            "gold_paths": [["r", "s", "t"]],
+        }
+    )
     [[chain]] = gold_chains(hub, example)
     assert chain["levels"] == [["a"], ["b0", "b1"], ["c00", "c01", "c02", "c10", "c11", "c12"]]
     # capped at 3: the first three met, over the whole level, not per entity

@@ -8,13 +8,38 @@ from hypothesis import strategies as st
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
-    TAGS, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, last_open_search, parse_trajectory, split_search_query,
+    TAGS,
+    TRIPLES_CLOSE,
+    TRIPLES_OPEN,
+    check_format,
+    last_open_search,
+    parse_trajectory,
+    split_search_query,
 )
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rewards import answer_reward, count_searches, format_reward, search_reward, shaped_search_reward
 
-FRAGMENTS = st.sampled_from([*TAGS, " ", "\n", "|", "backtrack", "E1", "E2", "Utah", "(Utah, time zone, E2 MT)",
-                             "<", ">", "</", "</triples><answer>X</answer>", "\ud800", "\x00", "é", "  "])
+FRAGMENTS = st.sampled_from(
+    [
+        *TAGS,
+        " ",
+        "\n",
+        "|",
+        "backtrack",
+        "E1",
+        "E2",
+        "Utah",
+        "(Utah, time zone, E2 MT)",
+        "<",
+        ">",
+        "</",
+        "</triples><answer>X</answer>",
+        "\ud800",
+        "\x00",
+        "é",
+        "  ",
+    ]
+)
 TEXT = st.lists(st.one_of(FRAGMENTS, st.text(max_size=6)), max_size=40).map("".join)
 MANY = settings(max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -61,7 +86,9 @@ def test_a_tool_block_hides_every_tag_a_label_prints(label):
     last_open_search(prefix + label)
 
 
-_KG = MemoryKG.from_triples([("Utah", "time zone", "MT"), ("Utah", "capital", "Salt Lake City"), ("MT", "offset", "-7")])
+_KG = MemoryKG.from_triples(
+    [("Utah", "time zone", "MT"), ("Utah", "capital", "Salt Lake City"), ("MT", "offset", "-7")]
+)
 _TOOL = KGSearchTool(_KG, ToolConfig(entity_handles=True, top_k=2, ranking="none"))
 
 

@@ -19,8 +19,10 @@ def test_a_stage_runs_once_then_its_record_is_found(tmp_path, capsys):
     runner = StageRunner(store, threads=2)
     record, ran = runner.run(_stage(calls), "[6/10] sft: SFT warm-up")
     assert ran and calls == ["sft"]
-    assert capsys.readouterr().out.splitlines()[:2] == ["[6/10] sft: SFT warm-up ...",
-                                                        "    $ python train/sft.py --config x.yaml"]
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "[6/10] sft: SFT warm-up ...",
+        "    $ python train/sft.py --config x.yaml",
+    ]
     on_disk = json.loads((tmp_path / "stages" / "sft.json").read_text())
     assert on_disk == record and store.records() == {"sft": record}
     assert set(record) == {"stage", "seconds", "cpu_seconds", "commands", "threads", "result"}
@@ -37,6 +39,9 @@ def test_keyed_stages_are_stored_by_content_key_beside_their_folder(tmp_path, ca
     record, ran = runner.run(_stage(calls), "    sft: SFT warm-up", key="abc", finish="    sft", made_by="full/seed-0")
     assert ran and record["key"] == "abc" and record["made_by"] == "full/seed-0"
     assert capsys.readouterr().out.splitlines()[0] == "    sft: SFT warm-up ..."
-    assert store.marker("sft", "abc") == tmp_path / "sft" / "abc.json" and store.folder("sft", "abc") == tmp_path / "sft" / "abc"
+    assert (
+        store.marker("sft", "abc") == tmp_path / "sft" / "abc.json"
+        and store.folder("sft", "abc") == tmp_path / "sft" / "abc"
+    )
     assert store.finished("sft", "abc") == record and store.finished("sft", "other") is None
     assert runner.run(_stage(calls), "    sft", key="other")[1] and calls == ["sft", "sft"]

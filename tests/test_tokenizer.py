@@ -5,14 +5,25 @@ import pytest
 from kgreasoner.config import ConfigError
 from kgreasoner.protocol import ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, TAGS
 from kgreasoner.tokenizer import (
-    BYTE_ALPHABET, CHAT_ROLES, EOS_TOKEN, PAD_TOKEN, TURN_START, TokenizerConfig, handle_tokens,
-    read_training_texts, train_tokenizer,
+    BYTE_ALPHABET,
+    CHAT_ROLES,
+    EOS_TOKEN,
+    PAD_TOKEN,
+    TURN_START,
+    TokenizerConfig,
+    handle_tokens,
+    read_training_texts,
+    train_tokenizer,
 )
 
 TEXTS = [
     "what timezone is Utah in",
     "what is the capital of Utah",
-    "Utah", "Mountain Time Zone", "Salt Lake City", "time zone", "capital",
+    "Utah",
+    "Mountain Time Zone",
+    "Salt Lake City",
+    "time zone",
+    "capital",
     "which nationality is frederica_of_mecklenburg-strelitz 's couple ?",
     "frederica_of_mecklenburg-strelitz",
 ]
@@ -78,8 +89,7 @@ def test_pieces_decode_independently(word_tok):
 def test_known_words_are_one_token_each_in_both_space_forms(word_tok):
     assert tokens(word_tok, "what timezone is Utah in") == ["what", "Ġtimezone", "Ġis", "ĠUtah", "Ġin"]
     assert tokens(word_tok, "<search>Utah</search>") == [SEARCH_OPEN, "Utah", SEARCH_CLOSE]
-    assert tokens(word_tok, "frederica_of_mecklenburg-strelitz 's") == [
-        "frederica_of_mecklenburg-strelitz", "Ġ's"]
+    assert tokens(word_tok, "frederica_of_mecklenburg-strelitz 's") == ["frederica_of_mecklenburg-strelitz", "Ġ's"]
 
 
 def test_tags_and_handles_are_single_tokens(word_tok, bpe_tok):
@@ -89,7 +99,20 @@ def test_tags_and_handles_are_single_tokens(word_tok, bpe_tok):
     for handle in handle_tokens(64):
         assert tokens(word_tok, handle) == [handle]
     assert tokens(word_tok, "(E2 Utah, time zone, E5 Mountain Time Zone)") == [
-        "(", "E2", "ĠUtah", ",", "Ġtime", "Ġzone", ",", "Ġ", "E5", "ĠMountain", "ĠTime", "ĠZone", ")"]
+        "(",
+        "E2",
+        "ĠUtah",
+        ",",
+        "Ġtime",
+        "Ġzone",
+        ",",
+        "Ġ",
+        "E5",
+        "ĠMountain",
+        "ĠTime",
+        "ĠZone",
+        ")",
+    ]
     assert tokens(word_tok, f"{ANSWER_OPEN}E64{ANSWER_CLOSE}") == [ANSWER_OPEN, "E64", ANSWER_CLOSE]
 
 
@@ -126,11 +149,16 @@ def test_special_tokens_and_no_automatic_bos(word_tok):
 
 
 def test_chat_template_renders_turns_and_masks_the_assistant(word_tok):
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "what timezone is Utah in"},
-                {"role": "assistant", "content": "<answer>E5</answer>"}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "what timezone is Utah in"},
+        {"role": "assistant", "content": "<answer>E5</answer>"},
+    ]
     text = word_tok.apply_chat_template(messages, tokenize=False)
-    assert text == (f"{TURN_START}system\nS{EOS_TOKEN}\n{TURN_START}user\nwhat timezone is Utah in{EOS_TOKEN}\n"
-                    f"{TURN_START}assistant\n<answer>E5</answer>{EOS_TOKEN}\n")
+    assert text == (
+        f"{TURN_START}system\nS{EOS_TOKEN}\n{TURN_START}user\nwhat timezone is Utah in{EOS_TOKEN}\n"
+        f"{TURN_START}assistant\n<answer>E5</answer>{EOS_TOKEN}\n"
+    )
     prompt = word_tok.apply_chat_template(messages[:2], tokenize=False, add_generation_prompt=True)
     assert prompt == text[: text.index("<answer>")]
     out = word_tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
@@ -144,8 +172,9 @@ def test_chat_template_renders_turns_and_masks_the_assistant(word_tok):
 
 def test_word_vocabulary_keeps_the_most_frequent_words():
     texts = ["alpha beta", "alpha gamma", "alpha beta"]
-    tok = train_tokenizer(texts, TokenizerConfig(vocab_size=len(BYTE_ALPHABET) + 3 + 3, num_handles=0,
-                                                 include_prompt=False))
+    tok = train_tokenizer(
+        texts, TokenizerConfig(vocab_size=len(BYTE_ALPHABET) + 3 + 3, num_handles=0, include_prompt=False)
+    )
     learned = set(tok.get_vocab()) - set(tok.get_added_vocab()) - set(BYTE_ALPHABET) - set(CHAT_ROLES)
     # counts: alpha 3, Ġalpha 3 (first-word space forms), Ġbeta 2; Ġgamma (1) does not fit.
     assert learned == {"alpha", "Ġalpha", "Ġbeta"}
@@ -153,7 +182,9 @@ def test_word_vocabulary_keeps_the_most_frequent_words():
 
 
 def test_min_frequency_drops_rare_words():
-    tok = train_tokenizer(["alpha beta", "alpha"], TokenizerConfig(min_frequency=2, num_handles=0, include_prompt=False))
+    tok = train_tokenizer(
+        ["alpha beta", "alpha"], TokenizerConfig(min_frequency=2, num_handles=0, include_prompt=False)
+    )
     learned = set(tok.get_vocab()) - set(tok.get_added_vocab()) - set(BYTE_ALPHABET) - set(CHAT_ROLES)
     assert learned == {"alpha", "Ġalpha"}
 
@@ -184,10 +215,16 @@ def test_warmup_trajectories_are_training_texts(tmp_path):
     from kgreasoner.data.schema import TopicEntity
     from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 
-    record = WarmupRecord("q1", "what timezone is utah in", (TopicEntity("m.1", "Utah"),), (
-        Segment("<think> I look for the zone. <search>E1</search>", True),
-        Segment("\n<triples>\n(E1 Utah, time_zone, E2 Mountain)\n</triples>\n", False),
-        Segment("</think>\n<answer>E2</answer>", True)))
+    record = WarmupRecord(
+        "q1",
+        "what timezone is utah in",
+        (TopicEntity("m.1", "Utah"),),
+        (
+            Segment("<think> I look for the zone. <search>E1</search>", True),
+            Segment("\n<triples>\n(E1 Utah, time_zone, E2 Mountain)\n</triples>\n", False),
+            Segment("</think>\n<answer>E2</answer>", True),
+        ),
+    )
     path = write_warmup([record], tmp_path / "warmup.jsonl")
     assert list(read_training_texts([path])) == ["what timezone is utah in", *(s.text for s in record.segments)]
 
@@ -197,12 +234,15 @@ def test_bpe_respects_vocab_size(bpe_tok):
     assert len(bpe_tok.get_added_vocab()) == len(TAGS) + 8 + 3
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("kind", "wordpiece", "tokenizer.kind must be one of"),
-    ("vocab_size", 256, "tokenizer.vocab_size must exceed the 256 byte symbols"),
-    ("min_frequency", 0, "tokenizer.min_frequency must be >= 1"),
-    ("num_handles", -1, "tokenizer.num_handles must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("kind", "wordpiece", "tokenizer.kind must be one of"),
+        ("vocab_size", 256, "tokenizer.vocab_size must exceed the 256 byte symbols"),
+        ("min_frequency", 0, "tokenizer.min_frequency must be >= 1"),
+        ("num_handles", -1, "tokenizer.num_handles must be >= 0"),
+    ],
+)
 def test_bad_settings_name_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message):
         TokenizerConfig(**{field: value})
@@ -210,15 +250,31 @@ def test_bad_settings_name_the_field(field, value, message):
 
 def test_read_training_texts(tmp_path):
     questions = tmp_path / "questions.jsonl"
-    questions.write_text(json.dumps({
-        "id": "q1", "question": "what timezone is utah in", "topic_entities": [{"id": "m.1", "name": "Utah"}],
-        "answers": [{"id": "m.2", "name": "Mountain Time Zone", "aliases": ["MST"]}],
-    }) + "\n", encoding="utf-8")
+    questions.write_text(
+        json.dumps(
+            {
+                "id": "q1",
+                "question": "what timezone is utah in",
+                "topic_entities": [{"id": "m.1", "name": "Utah"}],
+                "answers": [{"id": "m.2", "name": "Mountain Time Zone", "aliases": ["MST"]}],
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     kb = tmp_path / "kb.tsv"
     kb.write_text("Utah\ttime zone\tMountain Time Zone\n\nSalt Lake City\tcapital of\tUtah\r\n", encoding="utf-8")
     assert list(read_training_texts([questions, kb])) == [
-        "what timezone is utah in", "Utah", "Mountain Time Zone", "MST",
-        "Utah", "time zone", "Mountain Time Zone", "Salt Lake City", "capital of", "Utah",
+        "what timezone is utah in",
+        "Utah",
+        "Mountain Time Zone",
+        "MST",
+        "Utah",
+        "time zone",
+        "Mountain Time Zone",
+        "Salt Lake City",
+        "capital of",
+        "Utah",
     ]
     with pytest.raises(FileNotFoundError, match="training text file not found: .*missing.txt"):
         list(read_training_texts([tmp_path / "missing.txt"]))
@@ -229,10 +285,20 @@ def test_read_training_texts_maps_kg_ids_to_labels(tmp_path):
     named.mkdir()
     (named / "kb.tsv").write_text(
         'm.1\ttime_zone\tm.2\nm.1\tpopulation\t"3.4e6"^^<http://www.w3.org/2001/XMLSchema#double>\n'
-        "m.1\tcontains\tm.9\n", encoding="utf-8")  # m.9: an unnamed mediator node
+        "m.1\tcontains\tm.9\n",
+        encoding="utf-8",
+    )  # m.9: an unnamed mediator node
     (named / "names.tsv").write_text("m.1\tUtah\nm.2\tMountain Time Zone\n", encoding="utf-8")
     assert list(read_training_texts([named / "kb.tsv"])) == [
-        "Utah", "time_zone", "Mountain Time Zone", "Utah", "population", "3.4e6", "Utah", "contains"]
+        "Utah",
+        "time_zone",
+        "Mountain Time Zone",
+        "Utah",
+        "population",
+        "3.4e6",
+        "Utah",
+        "contains",
+    ]
     assert list(read_training_texts([named / "names.tsv"])) == ["Utah", "Mountain Time Zone"]
     (named / "kb.tsv").write_text("m.1\ttime_zone\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"kb\.tsv:1: expected 'subject<TAB>relation<TAB>object'"):
@@ -242,5 +308,7 @@ def test_read_training_texts_maps_kg_ids_to_labels(tmp_path):
     nt.write_text(
         f'<{entity}m.1> <http://www.w3.org/2000/01/rdf-schema#label> "Utah" .\n'
         f"<{entity}m.1> <{relation}time_zone> <{entity}m.2> .\n"
-        f'<{entity}m.2> <http://www.w3.org/2000/01/rdf-schema#label> "Mountain Time Zone"@en .\n', encoding="utf-8")
+        f'<{entity}m.2> <http://www.w3.org/2000/01/rdf-schema#label> "Mountain Time Zone"@en .\n',
+        encoding="utf-8",
+    )
     assert list(read_training_texts([nt])) == ["Utah", "time_zone", "Mountain Time Zone"]

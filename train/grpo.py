@@ -6,18 +6,22 @@ import sys
 
 from kgreasoner.config import add_config_arguments, load_config
 from kgreasoner.training.common import finish_distributed, report, show_progress
+from kgreasoner.training.grpo import GRPORecipe, train_grpo
 from kgreasoner.training.preflight import add_arguments as add_preflight_arguments
 from kgreasoner.training.preflight import run_preflight
-from kgreasoner.training.grpo import GRPORecipe, train_grpo
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_config_arguments(parser)
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the first unfinished episode from its last checkpoint")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="only check the recipe (TRL config, data, model, memory per GPU) as `kgreasoner preflight`")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the first unfinished episode from its last checkpoint"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only check the recipe (TRL config, data, model, memory per GPU) as `kgreasoner preflight`",
+    )
     add_preflight_arguments(parser)
     args = parser.parse_args()
     if args.dry_run:

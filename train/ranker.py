@@ -1,7 +1,7 @@
 """Train the GAT ranker, or evaluate a saved one against the baselines.
 
-    python train/ranker.py --config configs/ranker.yaml
-    python train/ranker.py --config configs/ranker.yaml --eval checkpoints/ranker --set data=PQL-3H
+python train/ranker.py --config configs/ranker.yaml
+python train/ranker.py --config configs/ranker.yaml --eval checkpoints/ranker --set data=PQL-3H
 """
 
 import argparse
@@ -14,7 +14,9 @@ from kgreasoner.retrieval.training import RankerTrainConfig, evaluate_saved, for
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_arguments(parser)
-    parser.add_argument("--eval", metavar="RANKER_DIR", help="only evaluate this saved ranker (gat vs embedding vs none)")
+    parser.add_argument(
+        "--eval", metavar="RANKER_DIR", help="only evaluate this saved ranker (gat vs embedding vs none)"
+    )
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"), help="split --eval measures")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -24,7 +26,9 @@ def main() -> None:
         print(format_table(results, config.eval_ks, f"{where}: ranker {args.eval}"))
         return
     result = train_ranker(config)
-    print(f"saved {result.out_dir} (best epoch {result.best_epoch} of {result.epochs_run}, {result.train_seconds:.1f}s training)")
+    print(
+        f"saved {result.out_dir} (best epoch {result.best_epoch} of {result.epochs_run}, {result.train_seconds:.1f}s training)"
+    )
     print(format_table(result.dev, config.eval_ks, f"{result.description}, dev"))
     if result.test:
         print(format_table(result.test, config.eval_ks, f"{result.description}, test"))

@@ -14,8 +14,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     add_config_arguments(parser)
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in output_dir")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="only check the recipe (TRL config, data, model, memory per GPU) as `kgreasoner preflight`")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="only check the recipe (TRL config, data, model, memory per GPU) as `kgreasoner preflight`",
+    )
     add_preflight_arguments(parser)
     args = parser.parse_args()
     if args.dry_run:

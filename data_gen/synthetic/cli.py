@@ -19,13 +19,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-triples", type=int, default=None, help="grow the KG to at least this many triples")
     parser.add_argument("--num-entities", type=int, default=None, help="about this many named entities")
     parser.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS, help="number of questions")
-    parser.add_argument("--multi-topic-share", type=float, default=DEFAULT_MULTI_TOPIC_SHARE,
-                        help="share of multi-topic questions (answers: the intersection of two topics' paths)")
+    parser.add_argument(
+        "--multi-topic-share",
+        type=float,
+        default=DEFAULT_MULTI_TOPIC_SHARE,
+        help="share of multi-topic questions (answers: the intersection of two topics' paths)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     try:
         data = generate(
-            args.seed, num_entities=args.num_entities, target_triples=args.target_triples, num_questions=args.questions,
+            args.seed,
+            num_entities=args.num_entities,
+            target_triples=args.target_triples,
+            num_questions=args.questions,
             multi_topic_share=args.multi_topic_share,
         )
     except ValueError as err:

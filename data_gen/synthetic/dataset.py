@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -157,8 +157,13 @@ def write_synthetic(
 
     The same arguments give byte-identical files. Returns `out_dir`.
     """
-    data = generate(seed, num_entities=num_entities, target_triples=target_triples, num_questions=num_questions,
-                    multi_topic_share=multi_topic_share)
+    data = generate(
+        seed,
+        num_entities=num_entities,
+        target_triples=target_triples,
+        num_questions=num_questions,
+        multi_topic_share=multi_topic_share,
+    )
     return write_data(data, out_dir)
 
 

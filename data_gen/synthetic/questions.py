@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import yaml
@@ -67,8 +68,13 @@ def load_patterns(text: str | None = None) -> tuple[tuple[PathPattern, ...], tup
     for index, entry in enumerate(data["single"] or []):
         where = f"{PATTERNS_FILE}: single[{index}]"
         entry = _keys(where, entry, ("start", "path", "templates"))
-        single.append(PathPattern(_types(where, [entry["start"]])[0], _path(where, entry["path"]),
-                                  _templates(where, entry["templates"], ("e",))))
+        single.append(
+            PathPattern(
+                _types(where, [entry["start"]])[0],
+                _path(where, entry["path"]),
+                _templates(where, entry["templates"], ("e",)),
+            )
+        )
     joint = []
     for index, entry in enumerate(data["joint"] or []):
         where = f"{PATTERNS_FILE}: joint[{index}]"
@@ -77,8 +83,13 @@ def load_patterns(text: str | None = None) -> tuple[tuple[PathPattern, ...], tup
         if not isinstance(starts, list) or len(starts) != 2 or not isinstance(paths, list) or len(paths) != 2:
             raise ValueError(f"{where}: `starts` and `paths` hold two entries each, one per topic entity")
         first, second = _types(where, starts)
-        joint.append(JointPattern((first, second), (_path(where, paths[0]), _path(where, paths[1])),
-                                  _templates(where, entry["templates"], ("a", "b"))))
+        joint.append(
+            JointPattern(
+                (first, second),
+                (_path(where, paths[0]), _path(where, paths[1])),
+                _templates(where, entry["templates"], ("a", "b")),
+            )
+        )
     return tuple(single), tuple(joint)
 
 
@@ -113,14 +124,28 @@ def _templates(where: str, templates: Any, slots: tuple[str, ...]) -> tuple[str,
         try:
             template.format(**{slot: "" for slot in slots})
         except (KeyError, IndexError, ValueError) as err:
-            raise ValueError(f"{where}: template {template!r} has an unknown slot {err}; slots: {', '.join(slots)}") from None
+            raise ValueError(
+                f"{where}: template {template!r} has an unknown slot {err}; slots: {', '.join(slots)}"
+            ) from None
     return tuple(templates)
 
 
 PATTERNS, JOINT_PATTERNS = load_patterns()
 
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-           "November", "December")
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 
 
 def literal_aliases(literal: str) -> tuple[str, ...]:
@@ -159,7 +184,12 @@ def _make_answer(node: str, names: dict[str, str]) -> Answer:
 
 
 def make_questions(
-    world: WorldBuilder, ids: np.ndarray, names: dict[str, str], kg: MemoryKG, num_questions: int, seed: int,
+    world: WorldBuilder,
+    ids: np.ndarray,
+    names: dict[str, str],
+    kg: MemoryKG,
+    num_questions: int,
+    seed: int,
     multi_topic_share: float = 0.0,
 ) -> list[QAExample]:
     """Questions balanced over 1, 2 and 3 hops, answers by executing each path on `kg`; `multi_topic_share`
@@ -207,10 +237,17 @@ def make_questions(
         common = dict(id=f"{SOURCE}-{seed}-{n:05d}", source=SOURCE)
         if i >= len(drafts):
             topics, pair, template, answers = joint[i - len(drafts)]
-            examples.append(QAExample(
-                question=template.format(a=names[topics[0]], b=names[topics[1]]),
-                topic_entities=tuple(TopicEntity(id=t, name=names[t]) for t in topics), answers=answers,
-                gold_paths=pair.paths, hops=max(map(len, pair.paths)), intersect=True, **common))
+            examples.append(
+                QAExample(
+                    question=template.format(a=names[topics[0]], b=names[topics[1]]),
+                    topic_entities=tuple(TopicEntity(id=t, name=names[t]) for t in topics),
+                    answers=answers,
+                    gold_paths=pair.paths,
+                    hops=max(map(len, pair.paths)),
+                    intersect=True,
+                    **common,
+                )
+            )
             continue
         topic, pattern, template, answers = drafts[i]
         examples.append(
@@ -228,11 +265,12 @@ def make_questions(
 
 def _backwards(path: Sequence[str]) -> tuple[str, ...]:
     """The path walked from its end back to its start."""
-    return tuple(r[len(INVERSE_PREFIX):] if r.startswith(INVERSE_PREFIX) else inverse(r) for r in reversed(path))
+    return tuple(r[len(INVERSE_PREFIX) :] if r.startswith(INVERSE_PREFIX) else inverse(r) for r in reversed(path))
 
 
-def _joint_drafts(world: WorldBuilder, ids: np.ndarray, names: dict[str, str], kg: MemoryKG, count: int,
-                  clear: np.ndarray) -> list[tuple[tuple[str, str], JointPattern, str, tuple[Answer, ...]]]:
+def _joint_drafts(
+    world: WorldBuilder, ids: np.ndarray, names: dict[str, str], kg: MemoryKG, count: int, clear: np.ndarray
+) -> list[tuple[tuple[str, str], JointPattern, str, tuple[Answer, ...]]]:
     """`count` multi-topic drafts, the joint patterns taking turns.
 
     Each turn draws a first topic with the first path's first edge, then tries, in a seeded order,
@@ -247,7 +285,9 @@ def _joint_drafts(world: WorldBuilder, ids: np.ndarray, names: dict[str, str], k
     typed = {kind: set(ids[world.ranges[kind]].tolist()) for pattern in JOINT_PATTERNS for kind in pattern.starts}
     queues = []
     for pattern in JOINT_PATTERNS:
-        firsts = np.intersect1d(world.ranges[pattern.starts[0]], starts.get(pattern.paths[0][0], np.empty(0, np.int64)))
+        firsts = np.intersect1d(
+            world.ranges[pattern.starts[0]], starts.get(pattern.paths[0][0], np.empty(0, np.int64))
+        )
         queues.append(rng.permutation(firsts[clear[firsts]]).tolist())
     cursors = [0] * len(JOINT_PATTERNS)
     drafts: list[tuple[tuple[str, str], JointPattern, str, tuple[Answer, ...]]] = []
@@ -260,8 +300,14 @@ def _joint_drafts(world: WorldBuilder, ids: np.ndarray, names: dict[str, str], k
             reached = sorted(execute_path(kg, first, pattern.paths[0]) - {first})
             if not reached:
                 continue
-            seconds = sorted({t for meeting in reached for t in execute_path(kg, meeting, _backwards(pattern.paths[1]))
-                              if t in typed[pattern.starts[1]] and t in unambiguous and t != first})
+            seconds = sorted(
+                {
+                    t
+                    for meeting in reached
+                    for t in execute_path(kg, meeting, _backwards(pattern.paths[1]))
+                    if t in typed[pattern.starts[1]] and t in unambiguous and t != first
+                }
+            )
             for index in rng.permutation(len(seconds)).tolist():
                 second = seconds[index]
                 other = execute_path(kg, second, pattern.paths[1]) - {second}

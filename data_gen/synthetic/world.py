@@ -34,10 +34,10 @@ from data_gen.synthetic.ontology import (
     DATE_FOUNDED,
     DATE_OF_BIRTH,
     DIRECTED_BY,
-    EDUCATION,
     EDU_END,
     EDU_INSTITUTION,
     EDU_STUDENT,
+    EDUCATION,
     FILM_COUNTRY,
     FILM_LANGUAGE,
     FOUNDERS,
@@ -47,9 +47,9 @@ from data_gen.synthetic.ontology import (
     HONOR_WINNER,
     HONOR_YEAR,
     INDUSTRY,
+    LANGUAGE_FAMILY,
     LANGUAGES,
     LANGUAGES_SPOKEN,
-    LANGUAGE_FAMILY,
     MARRIAGE_FROM,
     MARRIAGE_SPOUSE,
     NATIONALITY,
@@ -295,8 +295,13 @@ def _name_entities(w: WorldBuilder, counts: dict[str, int]) -> None:
     units = nm.pick(CURRENCY_UNITS, counts["currency"])
     w.entities("currency", [f"{x} {u}" for x, u in zip(nm.unique_words(counts["currency"], **short), units)])
     coined("religion", "{}ism", **short)
-    for kind, fixed in (("profession", PROFESSIONS), ("genre", GENRES), ("industry", INDUSTRIES),
-                        ("sport", SPORTS), ("position", POSITIONS)):
+    for kind, fixed in (
+        ("profession", PROFESSIONS),
+        ("genre", GENRES),
+        ("industry", INDUSTRIES),
+        ("sport", SPORTS),
+        ("position", POSITIONS),
+    ):
         w.entities(kind, list(fixed[: counts[kind]]))
     cities = nm.unique_words(counts["city"], min_syllables=1, max_syllables=3, endings=CITY_ENDINGS)
     city_names = nm.with_namesakes(cities, 0.04)
@@ -433,7 +438,12 @@ def _institutions(w: WorldBuilder) -> None:
     rng, r = w.rng, w.ranges
     industries, cities, persons, orgs = r["industry"], r["city"], r["person"], r["organisation"]
     universities, awards, sports, positions, teams = (
-        r["university"], r["award"], r["sport"], r["position"], r["sports_team"])
+        r["university"],
+        r["award"],
+        r["sport"],
+        r["position"],
+        r["sports_team"],
+    )
     team_city = w.team_city
     n = len(persons)
     roles, birth_year = w.roles, w.birth_year

@@ -12,8 +12,9 @@ from kgreasoner.config import add_config_arguments, config_command_main, describ
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """The `warmup` subcommand of `kgreasoner`."""
-    parser = subparsers.add_parser("warmup", help=_HELP, description=_description(),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "warmup", help=_HELP, description=_description(), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_config_arguments(parser)
     parser.set_defaults(func=run_command)
 
@@ -28,7 +29,11 @@ def _description() -> str:
 def run_command(args: argparse.Namespace) -> int:
     config = load_config(WarmupConfig, args.config, args.overrides)
     summary = run(config)
-    print(json.dumps({k: summary[k] for k in ("dataset_name", "records", "by_kind", "by_hops", "by_split", "skipped")}, indent=2))
+    print(
+        json.dumps(
+            {k: summary[k] for k in ("dataset_name", "records", "by_kind", "by_hops", "by_split", "skipped")}, indent=2
+        )
+    )
     print(f"wrote {summary['output']} and {config.summary_path} in {summary['seconds']}s")
     return 0
 

@@ -10,7 +10,6 @@ from data_gen.augment import AugmentConfig
 from kgreasoner.config import count_or_all
 from kgreasoner.retrieval.tool import ToolConfig
 
-
 ANSWER_MODES = ("first", "all")
 SPLIT_SCHEMES = ("random", "grouped")
 PICKS = ("witness", "first_shown")
@@ -36,16 +35,31 @@ handle_note."""
 class TeacherConfig:
     """An OpenAI-compatible chat endpoint that writes the thinking text (off by default)."""
 
-    enabled: bool = field(default=False, metadata={"help": "ask the teacher for each thought; templates are the fallback"})
-    base_url: str | None = field(default=None, metadata={"help": "endpoint base, e.g. http://127.0.0.1:8000/v1 (`/chat/completions` is appended)"})
+    enabled: bool = field(
+        default=False, metadata={"help": "ask the teacher for each thought; templates are the fallback"}
+    )
+    base_url: str | None = field(
+        default=None,
+        metadata={"help": "endpoint base, e.g. http://127.0.0.1:8000/v1 (`/chat/completions` is appended)"},
+    )
     model: str = field(default="", metadata={"help": "model name sent to the endpoint"})
-    api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "environment variable holding the API key (sent only if set)"})
-    prompt: str = field(default=WARMUP_PROMPT, metadata={"help": "the warm-up prompt (slots: question, topics, trajectory, action, hint, handle_note)"})
+    api_key_env: str = field(
+        default="OPENAI_API_KEY", metadata={"help": "environment variable holding the API key (sent only if set)"}
+    )
+    prompt: str = field(
+        default=WARMUP_PROMPT,
+        metadata={"help": "the warm-up prompt (slots: question, topics, trajectory, action, hint, handle_note)"},
+    )
     temperature: float = field(default=0.0, metadata={"help": "sampling temperature"})
     max_tokens: int = field(default=128, metadata={"help": "cap on the tokens of one thought"})
     max_chars: int = field(default=600, metadata={"help": "a longer reply is rejected (template used instead)"})
     timeout: float = field(default=30.0, metadata={"help": "seconds per request"})
-    max_consecutive_failures: int = field(default=5, metadata={"help": "after this many failures in a row the teacher is not asked again (every later thought counts as a fallback)"})
+    max_consecutive_failures: int = field(
+        default=5,
+        metadata={
+            "help": "after this many failures in a row the teacher is not asked again (every later thought counts as a fallback)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.enabled and (not self.base_url or not self.model):
@@ -58,36 +72,129 @@ class TeacherConfig:
 class WarmupConfig:
     """What a warm-up run (`data_gen.warmup`) generates, from which data, and where it goes."""
 
-    dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or a set name (PQ-2H, PQL-3H, ...)"})
+    dataset: str = field(
+        metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or a set name (PQ-2H, PQL-3H, ...)"}
+    )
     output: str = field(metadata={"help": "JSONL of WarmupRecord to write"})
-    data_root: str | None = field(default=None, metadata={"help": "data root for named benchmarks (default: $KGREASONER_DATA, then ../shared/data)"})
-    split_scheme: str = field(default="random", metadata={"help": "split of datasets that have none: random or grouped (must match training and evaluation)"})
+    data_root: str | None = field(
+        default=None,
+        metadata={"help": "data root for named benchmarks (default: $KGREASONER_DATA, then ../shared/data)"},
+    )
+    split_scheme: str = field(
+        default="random",
+        metadata={"help": "split of datasets that have none: random or grouped (must match training and evaluation)"},
+    )
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
-    tool: ToolConfig = field(default_factory=ToolConfig, metadata={"help": "the search tool (handles, ranking, top_k): use the one the model will meet"})
-    num_examples: int | str | None = field(default=500, metadata={"help": "trajectories from train-split questions (the paper used ~500); `all` or null: one per training question (for hard-case mining)"})
-    sample_size: int | None = field(default=None, metadata={"help": "with sample_output: how many training questions the SFT sample holds"})
-    sample_output: str | None = field(default=None, metadata={"help": "also write the records of the first `sample_size` training questions (in `sample` order) and every dev record here: a small SFT warm-up beside the full set that hard-case mining scores"})
-    sample: str = field(default="shuffled", metadata={"help": "which training questions the first `num_examples` are: `shuffled` (a seeded shuffle) or `stratified` (hop counts take turns, and relation paths within a hop count, so a small warm-up covers every hop count and as many paths as fit)"})
-    dev_examples: int | str | None = field(default=50, metadata={"help": "trajectories from dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"})
-    correction_share: float = field(default=0.3, metadata={"help": "share of records that are error-correction trajectories (0-1)"})
-    answer_mode: str = field(default="first", metadata={"help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"})
-    shuffle_triples: bool = field(default=False, metadata={"help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation; such records no longer replay verbatim"})
-    handle_numbers: str = field(default="appearance", metadata={"help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it; dev records keep the tool's numbers"})
-    handle_pool: int = field(default=64, metadata={"help": "highest handle number `handle_numbers: random` draws (at most the tokenizer's `num_handles`)"})
-    copies: int = field(default=1, metadata={"help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"})
-    lookup_drills: int = field(default=0, metadata={
-        "help": "[experimental] drill records per training record (data_gen/lookup_drill.py): the trajectory up "
-                "to one of its tool blocks, masked, then that block's lines probed in random order, each line's "
-                "tail handle and label trained; 0: none"})
-    thought_names: bool = field(default=False, metadata={"help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"})
-    pick: str = field(default="witness", metadata={"help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"})
-    augment: AugmentConfig = field(default_factory=AugmentConfig, metadata={"help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"})
-    max_repeats: int = field(default=3, metadata={"help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) of one entity when the gold continuation was not shown yet; beyond them the question is skipped (gold_not_shown:max_repeats)"})
+    tool: ToolConfig = field(
+        default_factory=ToolConfig,
+        metadata={"help": "the search tool (handles, ranking, top_k): use the one the model will meet"},
+    )
+    num_examples: int | str | None = field(
+        default=500,
+        metadata={
+            "help": "trajectories from train-split questions (the paper used ~500); `all` or null: one per training question (for hard-case mining)"
+        },
+    )
+    sample_size: int | None = field(
+        default=None, metadata={"help": "with sample_output: how many training questions the SFT sample holds"}
+    )
+    sample_output: str | None = field(
+        default=None,
+        metadata={
+            "help": "also write the records of the first `sample_size` training questions (in `sample` order) and every dev record here: a small SFT warm-up beside the full set that hard-case mining scores"
+        },
+    )
+    sample: str = field(
+        default="shuffled",
+        metadata={
+            "help": "which training questions the first `num_examples` are: `shuffled` (a seeded shuffle) or `stratified` (hop counts take turns, and relation paths within a hop count, so a small warm-up covers every hop count and as many paths as fit)"
+        },
+    )
+    dev_examples: int | str | None = field(
+        default=50,
+        metadata={
+            "help": "trajectories from dev-split questions, for early stopping of SFT (`all`/null: every one; 0: none)"
+        },
+    )
+    correction_share: float = field(
+        default=0.3, metadata={"help": "share of records that are error-correction trajectories (0-1)"}
+    )
+    answer_mode: str = field(
+        default="first",
+        metadata={
+            "help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"
+        },
+    )
+    shuffle_triples: bool = field(
+        default=False,
+        metadata={
+            "help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation; such records no longer replay verbatim"
+        },
+    )
+    handle_numbers: str = field(
+        default="appearance",
+        metadata={
+            "help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it; dev records keep the tool's numbers"
+        },
+    )
+    handle_pool: int = field(
+        default=64,
+        metadata={
+            "help": "highest handle number `handle_numbers: random` draws (at most the tokenizer's `num_handles`)"
+        },
+    )
+    copies: int = field(
+        default=1,
+        metadata={
+            "help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"
+        },
+    )
+    lookup_drills: int = field(
+        default=0,
+        metadata={
+            "help": "[experimental] drill records per training record (data_gen/lookup_drill.py): the trajectory up "
+            "to one of its tool blocks, masked, then that block's lines probed in random order, each line's "
+            "tail handle and label trained; 0: none"
+        },
+    )
+    thought_names: bool = field(
+        default=False,
+        metadata={
+            "help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"
+        },
+    )
+    pick: str = field(
+        default="witness",
+        metadata={
+            "help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"
+        },
+    )
+    augment: AugmentConfig = field(
+        default_factory=AugmentConfig,
+        metadata={
+            "help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"
+        },
+    )
+    max_repeats: int = field(
+        default=3,
+        metadata={
+            "help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) of one entity when the gold continuation was not shown yet; beyond them the question is skipped (gold_not_shown:max_repeats)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})
-    templates: str | None = field(default=None, metadata={"help": "YAML mapping template group -> list of strings, replacing the built-in groups it names"})
-    teacher: TeacherConfig = field(default_factory=TeacherConfig, metadata={"help": "optional LLM that writes the thinking text"})
-    tokenizer: str | None = field(default=None, metadata={"help": "tokenizer (path or hub name) to report mean token counts in the summary"})
-    summary: str | None = field(default=None, metadata={"help": "summary JSON path (default: the output path with .summary.json)"})
+    templates: str | None = field(
+        default=None,
+        metadata={"help": "YAML mapping template group -> list of strings, replacing the built-in groups it names"},
+    )
+    teacher: TeacherConfig = field(
+        default_factory=TeacherConfig, metadata={"help": "optional LLM that writes the thinking text"}
+    )
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "tokenizer (path or hub name) to report mean token counts in the summary"}
+    )
+    summary: str | None = field(
+        default=None, metadata={"help": "summary JSON path (default: the output path with .summary.json)"}
+    )
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self) -> None:
@@ -124,4 +231,3 @@ class WarmupConfig:
             return Path(self.summary)
         out = Path(self.output)
         return out.with_name(out.name.removesuffix(".jsonl") + ".summary.json")
-

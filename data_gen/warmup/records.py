@@ -7,7 +7,8 @@ import json
 import random
 import time
 from collections import Counter
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tqdm import tqdm
 
@@ -21,13 +22,18 @@ from data_gen.warmup.writer import Skip, renumber_handles
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.sampling import stratified_order
 from kgreasoner.data.schema import QAExample
+from kgreasoner.data.trajectories import WarmupRecord, write_warmup
 from kgreasoner.protocol import format_tool_block, parse_trajectory
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.data.trajectories import WarmupRecord, write_warmup
 
 
-def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], limit: int | None,
-                     progress: bool = False, label: str = "warm-up") -> tuple[list[WarmupRecord], Counter[str]]:
+def generate_records(
+    generator: WarmupGenerator,
+    examples: Sequence[QAExample],
+    limit: int | None,
+    progress: bool = False,
+    label: str = "warm-up",
+) -> tuple[list[WarmupRecord], Counter[str]]:
     """Records for up to `limit` examples (None: all), in a seeded order; skipped questions are counted by reason.
 
     Corrections are scheduled so that the running share stays at `correction_share`: a question
@@ -64,8 +70,12 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
             continue
         if example.split == "train" and config.handle_numbers == "random":
             try:
-                copies = [renumber_handles(record, random.Random(f"{config.seed}|{example.id}|handles|{copy}"),
-                                           config.handle_pool) for copy in range(config.copies)]
+                copies = [
+                    renumber_handles(
+                        record, random.Random(f"{config.seed}|{example.id}|handles|{copy}"), config.handle_pool
+                    )
+                    for copy in range(config.copies)
+                ]
             except Skip as skip:
                 skipped[skip.reason] += 1
                 continue
@@ -84,7 +94,9 @@ def generate_records(generator: WarmupGenerator, examples: Sequence[QAExample], 
     return records, skipped
 
 
-def _make_augmented(generator: WarmupGenerator, augmented: QAExample, example: QAExample, correction: bool) -> WarmupRecord:
+def _make_augmented(
+    generator: WarmupGenerator, augmented: QAExample, example: QAExample, correction: bool
+) -> WarmupRecord:
     """The record of the rewritten question, else (its answer was the renamed topic, say) of the original one."""
     if augmented is example:
         return generator.make(example, correction)
@@ -95,8 +107,14 @@ def _make_augmented(generator: WarmupGenerator, augmented: QAExample, example: Q
         return generator.make(example, correction)
 
 
-def summarize(records: Sequence[WarmupRecord], skipped: dict[str, Counter[str]], generator: WarmupGenerator,
-              config: WarmupConfig, tokenizer: Any = None, seconds: float = 0.0) -> dict[str, Any]:
+def summarize(
+    records: Sequence[WarmupRecord],
+    skipped: dict[str, Counter[str]],
+    generator: WarmupGenerator,
+    config: WarmupConfig,
+    tokenizer: Any = None,
+    seconds: float = 0.0,
+) -> dict[str, Any]:
     """Counts by kind, hops and split, skips by reason, mean searches and characters (and tokens)."""
     parsed = [parse_trajectory(r.completion) for r in records]
     summary: dict[str, Any] = {
@@ -112,8 +130,9 @@ def summarize(records: Sequence[WarmupRecord], skipped: dict[str, Counter[str]],
         "by_kind": dict(sorted(Counter(r.kind for r in records).items())),
         "by_hops": {str(k): v for k, v in sorted(Counter(r.hops for r in records).items())},
         "by_split": dict(sorted(Counter(r.split for r in records).items())),
-        "correction_share": round(sum(r.kind == "correction" for r in records)
-                                  / max(1, sum(r.kind != "drill" for r in records)), 4),
+        "correction_share": round(
+            sum(r.kind == "correction" for r in records) / max(1, sum(r.kind != "drill" for r in records)), 4
+        ),
         "skipped": {split: dict(sorted(c.items())) for split, c in skipped.items()},
         "notes": dict(sorted(generator.stats.items())),
         "mean_searches": round(sum(len(p.searches) for p in parsed) / max(1, len(parsed)), 3),
@@ -157,7 +176,9 @@ def run(config: WarmupConfig) -> dict[str, Any]:
     for split, limit in (("train", config.num_examples), ("dev", config.dev_examples)):
         if limit == 0:
             continue
-        made, skipped[split] = generate_records(generator, dataset.split(split), limit, config.progress, f"warm-up {split}")
+        made, skipped[split] = generate_records(
+            generator, dataset.split(split), limit, config.progress, f"warm-up {split}"
+        )
         records.extend(made)
     write_warmup(records, config.output)
     if config.sample_output:
@@ -182,4 +203,6 @@ def replay_tool_blocks(record: WarmupRecord, tool: KGSearchTool) -> list[str]:
     Equal to the record's masked segments when the record was made with this tool and KG.
     """
     session = tool.session(record.question, list(record.topic_entities), example_id=record.id)
-    return [format_tool_block(session.call(search.raw).text) for search in parse_trajectory(record.completion).searches]
+    return [
+        format_tool_block(session.call(search.raw).text) for search in parse_trajectory(record.completion).searches
+    ]

@@ -15,9 +15,14 @@ class Teacher:
 
     def __init__(self, config: TeacherConfig) -> None:
         self.config = config
-        self.client = OpenAIClient(config.base_url or "", config.model, max_tokens=config.max_tokens,
-                                   timeout=config.timeout, api_key_env=config.api_key_env,
-                                   temperature=config.temperature)
+        self.client = OpenAIClient(
+            config.base_url or "",
+            config.model,
+            max_tokens=config.max_tokens,
+            timeout=config.timeout,
+            api_key_env=config.api_key_env,
+            temperature=config.temperature,
+        )
         self.calls = 0
         self.used = 0
         self.failures: Counter[str] = Counter()

@@ -20,9 +20,24 @@ PLAN_SEPARATOR = ","
 # set can have the model plan once and then copy tokens it has seen; `next_key` is the relation a dead end
 # lacks, written the same way; `line` is the followed triple line verbatim ("(E1 ada, spouse, E2 bob)"), so
 # the handle to search continues a span copied from the block instead of being looked up two tokens away.
-SLOTS = ("entity", "need", "fact", "hop", "line", "plan", "answer", "wrong", "wrong_fact", "wrong_hop", "wrong_line",
-         "wrong_relation",
-         "next_relation", "next_key", "question", "relation")
+SLOTS = (
+    "entity",
+    "need",
+    "fact",
+    "hop",
+    "line",
+    "plan",
+    "answer",
+    "wrong",
+    "wrong_fact",
+    "wrong_hop",
+    "wrong_line",
+    "wrong_relation",
+    "next_relation",
+    "next_key",
+    "question",
+    "relation",
+)
 DEFAULT_TEMPLATES: dict[str, tuple[str, ...]] = {
     # before the first search of the topic entity
     "start": (
@@ -125,7 +140,9 @@ def load_templates(path: str | Path | None) -> dict[str, tuple[str, ...]]:
             try:
                 text.format(**{slot: "x" for slot in SLOTS})
             except (KeyError, IndexError, ValueError) as err:
-                raise ConfigError(f"{path}: template {group}[{index}] {text!r}: bad slot {err}; slots: {', '.join(SLOTS)}") from err
+                raise ConfigError(
+                    f"{path}: template {group}[{index}] {text!r}: bad slot {err}; slots: {', '.join(SLOTS)}"
+                ) from err
             if any(tag in text for tag in TAGS):
                 raise ConfigError(f"{path}: template {group}[{index}] contains a protocol tag")
     return templates

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 from data_gen.warmup.config import WarmupConfig
 from data_gen.warmup.teacher import Teacher
@@ -13,6 +13,7 @@ from data_gen.warmup.templates import DEFAULT_TEMPLATES
 from data_gen.warmup.writer import Route, Skip, Step, TrajectoryWriter, relation_words, shuffle_blocks
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path, follow, is_literal_id
 from kgreasoner.protocol import (
     ANSWER_SEPARATOR,
@@ -25,7 +26,6 @@ from kgreasoner.protocol import (
     topic_names,
 )
 from kgreasoner.retrieval.tool import KGSearchTool, ToolResult
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 
 class WarmupGenerator:
@@ -35,8 +35,14 @@ class WarmupGenerator:
     KG (RoG's subgraphs) the question's own subgraph.
     """
 
-    def __init__(self, kg: KnowledgeGraph, tool: KGSearchTool, config: WarmupConfig,
-                 templates: dict[str, tuple[str, ...]] | None = None, teacher: Teacher | None = None) -> None:
+    def __init__(
+        self,
+        kg: KnowledgeGraph,
+        tool: KGSearchTool,
+        config: WarmupConfig,
+        templates: dict[str, tuple[str, ...]] | None = None,
+        teacher: Teacher | None = None,
+    ) -> None:
         self.kg = kg
         self.tool = tool
         self.config = config
@@ -100,8 +106,12 @@ class WarmupGenerator:
         if self.teacher is not None:
             record = self.teach(example, record, writer)
         if self.config.shuffle_triples:
-            record = shuffle_blocks(record, writer.units, random.Random(f"{self.config.seed}|{example.id}|shuffle"),
-                                    {h for h, _ in writer.session.shown_entities() if h})
+            record = shuffle_blocks(
+                record,
+                writer.units,
+                random.Random(f"{self.config.seed}|{example.id}|shuffle"),
+                {h for h, _ in writer.session.shown_entities() if h},
+            )
         return record
 
     def teach(self, example: QAExample, record: WarmupRecord, writer: TrajectoryWriter) -> WarmupRecord:
@@ -112,17 +122,23 @@ class WarmupGenerator:
         """
         assert self.teacher is not None
         segments = list(record.segments)
-        handle_note = " (write the handle, e.g. E3, for an entity that has one)" if self.tool.config.entity_handles else ""
+        handle_note = (
+            " (write the handle, e.g. E3, for an entity that has one)" if self.tool.config.entity_handles else ""
+        )
         for index, offset, hint, action in writer.thoughts:
             text = segments[index].text
-            written = self.teacher.thought({
-                "question": example.question,
-                "topics": TOPIC_SEPARATOR.join(topic_names(example.topic_entities)),
-                "trajectory": "".join(s.text for s in segments[:index]) + text[:offset],
-                "action": action, "hint": hint, "handle_note": handle_note,
-            })
+            written = self.teacher.thought(
+                {
+                    "question": example.question,
+                    "topics": TOPIC_SEPARATOR.join(topic_names(example.topic_entities)),
+                    "trajectory": "".join(s.text for s in segments[:index]) + text[:offset],
+                    "action": action,
+                    "hint": hint,
+                    "handle_note": handle_note,
+                }
+            )
             if written is not None:
-                segments[index] = Segment(text[:offset] + written + text[offset + len(hint):], True)
+                segments[index] = Segment(text[:offset] + written + text[offset + len(hint) :], True)
         taught = WarmupRecord(**{**record.__dict__, "segments": tuple(segments)})
         try:
             return self.verify(example, writer, record.kind, taught.segments)
@@ -130,7 +146,9 @@ class WarmupGenerator:
             self.stats["teacher_record_rejected"] += 1
             return record
 
-    def correction(self, example: QAExample, route: tuple[Route, ...], places: int) -> tuple[WarmupRecord, TrajectoryWriter] | None:
+    def correction(
+        self, example: QAExample, route: tuple[Route, ...], places: int
+    ) -> tuple[WarmupRecord, TrajectoryWriter] | None:
         """A verified correction record, or None (counted) when no hop allows one.
 
         Hops are tried in a seeded order; the first whose backtrack shows new triples of the
@@ -144,7 +162,9 @@ class WarmupGenerator:
         fallback: tuple[WarmupRecord, TrajectoryWriter] | None = None
         for attempt, place in enumerate(order):
             try:
-                writer = self.walk(example, route, random.Random(f"{self.config.seed}|{example.id}|fix|{attempt}"), detour_at=place)
+                writer = self.walk(
+                    example, route, random.Random(f"{self.config.seed}|{example.id}|fix|{attempt}"), detour_at=place
+                )
                 record = self.verify(example, writer, "correction")
             except Skip as skip:
                 reasons.append(skip.reason)
@@ -160,7 +180,9 @@ class WarmupGenerator:
             return None
         return fallback
 
-    def walk(self, example: QAExample, routes: tuple[Route, ...], rng: random.Random, detour_at: int | None) -> TrajectoryWriter:
+    def walk(
+        self, example: QAExample, routes: tuple[Route, ...], rng: random.Random, detour_at: int | None
+    ) -> TrajectoryWriter:
         """Search along the route(s); with `detour_at`, take a wrong entity at that step and backtrack.
 
         Where the gold continuation is not among the triples shown, the entity is searched again with
@@ -173,8 +195,10 @@ class WarmupGenerator:
         step_index = 0
         shared: set[str] | None = None
         current = routes[0].topic.id
-        w.think(w.template("start", entity=w.ref(current), need=w.need(current, w.step_relations(current, 0))),
-                f"search {w.query(current)}")
+        w.think(
+            w.template("start", entity=w.ref(current), need=w.need(current, w.step_relations(current, 0))),
+            f"search {w.query(current)}",
+        )
         result = w.search_entity(current)
         for number, route in enumerate(routes):
             w.route, w.allowed = route, shared
@@ -201,22 +225,31 @@ class WarmupGenerator:
                 fact = w.fact(chosen)
                 hop_text = w.hop(chosen)
                 line = w.line(chosen)
-                first = (w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text, line=line) if lead
-                         else w.template("fact", fact=fact, hop=hop_text, line=line))
+                first = (
+                    w.template("recover", entity=w.ref(current), fact=fact, hop=hop_text, line=line)
+                    if lead
+                    else w.template("fact", fact=fact, hop=hop_text, line=line)
+                )
                 step_index += 1
                 if hop_after == len(path) and number + 1 < len(routes):
                     finals = {s.target for s in options if hop + len(s.relations) == len(path)}
                     shared = finals if shared is None else shared & finals
                     topic = routes[number + 1].topic.id
                     w.route = routes[number + 1]
-                    hint = first + " " + w.template("joint", entity=w.ref(topic), need=w.need(topic, w.step_relations(topic, 0)))
+                    hint = (
+                        first
+                        + " "
+                        + w.template("joint", entity=w.ref(topic), need=w.need(topic, w.step_relations(topic, 0)))
+                    )
                     w.think(hint, f"search {w.query(topic)}")
                     result = w.search_entity(topic)
                     break
                 if hop_after == len(path):
                     answers = [chosen.target]
                     if self.config.answer_mode == "all":
-                        answers = list(dict.fromkeys(answers + [s.target for s in options if hop + len(s.relations) == len(path)]))
+                        answers = list(
+                            dict.fromkeys(answers + [s.target for s in options if hop + len(s.relations) == len(path)])
+                        )
                     answer_text = f" {ANSWER_SEPARATOR} ".join(w.ref(a) for a in answers)
                     final = w.template("final", answer=answer_text)
                     if len(routes) > 1:
@@ -225,7 +258,11 @@ class WarmupGenerator:
                     w.finish(answers)
                     break
                 next_relations = w.step_relations(chosen.target, hop_after)
-                hint = first + " " + w.template("next", entity=w.ref(chosen.target), need=w.need(chosen.target, next_relations))
+                hint = (
+                    first
+                    + " "
+                    + w.template("next", entity=w.ref(chosen.target), need=w.need(chosen.target, next_relations))
+                )
                 w.think(hint, f"search {w.query(chosen.target)}")
                 result = w.search_entity(chosen.target)
                 current, hop = chosen.target, hop_after
@@ -249,8 +286,10 @@ class WarmupGenerator:
         w.repeats += 1
         need = w.need(current, w.step_relations(current, hop))
         if not listed:
-            w.think(w.template("list", entity=w.ref(current), need=need),
-                    f"search {w.query(current)} {QUERY_SEPARATOR} {RELATIONS_MARK}")
+            w.think(
+                w.template("list", entity=w.ref(current), need=need),
+                f"search {w.query(current)} {QUERY_SEPARATOR} {RELATIONS_MARK}",
+            )
             return w.search_entity(current, relation=RELATIONS_MARK)
         hint = w.template("again", entity=w.ref(current), need=need, relation=wanted)
         w.think(hint, f"search {w.query(current)} {QUERY_SEPARATOR} {wanted}")
@@ -278,13 +317,19 @@ class WarmupGenerator:
         if not shown or shown[0] in {s.target for s in options}:
             return None
         first = shown[0]
-        if (first in w.searched or is_literal_id(first) or w.kg.is_unnamed(first) or self.is_gold(w.example, first)
-                or follow(w.kg, [first], path[hop + 1])):
+        if (
+            first in w.searched
+            or is_literal_id(first)
+            or w.kg.is_unnamed(first)
+            or self.is_gold(w.example, first)
+            or follow(w.kg, [first], path[hop + 1])
+        ):
             return None
         return Step(current, (path[hop],), first)
 
-    def detour(self, w: TrajectoryWriter, current: str, hop: int, options: list[Step], chosen: Step,
-               pick: Step | None = None) -> str:
+    def detour(
+        self, w: TrajectoryWriter, current: str, hop: int, options: list[Step], chosen: Step, pick: Step | None = None
+    ) -> str:
         """Search a wrong shown entity (`pick`, else one chosen here), say why it does not fit, backtrack;
         returns the text so far."""
         path = w.route.path
@@ -293,11 +338,17 @@ class WarmupGenerator:
             siblings = [pick]
         else:
             valid = {s.target for s in options}
-            wrong = [s for s in w.neighbours(current)
-                     if s.target not in valid and s.target not in w.searched and s.target != current
-                     and not is_literal_id(s.target) and not w.kg.is_unnamed(s.target)
-                     and not self.is_gold(w.example, s.target)
-                     and (self.tool.config.entity_handles or w.unique_label(s.target))]
+            wrong = [
+                s
+                for s in w.neighbours(current)
+                if s.target not in valid
+                and s.target not in w.searched
+                and s.target != current
+                and not is_literal_id(s.target)
+                and not w.kg.is_unnamed(s.target)
+                and not self.is_gold(w.example, s.target)
+                and (self.tool.config.entity_handles or w.unique_label(s.target))
+            ]
             if not wrong:
                 raise Skip("no_wrong_entity")
             # A sibling by the same relation that does not continue the path is the most plausible mistake.
@@ -307,11 +358,16 @@ class WarmupGenerator:
         rest = hop + len(chosen.relations)
         if first_shown:
             # Following the first matching line is the policy, not a mistake: the thought is the one of any hop.
-            ahead = w.template("next", entity=w.ref(pick.target), need=w.need(pick.target, path[rest:rest + 1]))
+            ahead = w.template("next", entity=w.ref(pick.target), need=w.need(pick.target, path[rest : rest + 1]))
             thought = w.template("fact", fact=w.fact(pick), hop=w.hop(pick), line=w.line(pick)) + " " + ahead
         else:
-            thought = w.template("detour", wrong=w.ref(pick.target), wrong_fact=w.fact(pick), wrong_hop=w.hop(pick),
-                                 wrong_line=w.line(pick))
+            thought = w.template(
+                "detour",
+                wrong=w.ref(pick.target),
+                wrong_fact=w.fact(pick),
+                wrong_hop=w.hop(pick),
+                wrong_line=w.line(pick),
+            )
         w.think(thought, f"search {w.query(pick.target)}")
         result = w.search_entity(pick.target)
         if result.error is not None:
@@ -319,11 +375,20 @@ class WarmupGenerator:
         elif siblings and rest < len(path):
             if w.steps(pick.target, rest):
                 raise Skip("sibling_continues")
-            notice = w.template("notice_dead_end", wrong=w.ref(pick.target), next_relation=relation_words(path[rest:rest + 1]),
-                                next_key=w.relation_key(path[rest]))
+            notice = w.template(
+                "notice_dead_end",
+                wrong=w.ref(pick.target),
+                next_relation=relation_words(path[rest : rest + 1]),
+                next_key=w.relation_key(path[rest]),
+            )
         else:
-            notice = w.template("notice_relation", wrong=w.ref(pick.target), wrong_relation=relation_words(pick.relations),
-                                need=need, entity=w.ref(current))
+            notice = w.template(
+                "notice_relation",
+                wrong=w.ref(pick.target),
+                wrong_relation=relation_words(pick.relations),
+                need=need,
+                entity=w.ref(current),
+            )
         w.think(notice, f"search {w.query(pick.target)} {QUERY_SEPARATOR} {BACKTRACK_MARK}")
         back = w.search_entity(pick.target, backtrack=True)
         if back.error is not None:
@@ -332,15 +397,23 @@ class WarmupGenerator:
             w.backtrack_outcome = "parent" if back.entity == current else "ancestor"
         return notice
 
-    def verify(self, example: QAExample, writer: TrajectoryWriter, kind: str,
-               segments: Sequence[Segment] | None = None) -> WarmupRecord:
+    def verify(
+        self, example: QAExample, writer: TrajectoryWriter, kind: str, segments: Sequence[Segment] | None = None
+    ) -> WarmupRecord:
         """The record of `writer` (or `segments` written in its session), if its format is valid, its answers
         resolve in that session to gold answers and it holds exactly the backtracks the walk made (one
         when a correction, plus one per `first_shown` dead end); else Skip."""
         segments = writer.segments if segments is None else segments
         session = writer.session
-        record = WarmupRecord(id=example.id, question=example.question, topic_entities=tuple(example.topic_entities),
-                              segments=tuple(segments), kind=kind, hops=example.hops, split=example.split)
+        record = WarmupRecord(
+            id=example.id,
+            question=example.question,
+            topic_entities=tuple(example.topic_entities),
+            segments=tuple(segments),
+            kind=kind,
+            hops=example.hops,
+            split=example.split,
+        )
         completion = record.completion
         report = check_format(completion)
         if not report.valid:

@@ -7,13 +7,15 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from data_gen.warmup.config import WarmupConfig
 from data_gen.warmup.templates import PLAN_SEPARATOR, SLOTS
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample, TopicEntity
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow, is_literal_id
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
@@ -37,7 +39,6 @@ from kgreasoner.retrieval.tool import (
     relation_key,
     triple_line,
 )
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 
 
 class Skip(Exception):
@@ -87,8 +88,9 @@ class TrajectoryWriter:
         self.allowed: set[str] | None = None  # the answers an earlier route of a multi-topic question showed
         self.rng = rng
         self.kg = generator.kg.for_example(example.id)  # the question's own subgraph in a per-question KG
-        self.session: SearchSession = generator.tool.session(example.question, list(example.topic_entities),
-                                                             example_id=example.id)
+        self.session: SearchSession = generator.tool.session(
+            example.question, list(example.topic_entities), example_id=example.id
+        )
         self.segments: list[Segment] = []
         self.buffer = THINK_OPEN + " "
         self.labels: dict[str, str] = {t.id: t.name or self.kg.label(t.id) for t in example.topic_entities}
@@ -159,8 +161,12 @@ class TrajectoryWriter:
         unit: list[str] | None = None
         seen: set[str] = set()
         for edge in result.edges:
-            line = triple_line(self.display(edge.subject), edge.relation, self.display(edge.object),
-                               self.g.config.tool.relation_format)
+            line = triple_line(
+                self.display(edge.subject),
+                edge.relation,
+                self.display(edge.object),
+                self.g.config.tool.relation_format,
+            )
             if (edge.subject if edge.direction == "out" else edge.object) == result.entity:
                 unit = units.setdefault(line, [])
             if unit is not None and line not in seen:
@@ -168,7 +174,9 @@ class TrajectoryWriter:
                 unit.append(line)
         lines = result.text.split("\n")
         listing = [line for line in lines if line.startswith(MORE_PREFIX)]
-        if sorted(seen) == sorted(line for line in lines if line not in listing) and sum(map(len, units.values())) == len(seen):
+        if sorted(seen) == sorted(line for line in lines if line not in listing) and sum(
+            map(len, units.values())
+        ) == len(seen):
             self.units[len(self.segments) - 1] = ([u for u in units.values() if u], listing)
         else:
             self.g.stats["shuffle_block_kept"] += 1
@@ -271,8 +279,12 @@ class TrajectoryWriter:
             return self.hop(step)
         relation = step.relations[0]
         ends = (step.target, step.source) if relation.startswith(INVERSE_PREFIX) else (step.source, step.target)
-        return triple_line(self.display(ends[0]), relation.removeprefix(INVERSE_PREFIX), self.display(ends[1]),
-                           self.g.config.tool.relation_format)
+        return triple_line(
+            self.display(ends[0]),
+            relation.removeprefix(INVERSE_PREFIX),
+            self.display(ends[1]),
+            self.g.config.tool.relation_format,
+        )
 
     def relation_key(self, path_relation: str) -> str:
         """A path relation (`^rel` backwards) as plans and hops write it: the last word its triple line prints."""
@@ -282,8 +294,9 @@ class TrajectoryWriter:
 _HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")
 
 
-def shuffle_blocks(record: WarmupRecord, units: dict[int, tuple[list[list[str]], list[str]]], rng: random.Random,
-                   handles: set[str]) -> WarmupRecord:
+def shuffle_blocks(
+    record: WarmupRecord, units: dict[int, tuple[list[list[str]], list[str]]], rng: random.Random, handles: set[str]
+) -> WarmupRecord:
     """The record with each noted tool block's candidates in a random order (its `more:` line last) and handles renumbered.
 
     Handles (only tokens in `handles`, the ones the session gave out) are renumbered in order of
@@ -294,13 +307,17 @@ def shuffle_blocks(record: WarmupRecord, units: dict[int, tuple[list[list[str]],
     for index, (groups, listing) in units.items():
         order = list(groups)
         rng.shuffle(order)
-        segments[index] = Segment(format_tool_block("\n".join([line for unit in order for line in unit] + listing)), False)
+        segments[index] = Segment(
+            format_tool_block("\n".join([line for unit in order for line in unit] + listing)), False
+        )
     mapping = {f"{HANDLE_PREFIX}{i}": f"{HANDLE_PREFIX}{i}" for i in range(1, len(record.topic_entities) + 1)}
     for segment in segments:
         for token in _HANDLE_TOKEN.findall(segment.text):
             if token in handles and token not in mapping:
                 mapping[token] = f"{HANDLE_PREFIX}{len(mapping) + 1}"
-    renamed = tuple(Segment(_HANDLE_TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), s.text), s.train) for s in segments)
+    renamed = tuple(
+        Segment(_HANDLE_TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), s.text), s.train) for s in segments
+    )
     return WarmupRecord(**{**record.__dict__, "segments": renamed})
 
 
@@ -311,14 +328,24 @@ def renumber_handles(record: WarmupRecord, rng: random.Random, pool: int) -> War
     search, step and answer still names the entity its line shows.
     """
     fixed = len(record.topic_entities)
-    shown = sorted({t for s in record.segments if not s.train for t in _HANDLE_TOKEN.findall(s.text)
-                    if int(t[len(HANDLE_PREFIX):]) > fixed}, key=lambda t: int(t[len(HANDLE_PREFIX):]))
+    shown = sorted(
+        {
+            t
+            for s in record.segments
+            if not s.train
+            for t in _HANDLE_TOKEN.findall(s.text)
+            if int(t[len(HANDLE_PREFIX) :]) > fixed
+        },
+        key=lambda t: int(t[len(HANDLE_PREFIX) :]),
+    )
     if len(shown) > pool - fixed:
         raise Skip("handle_pool_too_small")
     numbers = rng.sample(range(fixed + 1, pool + 1), len(shown))
     mapping = {t: f"{HANDLE_PREFIX}{n}" for t, n in zip(shown, numbers)}
-    renamed = tuple(Segment(_HANDLE_TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), s.text), s.train)
-                    for s in record.segments)
+    renamed = tuple(
+        Segment(_HANDLE_TOKEN.sub(lambda m: mapping.get(m.group(0), m.group(0)), s.text), s.train)
+        for s in record.segments
+    )
     return WarmupRecord(**{**record.__dict__, "segments": renamed})
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import abc
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph
@@ -60,8 +61,13 @@ class CountingKG(KnowledgeGraph):
         self.inner = inner
         self.queries = 0
 
-    def neighbors(self, entity: str, direction: Direction = "out", relations: Sequence[str] | None = None,
-                  limit: int | None = None) -> list[Edge]:
+    def neighbors(
+        self,
+        entity: str,
+        direction: Direction = "out",
+        relations: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Edge]:
         self.queries += 1
         return self.inner.neighbors(entity, direction, relations, limit)
 
@@ -100,7 +106,7 @@ def first_line_answer(text: str, marker: str = "Answer:") -> list[str]:
     """Lenient fallback: the text after the last `marker` (or the first non-empty line), split on `|`."""
     lower = text.lower()
     at = lower.rfind(marker.lower())
-    rest = text[at + len(marker):] if at >= 0 else text
+    rest = text[at + len(marker) :] if at >= 0 else text
     line = next((ln.strip() for ln in rest.splitlines() if ln.strip()), "")
     return split_answers(line.strip("{} ."))
 

@@ -20,7 +20,7 @@ from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow
 
 
 def _plain(relation: str) -> str:
-    return relation[len(INVERSE_PREFIX):] if relation.startswith(INVERSE_PREFIX) else relation
+    return relation[len(INVERSE_PREFIX) :] if relation.startswith(INVERSE_PREFIX) else relation
 
 
 def _section(prompt: str, start: str, end: str) -> list[str]:
@@ -125,4 +125,3 @@ class GoldTeacher:
     # ---- io
     def io(self, prompt: str) -> str | None:
         return "Answer: {" + self.answer_labels(self.example(prompt))[0] + "}"
-

@@ -14,7 +14,7 @@ from kgreasoner.data.schema import QAExample
 from kgreasoner.protocol import TOPIC_SEPARATOR, topic_names
 
 IO_PROMPT = (
-    "Answer the question from what you know. Write only the answer, in braces after \"Answer:\"; "
+    'Answer the question from what you know. Write only the answer, in braces after "Answer:"; '
     "separate several answers with |, as in Answer: {{first | second}}.\n"
     "Question: {question}\n"
     "Topic entities: {topics}\n"
@@ -23,7 +23,7 @@ IO_PROMPT = (
 
 COT_PROMPT = (
     "Answer the question from what you know. First reason step by step, one short sentence per "
-    "step; then write the answer in braces after \"Answer:\", separating several answers with |, "
+    'step; then write the answer in braces after "Answer:", separating several answers with |, '
     "as in Answer: {{first | second}}.\n"
     "Question: {question}\n"
     "Topic entities: {topics}\n"

@@ -39,12 +39,24 @@ Shown = dict[tuple[str, str, str], None]
 class OracleConfig:
     """Oracle settings (YAML section `oracle` of the eval config)."""
 
-    max_frontier: int = field(default=200, metadata={"help": "entities searched per hop (the first reached); bounds the work where a hop reaches a hub's neighbours"})
-    max_pages: int = field(default=100, metadata={"help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) per entity and hop, beyond its first search"})
+    max_frontier: int = field(
+        default=200,
+        metadata={
+            "help": "entities searched per hop (the first reached); bounds the work where a hop reaches a hub's neighbours"
+        },
+    )
+    max_pages: int = field(
+        default=100,
+        metadata={
+            "help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) per entity and hop, beyond its first search"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.max_frontier < 1 or self.max_pages < 0:
-            raise ValueError(f"oracle max_frontier must be >= 1 and max_pages >= 0, got {self.max_frontier} and {self.max_pages}")
+            raise ValueError(
+                f"oracle max_frontier must be >= 1 and max_pages >= 0, got {self.max_frontier} and {self.max_pages}"
+            )
 
 
 class OracleMethod(Method):
@@ -58,11 +70,15 @@ class OracleMethod(Method):
     def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
         if not example.gold_paths:
             return MethodResult([], False, {"reason": "no gold path"})
-        branches = (list(zip(example.topic_entities, example.gold_paths)) if example.intersect
-                    else [(example.topic_entities[0], example.gold_paths[0])])
+        branches = (
+            list(zip(example.topic_entities, example.gold_paths))
+            if example.intersect
+            else [(example.topic_entities[0], example.gold_paths[0])]
+        )
         kg = self.tool.kg.for_example(example.id)
-        walk = _Walk(self.tool.session(example.question, list(example.topic_entities), example_id=example.id),
-                     kg, self.config)
+        walk = _Walk(
+            self.tool.session(example.question, list(example.topic_entities), example_id=example.id), kg, self.config
+        )
         reached_sets: list[list[str]] = []
         full: set[str] | None = None
         trace_branches = []
@@ -81,8 +97,12 @@ class OracleMethod(Method):
         full = full or set()
         recall = len(set(reached) & full) / len(full) if full else 0.0
         answers = list(dict.fromkeys(kg.label(e) for e in reached))
-        trace = {"path": list(branches[0][1]), "hops": trace_branches[0]["hops"], "recall": recall,
-                 "answers_total": len(full)}
+        trace = {
+            "path": list(branches[0][1]),
+            "hops": trace_branches[0]["hops"],
+            "recall": recall,
+            "answers_total": len(full),
+        }
         if example.intersect:
             trace["branches"] = trace_branches
         return MethodResult(answers, True, trace, kg_queries=walk.session.num_calls)
@@ -104,7 +124,9 @@ class _Walk:
         frontier = [topic.id]
         hops = []
         for relation in path:
-            name, backwards = (relation[len(INVERSE_PREFIX):], True) if relation.startswith(INVERSE_PREFIX) else (relation, False)
+            name, backwards = (
+                (relation[len(INVERSE_PREFIX) :], True) if relation.startswith(INVERSE_PREFIX) else (relation, False)
+            )
             searched, pages = [], 0
             for entity in frontier[: self.config.max_frontier]:
                 if self.kg.is_unnamed(entity) and _leaves(self.shown, entity, name, backwards):

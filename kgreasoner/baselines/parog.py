@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgreasoner.baselines.base import (
-    CountingKG, Method, MethodResult, Step, as_answer_list, json_list, json_object,
+    CountingKG,
+    Method,
+    MethodResult,
+    Step,
+    as_answer_list,
+    json_list,
+    json_object,
 )
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
@@ -94,7 +100,9 @@ class PaRoGConfig:
 
     max_objectives: int = field(default=4, metadata={"help": "sub-objectives kept from the plan"})
     max_relations: int = field(default=3, metadata={"help": "relations followed per sub-objective"})
-    max_entities: int = field(default=10, metadata={"help": "entities kept per sub-objective (they seed the next one)"})
+    max_entities: int = field(
+        default=10, metadata={"help": "entities kept per sub-objective (they seed the next one)"}
+    )
     max_candidates: int = field(default=50, metadata={"help": "candidates shown to the entity-selection step"})
     max_tokens: int | None = field(default=None, metadata={"help": "reply budget per LLM step (None: the client's)"})
 
@@ -163,34 +171,52 @@ class PaRoGMethod(Method):
 
         question = example.question
         topics = ", ".join(t.name for t in example.topic_entities)
-        plan = parse_plan(ask("plan", PLAN_PROMPT.format(question=question, topics=topics)), question, cfg.max_objectives)
+        plan = parse_plan(
+            ask("plan", PLAN_PROMPT.format(question=question, topics=topics)), question, cfg.max_objectives
+        )
         steps[-1].parsed = plan
         numbered = "\n".join(f"{i + 1}. {o}" for i, o in enumerate(plan))
-        tentative = parse_tentative(ask("tentative", TENTATIVE_PROMPT.format(question=question, objectives=numbered)),
-                                    len(plan))
+        tentative = parse_tentative(
+            ask("tentative", TENTATIVE_PROMPT.format(question=question, objectives=numbered)), len(plan)
+        )
         steps[-1].parsed = tentative
 
         current = {t.id: t.name for t in example.topic_entities}  # id -> label of the entities in hand
         sub_answers: list[dict[str, Any]] = []
         for objective, guess in zip(plan, tentative):
             selected, evidence = self._walk(kg, question, objective, current, ask, steps)
-            reply = ask("refine", REFINE_PROMPT.format(
-                question=question, objective=objective, tentative=f" {ANSWER_SEPARATOR} ".join(guess) or "(none)",
-                evidence="\n".join(f"({h}, {r}, {t})" for h, r, t in evidence) or NO_EVIDENCE))
+            reply = ask(
+                "refine",
+                REFINE_PROMPT.format(
+                    question=question,
+                    objective=objective,
+                    tentative=f" {ANSWER_SEPARATOR} ".join(guess) or "(none)",
+                    evidence="\n".join(f"({h}, {r}, {t})" for h, r, t in evidence) or NO_EVIDENCE,
+                ),
+            )
             parsed = parse_answer_object(reply)
             refined = parsed[0] if parsed else []
             answers, overruled = _kg_wins(refined, list(selected.values()))
             steps[-1].parsed = {"refined": refined, "kept": answers, "overruled": overruled}
-            sub_answers.append({"objective": objective, "tentative": guess, "answers": answers,
-                                "evidence": [list(e) for e in evidence], "overruled": overruled})
+            sub_answers.append(
+                {
+                    "objective": objective,
+                    "tentative": guess,
+                    "answers": answers,
+                    "evidence": [list(e) for e in evidence],
+                    "overruled": overruled,
+                }
+            )
             if selected:
                 by_label = {normalize_answer(v): k for k, v in selected.items()}
                 current = {by_label[normalize_answer(a)]: a for a in answers if normalize_answer(a) in by_label}
             else:
                 current = self._resolve_names(kg, answers) or current
 
-        lines = "\n".join(f"{i + 1}. {s['objective']} -> {f' {ANSWER_SEPARATOR} '.join(s['answers']) or '(none)'}"
-                          for i, s in enumerate(sub_answers))
+        lines = "\n".join(
+            f"{i + 1}. {s['objective']} -> {f' {ANSWER_SEPARATOR} '.join(s['answers']) or '(none)'}"
+            for i, s in enumerate(sub_answers)
+        )
         reply = ask("final", FINAL_PROMPT.format(question=question, steps=lines))
         parsed = parse_answer_object(reply)
         final = parsed[0] if parsed else []
@@ -200,8 +226,9 @@ class PaRoGMethod(Method):
         trace = {"plan": plan, "sub_answers": sub_answers, "steps": [s.to_dict() for s in steps]}
         return MethodResult(answers, parsed is not None, trace, kg_queries=kg.queries)
 
-    def _walk(self, kg: KnowledgeGraph, question: str, objective: str, current: dict[str, str], ask: Any,
-              steps: list[Step]) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+    def _walk(
+        self, kg: KnowledgeGraph, question: str, objective: str, current: dict[str, str], ask: Any, steps: list[Step]
+    ) -> tuple[dict[str, str], list[tuple[str, str, str]]]:
         """Relation then entity selection from `current`: (selected id -> label, evidence triples)."""
         cfg = self.config
         edges_by_relation: dict[str, list[tuple[str, str, str, str]]] = {}  # rel -> (entity, tail, head lbl, tail lbl)
@@ -209,18 +236,31 @@ class PaRoGMethod(Method):
             for edge in kg.neighbors(entity, "both"):
                 key = edge.path_relation
                 edges_by_relation.setdefault(key, []).append(
-                    (entity, edge.neighbor, _label(kg, edge.subject, edge.subject_label), _label(kg, edge.object, edge.object_label)))
+                    (
+                        entity,
+                        edge.neighbor,
+                        _label(kg, edge.subject, edge.subject_label),
+                        _label(kg, edge.object, edge.object_label),
+                    )
+                )
         options = list(edges_by_relation)
         if not options:
             return {}, []
-        reply = ask("relations", RELATION_PROMPT.format(question=question, objective=objective,
-                                                        entities=", ".join(current.values()), relations="\n".join(options)))
+        reply = ask(
+            "relations",
+            RELATION_PROMPT.format(
+                question=question,
+                objective=objective,
+                entities=", ".join(current.values()),
+                relations="\n".join(options),
+            ),
+        )
         relations = parse_selection(reply, "relations", options)[: cfg.max_relations]
         steps[-1].parsed = relations
         reached: dict[str, str] = {}
         evidence: dict[str, list[tuple[str, str, str]]] = {}
         for relation in relations:
-            name = relation[len(INVERSE_PREFIX):] if relation.startswith(INVERSE_PREFIX) else relation
+            name = relation[len(INVERSE_PREFIX) :] if relation.startswith(INVERSE_PREFIX) else relation
             for _, tail, head_label, tail_label in edges_by_relation[relation]:
                 tail_name = head_label if relation.startswith(INVERSE_PREFIX) else tail_label
                 reached.setdefault(tail, tail_name)
@@ -230,8 +270,9 @@ class PaRoGMethod(Method):
         candidates = list(reached)[: cfg.max_candidates]
         if len(candidates) > 1:
             shown = list(dict.fromkeys(reached[c] for c in candidates))
-            reply = ask("entities", ENTITY_PROMPT.format(question=question, objective=objective,
-                                                         candidates="\n".join(shown)))
+            reply = ask(
+                "entities", ENTITY_PROMPT.format(question=question, objective=objective, candidates="\n".join(shown))
+            )
             picked = set(parse_selection(reply, "entities", shown))
             steps[-1].parsed = sorted(picked)
             candidates = [c for c in candidates if reached[c] in picked] or candidates

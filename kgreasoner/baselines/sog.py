@@ -52,7 +52,9 @@ _FINAL = re.compile(r"final answer\s*:", re.IGNORECASE)
 class SoGConfig:
     """Search-on-Graph settings (YAML section `sog` of the eval config)."""
 
-    k: int = field(default=50, metadata={"help": "rows above which an unfiltered search returns only distinct properties"})
+    k: int = field(
+        default=50, metadata={"help": "rows above which an unfiltered search returns only distinct properties"}
+    )
     p: int = field(default=1000, metadata={"help": "rows above which a result table is truncated"})
     max_steps: int = field(default=10, metadata={"help": "LLM turns per question (the paper gives no cap)"})
     max_tokens: int | None = field(default=None, metadata={"help": "reply budget per turn (None: the client's)"})
@@ -120,15 +122,20 @@ def result_table(edges: list[Edge], filtered: bool, k: int, p: int, label: Any) 
         return "No results."
     if not filtered and len(edges) > k:
         props = list(dict.fromkeys(e.relation for e in edges))
-        lines = [f"{len(edges)} results, more than {k}: only the distinct properties are listed. "
-                 "Search again with properties_to_filter_for.",
-                 "| property | propertyLabel |", "|---|---|"]
+        lines = [
+            f"{len(edges)} results, more than {k}: only the distinct properties are listed. "
+            "Search again with properties_to_filter_for.",
+            "| property | propertyLabel |",
+            "|---|---|",
+        ]
         lines += [f"| {_cell(r)} | {_cell(humanize_relation(r))} |" for r in props]
         return "\n".join(lines)
     lines = ["| property | propertyLabel | value | valueLabel |", "|---|---|---|---|"]
     for edge in edges[:p]:
-        lines.append(f"| {_cell(edge.relation)} | {_cell(humanize_relation(edge.relation))} | "
-                     f"{_cell(edge.neighbor)} | {_cell(label(edge.neighbor))} |")
+        lines.append(
+            f"| {_cell(edge.relation)} | {_cell(humanize_relation(edge.relation))} | "
+            f"{_cell(edge.neighbor)} | {_cell(label(edge.neighbor))} |"
+        )
     if len(edges) > p:
         lines.append(f"Truncated: {p} of {len(edges)} rows shown.")
     return "\n".join(lines)
@@ -160,18 +167,23 @@ class SoGMethod(Method):
             action, final = parse_action(reply), parse_final(reply)
             final_at = _FINAL.search(reply)
             action_at = _ACTION.search(reply)
-            if final is not None and (action is None or (final_at and action_at and final_at.start() < action_at.start())):
+            if final is not None and (
+                action is None or (final_at and action_at and final_at.start() < action_at.start())
+            ):
                 answers = final
                 steps.append(Step("final", reply, final))
                 break
             if action is None:
-                observation = ('Could not read an action. Write Action: search("entity", "outgoing", []) '
-                               "or Final answer: {answer}.")
+                observation = (
+                    'Could not read an action. Write Action: search("entity", "outgoing", []) '
+                    "or Final answer: {answer}."
+                )
                 steps.append(Step("unreadable", reply))
             else:
                 observation, rows = self._search(kg, action, labels, label)
-                steps.append(Step("search", reply, [action.entity, action.direction, list(action.properties)],
-                                  {"rows": rows}))
+                steps.append(
+                    Step("search", reply, [action.entity, action.direction, list(action.properties)], {"rows": rows})
+                )
             transcript += reply.rstrip() + f"\n{OBSERVATION}\n{observation}\n"
         trace = {"steps": [s.to_dict() for s in steps], "turns": len(steps)}
         valid = answers is not None
@@ -184,8 +196,11 @@ class SoGMethod(Method):
         edges = kg.neighbors(entity, call.direction)  # type: ignore[arg-type]
         if call.properties:
             wanted = {normalize_answer(p) for p in call.properties}
-            edges = [e for e in edges if normalize_answer(e.relation) in wanted
-                     or normalize_answer(humanize_relation(e.relation)) in wanted]
+            edges = [
+                e
+                for e in edges
+                if normalize_answer(e.relation) in wanted or normalize_answer(humanize_relation(e.relation)) in wanted
+            ]
         return result_table(edges, bool(call.properties), self.config.k, self.config.p, label), len(edges)
 
     @staticmethod

@@ -40,14 +40,25 @@ UNNAMED = "unnamed node"
 class ToGConfig:
     """Think-on-Graph settings (YAML section `tog` of the eval config)."""
 
-    width: int = field(default=3, metadata={"help": "beam width W: relations kept per entity and entities kept per depth"})
+    width: int = field(
+        default=3, metadata={"help": "beam width W: relations kept per entity and entities kept per depth"}
+    )
     depth: int = field(default=3, metadata={"help": "maximum search depth D"})
     mode: str = field(default="faithful", metadata={"help": "faithful (ToG's incoming-edge query bug) or fixed"})
-    max_candidates: int = field(default=20, metadata={"help": "candidates per (entity, relation) before sampling kicks in"})
-    retain_candidates: int = field(default=5, metadata={"help": "size of the seeded random sample when there are too many"})
+    max_candidates: int = field(
+        default=20, metadata={"help": "candidates per (entity, relation) before sampling kicks in"}
+    )
+    retain_candidates: int = field(
+        default=5, metadata={"help": "size of the seeded random sample when there are too many"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of the candidate sampling"})
     max_tokens: int | None = field(default=None, metadata={"help": "reply budget per LLM step (None: the client's)"})
-    few_shot: bool = field(default=True, metadata={"help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"})
+    few_shot: bool = field(
+        default=True,
+        metadata={
+            "help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in TOG_MODES:
@@ -104,15 +115,24 @@ class ToGMethod(Method):
                 options = list(dict.fromkeys(outgoing + incoming))
                 if not options:
                     continue
-                reply = ask("relations", prompts.relation_prompt(question, label(entity), options, cfg.width, cfg.few_shot))
+                reply = ask(
+                    "relations", prompts.relation_prompt(question, label(entity), options, cfg.width, cfg.few_shot)
+                )
                 picked = prompts.parse_scored(reply, options)[: cfg.width]
                 steps[-1].parsed = picked
                 chosen.extend((entity, rel, rel in outgoing, score) for rel, score in picked)
             candidates: list[_Path] = []
             for entity, relation, outgoing, rel_score in chosen:
                 tails = self._expand(kg, entity, relation, outgoing)
-                expansions.append({"depth": depth, "entity": entity, "relation": relation,
-                                   "direction": "out" if outgoing else "in", "tails": len(tails)})
+                expansions.append(
+                    {
+                        "depth": depth,
+                        "entity": entity,
+                        "relation": relation,
+                        "direction": "out" if outgoing else "in",
+                        "tails": len(tails),
+                    }
+                )
                 if len(tails) >= cfg.max_candidates:
                     tails = rng.sample(tails, cfg.retain_candidates)
                 for tail, score in self._score(question, label(entity), relation, tails, rel_score, label, ask):
@@ -136,8 +156,13 @@ class ToGMethod(Method):
         reply = ask("answer", prompts.answer_prompt(question, triplets))
         answers, valid = prompts.parse_answer(reply)
         steps[-1].parsed = answers
-        trace = {"mode": self.config.mode, "stop": stop_reason, "triplets": [list(t) for t in triplets],
-                 "expansions": expansions, "steps": [s.to_dict() for s in steps]}
+        trace = {
+            "mode": self.config.mode,
+            "stop": stop_reason,
+            "triplets": [list(t) for t in triplets],
+            "expansions": expansions,
+            "steps": [s.to_dict() for s in steps],
+        }
         return MethodResult(answers, valid, trace, kg_queries=kg.queries)
 
     def _expand(self, kg: KnowledgeGraph, entity: str, relation: str, outgoing: bool) -> list[str]:
@@ -153,8 +178,9 @@ class ToGMethod(Method):
         edges = kg.neighbors(entity, "in", relations=[relation])
         return list(dict.fromkeys(e.subject for e in edges))
 
-    def _score(self, question: str, entity_label: str, relation: str, tails: list[str], rel_score: float,
-               label: Any, ask: Any) -> list[tuple[str, float]]:
+    def _score(
+        self, question: str, entity_label: str, relation: str, tails: list[str], rel_score: float, label: Any, ask: Any
+    ) -> list[tuple[str, float]]:
         """(tail, relation score x entity score) per candidate, as ToG's entity scoring does it."""
         if not tails:
             return []

@@ -14,7 +14,7 @@ model; `ToGConfig.few_shot` leaves it out for a model fine-tuned on these prompt
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from kgreasoner.baselines.base import braced_answers, first_line_answer
 
@@ -94,13 +94,23 @@ _YES_NO = re.compile(r"\{\s*(yes|no)\s*\}", re.IGNORECASE)
 
 
 def relation_prompt(question: str, entity: str, relations: Sequence[str], width: int, few_shot: bool = True) -> str:
-    return RELATION_PROMPT.format(question=question, entity=entity, relations="\n".join(relations), width=width,
-                                  example=RELATION_EXAMPLE if few_shot else "")
+    return RELATION_PROMPT.format(
+        question=question,
+        entity=entity,
+        relations="\n".join(relations),
+        width=width,
+        example=RELATION_EXAMPLE if few_shot else "",
+    )
 
 
 def entity_prompt(question: str, entity: str, relation: str, candidates: Sequence[str], few_shot: bool = True) -> str:
-    return ENTITY_PROMPT.format(question=question, entity=entity, relation=relation, candidates="\n".join(candidates),
-                                example=ENTITY_EXAMPLE if few_shot else "")
+    return ENTITY_PROMPT.format(
+        question=question,
+        entity=entity,
+        relation=relation,
+        candidates="\n".join(candidates),
+        example=ENTITY_EXAMPLE if few_shot else "",
+    )
 
 
 def format_triplets(triplets: Sequence[tuple[str, str, str]]) -> str:

@@ -2,8 +2,8 @@
 
 from kgreasoner.data.datasets import Dataset, load_dataset, load_datasets, open_dataset_kg
 from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.paths import DATA_ENV, find_data_dir
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS, load_pathquestion, parse_pathquestion_line
+from kgreasoner.data.paths import DATA_ENV, find_data_dir
 from kgreasoner.data.schema import Answer, QAExample, SchemaError, TopicEntity, read_jsonl, write_jsonl
 from kgreasoner.data.splits import SCHEMES, SplitOverlap, assign_splits, group_key, overlap_stats
 from kgreasoner.data.tog_json import TOG_FORMATS, load_tog_json, parse_tog_record

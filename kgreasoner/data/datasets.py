@@ -22,9 +22,10 @@ have one keep it, and the Dataset says `split_scheme="given"`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS, load_pathquestion, pathquestion_set_name
 from kgreasoner.data.paths import find_data_dir
@@ -42,8 +43,10 @@ KB_FILES = ("kb.tsv", "kb.nt")
 # the file names it holds, lower-cased). RoG's are every .parquet / .jsonl file in the folder.
 RELEASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "webqsp-official": ("WebQSP", ("webqsp.train.json", "webqsp.test.json")),
-    "cwq-official": ("CWQ", ("complexwebquestions_train.json", "complexwebquestions_dev.json",
-                             "complexwebquestions_test.json")),
+    "cwq-official": (
+        "CWQ",
+        ("complexwebquestions_train.json", "complexwebquestions_dev.json", "complexwebquestions_test.json"),
+    ),
 }
 ROG_SETS: dict[str, str] = {"rog-webqsp": "RoG-WebQSP", "rog-cwq": "RoG-CWQ"}
 
@@ -131,7 +134,7 @@ def load_datasets(
     return [load_dataset(name, split=split, scheme=scheme, seed=seed, root=root) for name in names]
 
 
-def open_dataset_kg(dataset: Dataset) -> "KnowledgeGraph":
+def open_dataset_kg(dataset: Dataset) -> KnowledgeGraph:
     """The dataset's KB in the embedded in-memory store, or the KG its `kg_spec` names."""
     # Imported here: kgreasoner.kg.memory imports kgreasoner.data (normalize) at module level.
     from kgreasoner.kg.memory import MemoryKG
@@ -173,8 +176,10 @@ def _load_unsplit(name_or_path: str | Path, root: str | Path | None, split: str 
             return Dataset(name=path.stem, examples=read_jsonl(path), kb_path=None, questions_path=path)
         if path.suffix == ".json":
             return Dataset(name=path.stem, examples=_load_json_file(path), kb_path=None)
-        raise ValueError(f"{path}: unsupported file type; expected .jsonl (our schema or RoG's), "
-                         ".parquet (RoG) or .json (ToG, official WebQSP or CWQ)")
+        raise ValueError(
+            f"{path}: unsupported file type; expected .jsonl (our schema or RoG's), "
+            ".parquet (RoG) or .json (ToG, official WebQSP or CWQ)"
+        )
     known = [*PATHQUESTION_SETS, "PQL-3H_more", *GROUPS, *TOG_FORMATS, *RELEASES, *ROG_SETS]
     raise FileNotFoundError(f"{name_or_path!r} is neither a known dataset ({', '.join(known)}) nor an existing path")
 
@@ -239,8 +244,10 @@ def _rog_dataset(name: str, path: Path, split: str | None) -> Dataset:
 
 def _holds_rog_files(folder: Path) -> bool:
     """True for a folder with RoG's record files under it (a clone of the published dataset)."""
-    return any(p.is_file() and (p.suffix == ".parquet" or (p.suffix == ".jsonl" and _first_jsonl_is_rog(p)))
-               for p in folder.rglob("*"))
+    return any(
+        p.is_file() and (p.suffix == ".parquet" or (p.suffix == ".jsonl" and _first_jsonl_is_rog(p)))
+        for p in folder.rglob("*")
+    )
 
 
 def _first_jsonl_is_rog(path: Path) -> bool:

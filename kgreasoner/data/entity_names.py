@@ -8,8 +8,8 @@ show the same names, so the prompt names each topic entity as the search will.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph

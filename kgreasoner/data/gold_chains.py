@@ -33,9 +33,10 @@ the form the GRPO dataset carries in its `gold_chains` column.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
@@ -76,8 +77,9 @@ def gold_chains(kg: KnowledgeGraph, example: QAExample, max_level: int = MAX_LEV
     return [[_chain(kg, topic, path, ids, forms, max_level) for path in paths] for topic, paths in starts]
 
 
-def _chain(kg: KnowledgeGraph, topic: str, path: Sequence[str], answer_ids: list[str], forms: set[str],
-           max_level: int) -> dict[str, Any]:
+def _chain(
+    kg: KnowledgeGraph, topic: str, path: Sequence[str], answer_ids: list[str], forms: set[str], max_level: int
+) -> dict[str, Any]:
     levels = [[topic]]
     for relation in path:
         levels.append(_step(kg, levels[-1], relation, max_level))
@@ -92,7 +94,7 @@ def _chain(kg: KnowledgeGraph, topic: str, path: Sequence[str], answer_ids: list
 def _step(kg: KnowledgeGraph, frontier: list[str], relation: str, max_level: int) -> list[str]:
     """The entities one `relation` step from `frontier` (`^rel` backwards), the first `max_level` met."""
     if relation.startswith(INVERSE_PREFIX):
-        name, direction = relation[len(INVERSE_PREFIX):], "in"
+        name, direction = relation[len(INVERSE_PREFIX) :], "in"
     else:
         name, direction = relation, "out"
     found: dict[str, None] = {}
@@ -119,8 +121,18 @@ class _Chain:
 def _parse(chains: str) -> tuple[tuple[_Chain, ...], ...]:
     # A question's rollouts (a whole group) share one string: decoded once.
     groups = json.loads(chains) if chains else []
-    return tuple(tuple(_Chain(tuple(frozenset(level) for level in chain["levels"]), frozenset(chain["answers"]),
-                              tuple(chain["mediators"])) for chain in group) for group in groups if group)
+    return tuple(
+        tuple(
+            _Chain(
+                tuple(frozenset(level) for level in chain["levels"]),
+                frozenset(chain["answers"]),
+                tuple(chain["mediators"]),
+            )
+            for chain in group
+        )
+        for group in groups
+        if group
+    )
 
 
 def chain_progress(chains: str, searches: Sequence[dict[str, Any]]) -> float | None:

@@ -26,14 +26,16 @@ import pyarrow.compute as pc
 BATCH_CELLS = 1 << 22
 
 
-def subgraph_hops(graph: pa.ChunkedArray, topics: pa.ChunkedArray, answers: pa.ChunkedArray,
-                  batch_cells: int = BATCH_CELLS) -> list[int]:
+def subgraph_hops(
+    graph: pa.ChunkedArray, topics: pa.ChunkedArray, answers: pa.ChunkedArray, batch_cells: int = BATCH_CELLS
+) -> list[int]:
     """Each row's hop count (module docstring), from its `graph` ([[head, relation, tail], ...]),
     its topic entities and its answers (node names), columns of the same table."""
     hops: list[int] = []
     for start, stop in _batches(pc.list_value_length(graph).to_numpy(zero_copy_only=False), batch_cells):
-        hops.extend(_batch_hops(*(column.slice(start, stop - start).combine_chunks()
-                                  for column in (graph, topics, answers))))
+        hops.extend(
+            _batch_hops(*(column.slice(start, stop - start).combine_chunks() for column in (graph, topics, answers)))
+        )
     return hops
 
 
@@ -58,8 +60,11 @@ def _batch_hops(graph: pa.ListArray, topics: pa.ListArray, answers: pa.ListArray
     # entity or answer missing from its graph is a node without edges.
     stride = len(names.dictionary)
     codes = names.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    rows = [np.repeat(pc.list_parent_indices(graph).to_numpy(), 2), pc.list_parent_indices(topics).to_numpy(),
-            pc.list_parent_indices(answers).to_numpy()]
+    rows = [
+        np.repeat(pc.list_parent_indices(graph).to_numpy(), 2),
+        pc.list_parent_indices(topics).to_numpy(),
+        pc.list_parent_indices(answers).to_numpy(),
+    ]
     nodes = np.concatenate(rows) * stride + codes
     ends, topic, answer = np.split(nodes, np.cumsum([len(ends), len(topics.flatten())]))
     distance = _distances(ends[0::2], ends[1::2], answer, topic, len(graph) * stride)
@@ -69,8 +74,9 @@ def _batch_hops(graph: pa.ListArray, topics: pa.ListArray, answers: pa.ListArray
     return hops.tolist()
 
 
-def _distances(head: np.ndarray, tail: np.ndarray, sources: np.ndarray, targets: np.ndarray,
-               num_nodes: int) -> np.ndarray:
+def _distances(
+    head: np.ndarray, tail: np.ndarray, sources: np.ndarray, targets: np.ndarray, num_nodes: int
+) -> np.ndarray:
     """Edges from `sources` to every node (-1: unreached), walking edges both ways, level by level
     until every target is reached or nothing new is."""
     distance = np.full(num_nodes, -1, dtype=np.int32)

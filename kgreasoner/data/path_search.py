@@ -24,8 +24,8 @@ labels and `kgreasoner eval`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from tqdm import tqdm
 
@@ -117,12 +117,17 @@ class PathReport:
     derived_lengths: Counter[int] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, object]:
-        return {"given": self.given, "derived": self.derived, "not_found": self.not_found,
-                "derived_by_length": {str(k): v for k, v in sorted(self.derived_lengths.items())}}
+        return {
+            "given": self.given,
+            "derived": self.derived,
+            "not_found": self.not_found,
+            "derived_by_length": {str(k): v for k, v in sorted(self.derived_lengths.items())},
+        }
 
 
-def add_gold_paths(examples: Sequence[QAExample], kg: KnowledgeGraph,
-                   search: PathSearch = PathSearch()) -> tuple[list[QAExample], PathReport]:
+def add_gold_paths(
+    examples: Sequence[QAExample], kg: KnowledgeGraph, search: PathSearch = PathSearch()
+) -> tuple[list[QAExample], PathReport]:
     """Examples without gold paths get the shortest candidates `find_paths` finds (and `hops` their
     length when it was 0); examples with paths are kept as they are, as are those with none found."""
     report = PathReport()

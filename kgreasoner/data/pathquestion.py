@@ -83,7 +83,9 @@ def _split_answer_column(text: str, where: str) -> tuple[str, list[str]]:
                 primary, listed = text[:i], text[i + 1 : -2].split("/")
                 if primary in listed and all(listed):
                     return primary, list(dict.fromkeys(listed))
-    raise SchemaError(f"{where}: column 'answer' must be 'answer(answer1/answer2/.../)' listing the answer, got {text!r}")
+    raise SchemaError(
+        f"{where}: column 'answer' must be 'answer(answer1/answer2/.../)' listing the answer, got {text!r}"
+    )
 
 
 def read_pathquestion(path: str | Path, source: str) -> list[QAExample]:

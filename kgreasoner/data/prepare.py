@@ -41,16 +41,24 @@ def source_name(source: str) -> str:
     if text.lower() == PATHQUESTION_PREFIX.rstrip(":"):
         return PATHQUESTION_SETS[0]
     if text.lower().startswith(PATHQUESTION_PREFIX):
-        name = text[len(PATHQUESTION_PREFIX):]
+        name = text[len(PATHQUESTION_PREFIX) :]
         if name.lower() not in {s.lower() for s in (*PATHQUESTION_SETS, "PQL-3H_more")}:
-            raise ValueError(f"{source!r}: unknown PathQuestion set {name!r}; one of {', '.join(PATHQUESTION_SETS)}, PQL-3H_more")
+            raise ValueError(
+                f"{source!r}: unknown PathQuestion set {name!r}; one of {', '.join(PATHQUESTION_SETS)}, PQL-3H_more"
+            )
         return name
     return text
 
 
-def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", seed: int = 0,
-                    root: str | Path | None = None, search: PathSearch = PathSearch(),
-                    strict: bool = False) -> dict[str, Any]:
+def prepare_dataset(
+    source: str,
+    out_dir: str | Path,
+    scheme: str = "grouped",
+    seed: int = 0,
+    root: str | Path | None = None,
+    search: PathSearch = PathSearch(),
+    strict: bool = False,
+) -> dict[str, Any]:
     """Write the dataset folder (see the module docstring); returns the summary written to prepare.json.
 
     `strict` turns the warnings of `check_questions` into errors."""
@@ -59,8 +67,10 @@ def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", s
     name = source_name(source)
     dataset = load_dataset(name, scheme=scheme, seed=seed, root=root)
     if dataset.kb_path is None:
-        raise ValueError(f"{source!r} has no KB file: the data stage needs a dataset folder with kb.tsv "
-                         "(or kb.nt) or a PathQuestion set")
+        raise ValueError(
+            f"{source!r} has no KB file: the data stage needs a dataset folder with kb.tsv "
+            "(or kb.nt) or a PathQuestion set"
+        )
     out = Path(out_dir)
     if (out / dataset.kb_path.name).exists() and (out / dataset.kb_path.name).samefile(dataset.kb_path):
         raise ValueError(f"--out {out} is the source dataset's own folder; write the prepared dataset to another one")
@@ -83,16 +93,21 @@ def prepare_dataset(source: str, out_dir: str | Path, scheme: str = "grouped", s
         shutil.copyfile(dataset.names_path, out / "names.tsv")
     write_jsonl(examples, out / "questions.jsonl")
     summary = {
-        "source": source, "dataset": dataset.name, "kb": str(dataset.kb_path),
-        "split_scheme": split_scheme, "split_seed": split_seed,
+        "source": source,
+        "dataset": dataset.name,
+        "kb": str(dataset.kb_path),
+        "split_scheme": split_scheme,
+        "split_seed": split_seed,
         "splits": dict(sorted(Counter(e.split for e in examples).items())),
         "hops": {str(k): v for k, v in sorted(Counter(e.hops for e in examples).items())},
         "gold_paths": paths.as_dict(),
         "warnings": warnings.as_dict(),
     }
     for message in warnings.first.values():
-        print(f"prepare-data: warning: {message} (and any others counted in {SUMMARY_FILE}; --strict refuses them)",
-              file=sys.stderr)
+        print(
+            f"prepare-data: warning: {message} (and any others counted in {SUMMARY_FILE}; --strict refuses them)",
+            file=sys.stderr,
+        )
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
@@ -103,32 +118,56 @@ def _check_gold_relations(dataset: Dataset, relations: set[str]) -> None:
         for path in example.gold_paths:
             for relation in path:
                 if relation.removeprefix(INVERSE_PREFIX) not in relations:
-                    raise ValueError(f"dataset {dataset.name!r}: example {example.id}: gold path {list(path)} uses "
-                                     f"relation {relation!r}, which {dataset.kb_path} does not have")
+                    raise ValueError(
+                        f"dataset {dataset.name!r}: example {example.id}: gold path {list(path)} uses "
+                        f"relation {relation!r}, which {dataset.kb_path} does not have"
+                    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "prepare-data", help="write a dataset as a folder with fixed splits and gold paths (derived where missing)",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "prepare-data",
+        help="write a dataset as a folder with fixed splits and gold paths (derived where missing)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("source", help="PathQuestion set (PQ-2H or pathquestion:PQ-2H) or dataset folder")
     parser.add_argument("--out", required=True, type=Path, help="dataset folder to write")
     parser.add_argument("--scheme", default="grouped", choices=SCHEMES, help="split scheme where the source has none")
     parser.add_argument("--seed", type=int, default=0, help="seed of that split")
-    parser.add_argument("--data-root", default=None, help="data root for named benchmarks (default: $KGREASONER_DATA, ../shared/data)")
-    parser.add_argument("--max-hops", type=int, default=PathSearch.max_hops, help="longest path searched for questions without gold paths")
-    parser.add_argument("--max-paths", type=int, default=PathSearch.max_paths, help="candidate paths kept per question")
-    parser.add_argument("--max-branch", type=int, default=PathSearch.max_branch, help="a path reaching more nodes is not extended")
-    parser.add_argument("--strict", action="store_true",
-                        help="refuse what is only counted as a warning (an answer that is not a node of the KB)")
+    parser.add_argument(
+        "--data-root", default=None, help="data root for named benchmarks (default: $KGREASONER_DATA, ../shared/data)"
+    )
+    parser.add_argument(
+        "--max-hops",
+        type=int,
+        default=PathSearch.max_hops,
+        help="longest path searched for questions without gold paths",
+    )
+    parser.add_argument(
+        "--max-paths", type=int, default=PathSearch.max_paths, help="candidate paths kept per question"
+    )
+    parser.add_argument(
+        "--max-branch", type=int, default=PathSearch.max_branch, help="a path reaching more nodes is not extended"
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse what is only counted as a warning (an answer that is not a node of the KB)",
+    )
     parser.set_defaults(func=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    summary = prepare_dataset(args.source, args.out, args.scheme, args.seed, args.data_root,
-                              PathSearch(max_hops=args.max_hops, max_paths=args.max_paths, max_branch=args.max_branch),
-                              args.strict)
+    summary = prepare_dataset(
+        args.source,
+        args.out,
+        args.scheme,
+        args.seed,
+        args.data_root,
+        PathSearch(max_hops=args.max_hops, max_paths=args.max_paths, max_branch=args.max_branch),
+        args.strict,
+    )
     print(json.dumps(summary, indent=2))
     print(f"wrote {args.out}")
     return 0

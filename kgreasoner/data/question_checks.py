@@ -34,21 +34,23 @@ class QuestionWarnings:
         return {"answers_not_in_kb": self.answers_not_in_kb}
 
 
-def check_questions(dataset: "Dataset", kg: KnowledgeGraph, strict: bool = False) -> QuestionWarnings:
+def check_questions(dataset: Dataset, kg: KnowledgeGraph, strict: bool = False) -> QuestionWarnings:
     """Refuse what cannot work and count what is suspicious (see the module docstring)."""
     where = _Locator(dataset)
     warnings = QuestionWarnings()
     for example in dataset.examples:
         for i, topic in enumerate(example.topic_entities):
             if topic.id not in kg:
-                raise SchemaError(f"{where(example)}: field 'topic_entities[{i}].id': {topic.id!r} is not a node of "
-                                  f"{dataset.kb_path}; no search could start there")
+                raise SchemaError(
+                    f"{where(example)}: field 'topic_entities[{i}].id': {topic.id!r} is not a node of "
+                    f"{dataset.kb_path}; no search could start there"
+                )
         if example.intersect and example.gold_paths:
             _check_walks_meet(example, kg, where)
         for i, answer in enumerate(example.answers):
             if answer.id in kg:
                 continue
-            message = (f"{where(example)}: field 'answers[{i}].id': {answer.id!r} is not a node of {dataset.kb_path}")
+            message = f"{where(example)}: field 'answers[{i}].id': {answer.id!r} is not a node of {dataset.kb_path}"
             if strict:
                 raise SchemaError(message + " (--strict)")
             warnings.answers_not_in_kb += 1
@@ -56,19 +58,23 @@ def check_questions(dataset: "Dataset", kg: KnowledgeGraph, strict: bool = False
     return warnings
 
 
-def _check_walks_meet(example: QAExample, kg: KnowledgeGraph, where: "_Locator") -> None:
+def _check_walks_meet(example: QAExample, kg: KnowledgeGraph, where: _Locator) -> None:
     reached = [execute_path(kg, topic.id, path) for topic, path in zip(example.topic_entities, example.gold_paths)]
     if not set.intersection(*reached):
-        walks = "; ".join(f"{topic.id} -> {' / '.join(path)}: {len(nodes)} node(s)"
-                          for topic, path, nodes in zip(example.topic_entities, example.gold_paths, reached))
-        raise SchemaError(f"{where(example)}: field 'gold_paths': the walks of this intersect question never meet "
-                          f"({walks}); an intersect question's answers are the nodes every walk reaches")
+        walks = "; ".join(
+            f"{topic.id} -> {' / '.join(path)}: {len(nodes)} node(s)"
+            for topic, path, nodes in zip(example.topic_entities, example.gold_paths, reached)
+        )
+        raise SchemaError(
+            f"{where(example)}: field 'gold_paths': the walks of this intersect question never meet "
+            f"({walks}); an intersect question's answers are the nodes every walk reaches"
+        )
 
 
 class _Locator:
     """`questions.jsonl:LINE` of an example (its id's line, read once when first asked), else its id."""
 
-    def __init__(self, dataset: "Dataset") -> None:
+    def __init__(self, dataset: Dataset) -> None:
         self.path: Path | None = dataset.questions_path
         self.name = dataset.name
         self._lines: dict[str, str] | None = None

@@ -32,13 +32,15 @@ from kgreasoner.data.webqsp_cwq import split_from_filename
 ROG_SUFFIXES = (".parquet", ".jsonl")
 # The fields read; the published files also have `a_entity` and `choices`, which nothing here needs
 # (`answer` holds the gold names, which are the answer nodes' ids in the graph).
-SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("question", pa.string()),
-    ("answer", pa.list_(pa.string())),
-    ("q_entity", pa.list_(pa.string())),
-    ("graph", pa.list_(pa.list_(pa.string()))),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("question", pa.string()),
+        ("answer", pa.list_(pa.string())),
+        ("q_entity", pa.list_(pa.string())),
+        ("graph", pa.list_(pa.list_(pa.string()))),
+    ]
+)
 # A Freebase mid: what RoG left as the id of a node with no name.
 _MID = re.compile(r"[mg]\.[0-9a-z_]+")
 
@@ -117,12 +119,17 @@ def rog_examples(rog: RogFile) -> list[QAExample]:
             raise SchemaError(f"{rog.where(row)}: field 'q_entity' is empty")
         if not answers:
             raise SchemaError(f"{rog.where(row)}: field 'answer' is empty")
-        examples.append(QAExample(
-            id=qid, question=question.strip(),
-            topic_entities=tuple(TopicEntity(id=t, name=t) for t in dict.fromkeys(topics)),
-            answers=tuple(Answer(id=a, name=a) for a in dict.fromkeys(answers)),
-            hops=hops[row], source="RoG", split=rog.split,
-        ))
+        examples.append(
+            QAExample(
+                id=qid,
+                question=question.strip(),
+                topic_entities=tuple(TopicEntity(id=t, name=t) for t in dict.fromkeys(topics)),
+                answers=tuple(Answer(id=a, name=a) for a in dict.fromkeys(answers)),
+                hops=hops[row],
+                source="RoG",
+                split=rog.split,
+            )
+        )
     return examples
 
 
@@ -228,8 +235,10 @@ def _check_triples(rog: RogFile) -> None:
     index = _first(bad)
     row = int(pc.list_parent_indices(graph).to_numpy()[index])
     position = index - graph.offsets[row].as_py()
-    raise SchemaError(f"{rog.where(row)}: field 'graph[{position}]' must be [head, relation, tail], "
-                      f"three non-empty strings; got {triples[index].as_py()!r}")
+    raise SchemaError(
+        f"{rog.where(row)}: field 'graph[{position}]' must be [head, relation, tail], "
+        f"three non-empty strings; got {triples[index].as_py()!r}"
+    )
 
 
 def _first(mask: pa.Array | pa.ChunkedArray) -> int:

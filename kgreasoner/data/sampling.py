@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from typing import Hashable, Sequence, TypeVar
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 from kgreasoner.data.schema import QAExample
 

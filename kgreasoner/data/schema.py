@@ -12,9 +12,10 @@ answers are the entities every one of those walks reaches ("which player of club
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Protocol
 
 SPLITS = ("train", "dev", "test", "")
 
@@ -82,7 +83,7 @@ class QAExample:
     def answer_names(self) -> list[str]:
         return [a.name for a in self.answers]
 
-    def with_split(self, split: str) -> "QAExample":
+    def with_split(self, split: str) -> QAExample:
         return QAExample(**{**self.__dict__, "split": split})
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,7 +101,7 @@ class QAExample:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "QAExample":
+    def from_dict(cls, data: dict[str, Any]) -> QAExample:
         """Build from a parsed JSON object; a missing or mistyped field raises SchemaError."""
         if not isinstance(data, dict):
             raise SchemaError(f"expected a JSON object, got {type(data).__name__}")
@@ -125,8 +126,10 @@ class QAExample:
         if not hops_fit(hops, paths, intersect is True):
             lengths = sorted({len(p) for p in paths})
             counted = " (an intersect question counts its longest)" if intersect is True else ""
-            raise SchemaError(f"field 'hops' is {hops}, but the gold paths have {', '.join(map(str, lengths))} "
-                              f"relation(s){counted}; correct hops or the paths")
+            raise SchemaError(
+                f"field 'hops' is {hops}, but the gold paths have {', '.join(map(str, lengths))} "
+                f"relation(s){counted}; correct hops or the paths"
+            )
         split = data.get("split")
         if split is not None and not isinstance(split, str):  # `0` or `false` must not read as "no split"
             raise SchemaError(f"field 'split' must be a string (train, dev or test), got {json.dumps(split)}")
@@ -216,7 +219,9 @@ def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise SchemaError(f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})") from None
+                raise SchemaError(
+                    f"{path}:{number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1})"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Hashable, Sequence
 
 from kgreasoner.data.schema import QAExample
 
@@ -73,7 +73,9 @@ def assign_splits(
 
 def _check_ratios(ratios: Sequence[float]) -> None:
     if len(ratios) != 3 or any(r < 0 for r in ratios) or not math.isclose(sum(ratios), 1.0, abs_tol=1e-6):
-        raise ValueError(f"ratios must be three non-negative numbers (train, dev, test) summing to 1, got {tuple(ratios)}")
+        raise ValueError(
+            f"ratios must be three non-negative numbers (train, dev, test) summing to 1, got {tuple(ratios)}"
+        )
 
 
 @dataclass(frozen=True)
@@ -107,5 +109,7 @@ def overlap_stats(examples: Sequence[QAExample]) -> SplitOverlap:
         if example.split in sizes:
             sizes[example.split] += 1
     train_groups = {group_key(e) for e in examples if e.split == "train"}
-    seen = {name: sum(1 for e in examples if e.split == name and group_key(e) in train_groups) for name in ("dev", "test")}
+    seen = {
+        name: sum(1 for e in examples if e.split == name and group_key(e) in train_groups) for name in ("dev", "test")
+    }
     return SplitOverlap(sizes=sizes, dev_seen=seen["dev"], test_seen=seen["test"])

@@ -57,7 +57,9 @@ def detect_tog_format(record: Any, path: str | Path | None = None) -> str:
         if isinstance(record.get("answer"), str):
             # ToG's SimpleQA records carry the (short) relation name; its CWQ records do not.
             return "simpleqa" if "relation" in record else "cwq"
-    raise SchemaError(f"{path or '<records>'}: cannot tell the ToG format from the first record; pass fmt=one of {list(TOG_FORMATS)}")
+    raise SchemaError(
+        f"{path or '<records>'}: cannot tell the ToG format from the first record; pass fmt=one of {list(TOG_FORMATS)}"
+    )
 
 
 def parse_tog_record(
@@ -126,7 +128,9 @@ def load_tog_json(path: str | Path, fmt: str | None = None, split: str = "test")
         else:
             examples.append(example)
     if unanswered:
-        logger.warning("%s: skipped %d record(s) with no answers (first: record %d)", path, len(unanswered), unanswered[0])
+        logger.warning(
+            "%s: skipped %d record(s) with no answers (first: record %d)", path, len(unanswered), unanswered[0]
+        )
     return examples
 
 
@@ -179,7 +183,9 @@ def cwq_answers(record: dict, where: str) -> list[Answer]:
             aliases = item.get("aliases") or []
             if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
                 raise SchemaError(f"{where}: field '{field}.aliases' must be a list of strings")
-            answers.append(Answer(id=str(item.get("answer_id") or item["answer"]), name=item["answer"], aliases=tuple(aliases)))
+            answers.append(
+                Answer(id=str(item.get("answer_id") or item["answer"]), name=item["answer"], aliases=tuple(aliases))
+            )
         return _dedup(answers)
     return _single_answer(record, where)
 
@@ -201,7 +207,9 @@ def webqsp_answers(record: dict, where: str) -> tuple[list[Answer], tuple[tuple[
             field = f"Parses[{p}].Answers[{a}]"
             if not isinstance(item, dict) or "AnswerArgument" not in item:
                 raise SchemaError(f"{where}: missing field '{field}.AnswerArgument'")
-            answers.append(_entity_or_value(item["AnswerArgument"], item.get("EntityName"), where, f"{field}.AnswerArgument"))
+            answers.append(
+                _entity_or_value(item["AnswerArgument"], item.get("EntityName"), where, f"{field}.AnswerArgument")
+            )
         chain = parse.get("InferentialChain")
         if chain is not None:
             if not isinstance(chain, list) or not all(isinstance(r, str) and r for r in chain):
@@ -217,5 +225,7 @@ def _grailqa_answers(record: dict, where: str) -> list[Answer]:
         field = f"answer[{a}]"
         if not isinstance(item, dict) or "answer_argument" not in item:
             raise SchemaError(f"{where}: missing field '{field}.answer_argument'")
-        answers.append(_entity_or_value(item["answer_argument"], item.get("entity_name"), where, f"{field}.answer_argument"))
+        answers.append(
+            _entity_or_value(item["answer_argument"], item.get("entity_name"), where, f"{field}.answer_argument")
+        )
     return _dedup(answers)

@@ -8,9 +8,9 @@ are the completion; `train` is true for what the model writes and false for what
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines, write_jsonl
 
@@ -53,7 +53,7 @@ class WarmupRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "record") -> "WarmupRecord":
+    def from_dict(cls, data: dict, where: str = "record") -> WarmupRecord:
         try:
             segments = tuple(Segment(str(s["text"]), bool(s["train"])) for s in data["segments"])
             topics = tuple(TopicEntity(str(t["id"]), str(t["name"])) for t in data["topic_entities"])

@@ -58,8 +58,13 @@ def is_webqsp_release(data: Any) -> bool:
 
 def is_cwq_release(data: Any) -> bool:
     """True for the official CWQ file (a list of records with `sparql` and no `topic_entity`)."""
-    return (isinstance(data, list) and bool(data) and isinstance(data[0], dict)
-            and "sparql" in data[0] and "topic_entity" not in data[0])
+    return (
+        isinstance(data, list)
+        and bool(data)
+        and isinstance(data[0], dict)
+        and "sparql" in data[0]
+        and "topic_entity" not in data[0]
+    )
 
 
 def read_json(path: str | Path) -> Any:
@@ -81,7 +86,9 @@ def load_webqsp(path: str | Path, split: str | None = None, data: Any = None) ->
     split = split or split_from_filename(path)
     data = read_json(path) if data is None else data
     if not is_webqsp_release(data):
-        raise SchemaError(f"{path}: expected the WebQSP release's top level {{\"Version\", \"FreebaseVersion\", \"Questions\": [...]}}")
+        raise SchemaError(
+            f'{path}: expected the WebQSP release\'s top level {{"Version", "FreebaseVersion", "Questions": [...]}}'
+        )
     return _parse_all(data["Questions"], parse_webqsp_question, path, split)
 
 
@@ -114,7 +121,9 @@ def parse_webqsp_question(record: Any, index: int, path: str | Path, split: str)
         if mid is None:
             continue  # an annotator found no topic for this parse
         if not isinstance(mid, str) or not mid:
-            raise SchemaError(f"{where}: field 'Parses[{p}].TopicEntityMid' must be a non-empty string or null, got {mid!r}")
+            raise SchemaError(
+                f"{where}: field 'Parses[{p}].TopicEntityMid' must be a non-empty string or null, got {mid!r}"
+            )
         name = parse.get("TopicEntityName")
         if name is not None and not isinstance(name, str):
             raise SchemaError(f"{where}: field 'Parses[{p}].TopicEntityName' must be a string or null")
@@ -122,8 +131,14 @@ def parse_webqsp_question(record: Any, index: int, path: str | Path, split: str)
     if not topics or not answers:
         return None
     return QAExample(
-        id=qid, question=question.strip(), topic_entities=tuple(topics.values()), answers=tuple(answers),
-        gold_paths=gold_paths, hops=min((len(p) for p in gold_paths), default=0), source="WebQSP", split=split,
+        id=qid,
+        question=question.strip(),
+        topic_entities=tuple(topics.values()),
+        answers=tuple(answers),
+        gold_paths=gold_paths,
+        hops=min((len(p) for p in gold_paths), default=0),
+        source="WebQSP",
+        split=split,
     )
 
 
@@ -152,12 +167,20 @@ def parse_cwq_question(record: Any, index: int, path: str | Path, split: str) ->
     if not mids or not answers:
         return None
     return QAExample(
-        id=qid, question=question.strip(), topic_entities=tuple(TopicEntity(id=m, name=m) for m in mids),
-        answers=tuple(answers), source="CWQ", split=split,
+        id=qid,
+        question=question.strip(),
+        topic_entities=tuple(TopicEntity(id=m, name=m) for m in mids),
+        answers=tuple(answers),
+        source="CWQ",
+        split=split,
     )
 
 
 def _log_skipped(path: Path, skipped: list[int]) -> None:
     if skipped:
-        logger.warning("%s: skipped %d question(s) with no answer or no topic entity (first: index %d)",
-                       path, len(skipped), skipped[0])
+        logger.warning(
+            "%s: skipped %d question(s) with no answer or no topic entity (first: index %d)",
+            path,
+            len(skipped),
+            skipped[0],
+        )

@@ -20,19 +20,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from kgreasoner.evaluation.methods import METHODS, EvalConfig
 
     parser = subparsers.add_parser(
-        "eval", help="evaluate methods (kgreasoner, tog, sog, parog, io, cot, oracle) on a dataset split",
+        "eval",
+        help="evaluate methods (kgreasoner, tog, sog, parog, io, cot, oracle) on a dataset split",
         description=__doc__ + "\nFields of the --config YAML (EvalConfig; nested sections tog, sog, parog, "
-                    "oracle, tool, rollout):\n" + describe(EvalConfig),
+        "oracle, tool, rollout):\n" + describe(EvalConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--methods", required=True, help=f"comma-separated, from: {', '.join(METHODS)}")
     parser.add_argument("--dataset", required=True, help="dataset name or path (see kgreasoner.data.load_dataset)")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"), help="split to evaluate")
-    parser.add_argument("--scheme", default="random", choices=("random", "grouped"),
-                        help="split scheme for datasets without given splits")
+    parser.add_argument(
+        "--scheme",
+        default="random",
+        choices=("random", "grouped"),
+        help="split scheme for datasets without given splits",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the split scheme")
     parser.add_argument("--llm", default=None, help=f"{describe_forms(CLIENT_FORMS)} (not needed by oracle)")
-    parser.add_argument("--kg", default=None, help="KG spec (kgreasoner.kg.open_kg); default: the dataset's KB in memory")
+    parser.add_argument(
+        "--kg", default=None, help="KG spec (kgreasoner.kg.open_kg); default: the dataset's KB in memory"
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder (resumes what is already there)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions of the split")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -68,11 +75,18 @@ def run(args: argparse.Namespace) -> int:
             examples = [with_derived_paths(e, kg) for e in select_examples(dataset.examples, config.limit)]
             examples = with_kg_names(examples, kg)
             out = args.out / dataset.name if len(datasets) > 1 else args.out
-            info = RunInfo(dataset.name, args.split, dataset.split_scheme, dataset.seed,
-                           kg=args.kg or dataset.kg_spec or str(dataset.kb_path), llm=args.llm or "")
+            info = RunInfo(
+                dataset.name,
+                args.split,
+                dataset.split_scheme,
+                dataset.seed,
+                kg=args.kg or dataset.kg_spec or str(dataset.kb_path),
+                llm=args.llm or "",
+            )
             print(f"{dataset.name}: {len(examples)} {args.split} questions ({info.describe_split()}) -> {out}")
-            summaries = run_evaluation(names, examples, MethodContext(kg, llm, config), out, info,
-                                       progress=not args.no_progress)
+            summaries = run_evaluation(
+                names, examples, MethodContext(kg, llm, config), out, info, progress=not args.no_progress
+            )
             print(render_markdown(info, summaries))
             kg.close()
     finally:

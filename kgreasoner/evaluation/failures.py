@@ -73,24 +73,44 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.protocol import (
-    HANDLE_PREFIX, SEARCH_CLOSE, THINK_OPEN, TRIPLES_CLOSE, check_format, last_open_search, split_relation_filter,
+    HANDLE_PREFIX,
+    SEARCH_CLOSE,
+    THINK_OPEN,
+    TRIPLES_CLOSE,
+    check_format,
+    last_open_search,
+    split_relation_filter,
     split_search_query,
 )
 
-CATEGORIES = ("wrong_relation", "copy_failure", "data_ambiguity", "loop_or_turn_limit", "invalid_format",
-              "answer_not_in_context", "other")
+CATEGORIES = (
+    "wrong_relation",
+    "copy_failure",
+    "data_ambiguity",
+    "loop_or_turn_limit",
+    "invalid_format",
+    "answer_not_in_context",
+    "other",
+)
 """Every category (in the order of the issue's list; the rules apply in the docstring's order)."""
 
-TITLES = {"wrong_relation": "wrong relation", "copy_failure": "copy failure", "data_ambiguity": "data ambiguity",
-          "loop_or_turn_limit": "loop / turn limit", "invalid_format": "invalid format",
-          "answer_not_in_context": "answer not in context", "other": "other"}
+TITLES = {
+    "wrong_relation": "wrong relation",
+    "copy_failure": "copy failure",
+    "data_ambiguity": "data ambiguity",
+    "loop_or_turn_limit": "loop / turn limit",
+    "invalid_format": "invalid format",
+    "answer_not_in_context": "answer not in context",
+    "other": "other",
+}
 
 LIMIT_REASONS = ("max_turns", "max_tokens")
 LOST_CALLS = ("tool_exception", "tool_timeout", "no_session")
@@ -111,8 +131,9 @@ class RecordingSession:
     engine's tool calls even when a call raises or times out.
     """
 
-    def __init__(self, tool: Any, question: str, topic_entities: Sequence[TopicEntity],
-                 example_id: str | None = None) -> None:
+    def __init__(
+        self, tool: Any, question: str, topic_entities: Sequence[TopicEntity], example_id: str | None = None
+    ) -> None:
         self.session = tool.session(question, list(topic_entities), example_id=example_id)
         self._entities: dict[str, str] = {}
         for topic in topic_entities:
@@ -156,12 +177,16 @@ class RecordingSession:
 
 def has_search_record(trace: Any) -> bool:
     """True when `trace` carries what the categories are computed from."""
-    return (isinstance(trace, dict) and all(k in trace for k in TRACE_FIELDS)
-            and all(isinstance(c, dict) and "shown" in c for c in trace["tool_calls"]))
+    return (
+        isinstance(trace, dict)
+        and all(k in trace for k in TRACE_FIELDS)
+        and all(isinstance(c, dict) and "shown" in c for c in trace["tool_calls"])
+    )
 
 
-def classify_failure(example: QAExample, trace: Any, correct: bool,
-                     kg: KnowledgeGraph | None = None) -> dict[str, Any] | None:
+def classify_failure(
+    example: QAExample, trace: Any, correct: bool, kg: KnowledgeGraph | None = None
+) -> dict[str, Any] | None:
     """`{"category", "detail"}` of a wrong answer (module docstring); None when correct or untraced."""
     if correct or not has_search_record(trace):
         return None
@@ -185,7 +210,7 @@ def _leaving(path: Sequence[_Node], relations: Relations, k: int, calls: Sequenc
     """
     at, offset = path[0].entity, 0
     for node in path[1:]:
-        step = next((alt for alt in node.links if relations[offset:offset + len(alt)] == alt), None)
+        step = next((alt for alt in node.links if relations[offset : offset + len(alt)] == alt), None)
         if step is None or offset + len(step) > k:
             break
         offset += len(step)
@@ -220,7 +245,10 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
     calls, finish, answers = trace["tool_calls"], trace["finish_reason"], trace["answers"]
     protocol_stop = finish in ("eos", "answer") or (finish == "error" and _orphan_search_close(trace["text"]))
     if not answers and (protocol_stop or (finish in LIMIT_REASONS and THINK_OPEN not in trace["text"])):
-        return "invalid_format", {"finish_reason": finish, "errors": check_format(trace["text"], trace.get("tool_spans")).errors}
+        return "invalid_format", {
+            "finish_reason": finish,
+            "errors": check_format(trace["text"], trace.get("tool_spans")).errors,
+        }
     for index, call in enumerate(calls, 1):
         if call.get("error") == "unknown_entity":
             return "copy_failure", {"call": index, "query": call["query"]}
@@ -255,11 +283,21 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
         gold = list(dict.fromkeys(g[k] for g in golds if len(g) > k and g[:k] == best.relations[:k]))
         left_from = _leaving(path, best.relations, k, calls)
         shown = any(step[0] in left_from and step[1] in gold for call in calls for step in call["shown"])
-        return "wrong_relation", {"hop": k + 1, "taken": taken, "gold": gold, "path": list(best.relations),
-                                  "entities": [walk.label(n.entity) for n in path], "gold_shown": shown}
+        return "wrong_relation", {
+            "hop": k + 1,
+            "taken": taken,
+            "gold": gold,
+            "path": list(best.relations),
+            "entities": [walk.label(n.entity) for n in path],
+            "gold_shown": shown,
+        }
     gold_ids = {a.id for a in example.answers}
-    detail: dict[str, Any] = {"kind": "gold_label" if answer in gold_ids else "other_object",
-                              "path": list(best.relations), "answer": walk.label(answer), "answer_id": answer}
+    detail: dict[str, Any] = {
+        "kind": "gold_label" if answer in gold_ids else "other_object",
+        "path": list(best.relations),
+        "answer": walk.label(answer),
+        "answer_id": answer,
+    }
     if kg is not None:
         reached = execute_path(kg.for_example(example.id), path[0].entity, best.relations)
         detail["gold_path_reaches"] = len(reached)
@@ -269,7 +307,7 @@ def _classify(example: QAExample, trace: dict[str, Any], kg: KnowledgeGraph | No
 
 def _orphan_search_close(text: str) -> bool:
     """The text ends with `</search>` that has no `<search>` in its turn (the engine's malformed call)."""
-    turn = text[text.rfind(TRIPLES_CLOSE) + len(TRIPLES_CLOSE):] if TRIPLES_CLOSE in text else text
+    turn = text[text.rfind(TRIPLES_CLOSE) + len(TRIPLES_CLOSE) :] if TRIPLES_CLOSE in text else text
     turn = turn.rstrip()
     return turn.endswith(SEARCH_CLOSE) and last_open_search(turn) is None
 
@@ -322,7 +360,7 @@ class _Walk:
         for depth in range(len(self.path) - 1, -1, -1):
             shower = self.path[depth].entity
             if shower != entity and (shower, entity) in self.links:
-                return self.path[:depth + 1] + [_Node(entity, tuple(self.links[(shower, entity)]))]
+                return self.path[: depth + 1] + [_Node(entity, tuple(self.links[(shower, entity)]))]
         if entity in self.topics:
             return [_Node(entity, ())]
         for shower in reversed(self.showers.get(entity, [])):
@@ -339,7 +377,7 @@ class _Walk:
             if call.get("error") is None:  # the tool showed the next candidates of `entity`
                 on_path = [n.entity for n in self.path]
                 if entity in on_path:
-                    self.path = self.path[:len(on_path) - on_path[::-1].index(entity)]
+                    self.path = self.path[: len(on_path) - on_path[::-1].index(entity)]
                 else:
                     self.path = self.placed.get(entity) or self.place(entity) or [_Node(entity, ())]
         else:
@@ -396,12 +434,14 @@ def _follow(steps: Sequence[tuple[Relations, ...]], gold: Relations) -> Iterator
             yield _Match(position == len(gold), position, taken)
             return
         for way in steps[j]:
-            if gold[position:position + len(way)] == way:
+            if gold[position : position + len(way)] == way:
                 yield from go(j + 1, taken + way)
             else:
-                common = next((i for i, (a, b) in enumerate(zip(way, gold[position:])) if a != b),
-                              min(len(way), len(gold) - position))
-                rest = tuple(r for ways in steps[j + 1:] for r in ways[0])
+                common = next(
+                    (i for i, (a, b) in enumerate(zip(way, gold[position:])) if a != b),
+                    min(len(way), len(gold) - position),
+                )
+                rest = tuple(r for ways in steps[j + 1 :] for r in ways[0])
                 yield _Match(False, position + common, taken + way + rest)
 
     yield from go(0, ())
@@ -414,11 +454,18 @@ def _namesake(walk: _Walk, path: Sequence[_Node], best: _Match, golds: Sequence[
             continue
         at = len(entities) - 1 - entities[::-1].index(search.entity)
         for other, other_path in search.namesakes:
-            rest = path[at + 1:]
+            rest = path[at + 1 :]
             swapped = _match(list(other_path) + list(rest), golds)
             if swapped.key() > best.key():
-                return {"kind": "namesake", "call": search.call, "query": search.query, "chosen": search.entity,
-                        "namesake": other, "path": list(best.relations), "path_with_namesake": list(swapped.relations)}
+                return {
+                    "kind": "namesake",
+                    "call": search.call,
+                    "query": search.query,
+                    "chosen": search.entity,
+                    "namesake": other,
+                    "path": list(best.relations),
+                    "path_with_namesake": list(swapped.relations),
+                }
     return None
 
 
@@ -438,9 +485,12 @@ def summarize_failures(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if failure["category"] == "wrong_relation":
             by_hop[int(failure["detail"]["hop"])] += 1
             not_shown += failure["detail"].get("gold_shown") is False
-    return {"counts": counts, "uncategorised": uncategorised,
-            "wrong_relation_by_hop": {str(h): by_hop[h] for h in sorted(by_hop)},
-            "wrong_relation_gold_not_shown": not_shown}
+    return {
+        "counts": counts,
+        "uncategorised": uncategorised,
+        "wrong_relation_by_hop": {str(h): by_hop[h] for h in sorted(by_hop)},
+        "wrong_relation_gold_not_shown": not_shown,
+    }
 
 
 def failure_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
@@ -448,10 +498,14 @@ def failure_table(summaries: dict[str, dict[str, Any]]) -> list[str]:
     rows = {name: s["failures"] for name, s in summaries.items() if s.get("failures")}
     if not any(sum(f["counts"].values()) for f in rows.values()):
         return []
-    lines = ["", "Wrong answers by failure category (kgreasoner/evaluation/failures.py; wrong relation by hop, "
-             "and how often the tool never showed a gold relation there, in parentheses):", "",
-             "| method | wrong | " + " | ".join(TITLES[c] for c in CATEGORIES) + " | uncategorised |",
-             "|---|---|" + "---|" * (len(CATEGORIES) + 1)]
+    lines = [
+        "",
+        "Wrong answers by failure category (kgreasoner/evaluation/failures.py; wrong relation by hop, "
+        "and how often the tool never showed a gold relation there, in parentheses):",
+        "",
+        "| method | wrong | " + " | ".join(TITLES[c] for c in CATEGORIES) + " | uncategorised |",
+        "|---|---|" + "---|" * (len(CATEGORIES) + 1),
+    ]
     for name, f in rows.items():
         cells = [str(f["counts"][c]) for c in CATEGORIES]
         if f["wrong_relation_by_hop"]:

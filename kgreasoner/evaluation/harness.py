@@ -23,8 +23,9 @@ import concurrent.futures
 import json
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample
@@ -57,25 +58,48 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def make_record(method: str, example: QAExample, result: MethodResult, usage: dict[str, int],
-                wall_time: float, kg: KnowledgeGraph | None = None) -> dict[str, Any]:
+def make_record(
+    method: str,
+    example: QAExample,
+    result: MethodResult,
+    usage: dict[str, int],
+    wall_time: float,
+    kg: KnowledgeGraph | None = None,
+) -> dict[str, Any]:
     scores = score_answers(result.answers, example.answers)
     return {
-        "id": example.id, "method": method, "question": example.question, "hops": example.hops,
-        "gold": example.answer_names, "answers": list(result.answers),
-        "hits1": scores.hits1, "f1": scores.f1, "em": scores.em,
-        "precision": scores.precision, "recall": scores.recall,
+        "id": example.id,
+        "method": method,
+        "question": example.question,
+        "hops": example.hops,
+        "gold": example.answer_names,
+        "answers": list(result.answers),
+        "hits1": scores.hits1,
+        "f1": scores.f1,
+        "em": scores.em,
+        "precision": scores.precision,
+        "recall": scores.recall,
         "format_valid": bool(result.format_valid),
-        "llm_calls": int(usage.get("llm_calls", 0)), "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+        "llm_calls": int(usage.get("llm_calls", 0)),
+        "prompt_tokens": int(usage.get("prompt_tokens", 0)),
         "completion_tokens": int(usage.get("completion_tokens", 0)),
-        "kg_queries": int(result.kg_queries), "wall_time": round(wall_time, 6),
-        "error": result.error, "trace": result.trace,
+        "kg_queries": int(result.kg_queries),
+        "wall_time": round(wall_time, 6),
+        "error": result.error,
+        "trace": result.trace,
         "failure": classify_failure(example, result.trace, scores.hits1 == 1.0, kg),
     }
 
 
-def evaluate_method(method: Method, examples: Sequence[QAExample], path: str | Path, llm: Any = None,
-                    workers: int = 1, batch_size: int = 16, progress: bool = True) -> list[dict[str, Any]]:
+def evaluate_method(
+    method: Method,
+    examples: Sequence[QAExample],
+    path: str | Path,
+    llm: Any = None,
+    workers: int = 1,
+    batch_size: int = 16,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Answer every example not yet in `path`; return the records of `examples` (old and new), in their order."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +107,7 @@ def evaluate_method(method: Method, examples: Sequence[QAExample], path: str | P
     todo = [e for e in examples if e.id not in done]
     lock = threading.Lock()
     with open(path, "a", encoding="utf-8") as sink, _progress(len(todo), method.name, progress) as bar:
+
         def write(record: dict[str, Any]) -> None:
             line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
             with lock:
@@ -92,7 +117,7 @@ def evaluate_method(method: Method, examples: Sequence[QAExample], path: str | P
 
         if method.batched:
             for start in range(0, len(todo), batch_size):
-                for record in _run_batch(method, todo[start:start + batch_size]):
+                for record in _run_batch(method, todo[start : start + batch_size]):
                     write(record)
         elif workers <= 1:
             for example in todo:
@@ -132,7 +157,7 @@ class _NoBar:
     def update(self, n: int) -> None:
         pass
 
-    def __enter__(self) -> "_NoBar":
+    def __enter__(self) -> _NoBar:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -156,8 +181,14 @@ def select_examples(examples: Iterable[QAExample], limit: int | None) -> list[QA
 RUN_FILE = "run.json"
 
 
-def run_evaluation(method_names: Sequence[str], examples: Sequence[QAExample], ctx: Any, out_dir: str | Path,
-                   info: Any, progress: bool = True) -> dict[str, dict[str, Any]]:
+def run_evaluation(
+    method_names: Sequence[str],
+    examples: Sequence[QAExample],
+    ctx: Any,
+    out_dir: str | Path,
+    info: Any,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
     """Evaluate each method into `out_dir/<method>.jsonl` and write `summary.json` / `summary.md`.
 
     `ctx` is a `MethodContext`, `info` a `RunInfo`. The folder remembers what it holds
@@ -169,8 +200,10 @@ def run_evaluation(method_names: Sequence[str], examples: Sequence[QAExample], c
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _check_run_file(out / RUN_FILE, {"dataset": info.dataset, "split": info.split,
-                                     "split_scheme": info.split_scheme, "seed": info.seed})
+    _check_run_file(
+        out / RUN_FILE,
+        {"dataset": info.dataset, "split": info.split, "split_scheme": info.split_scheme, "seed": info.seed},
+    )
     methods = [build_method(name, ctx) for name in method_names]  # fail before any work on a bad name
     summaries: dict[str, dict[str, Any]] = {}
     previous = out / "summary.json"
@@ -180,8 +213,15 @@ def run_evaluation(method_names: Sequence[str], examples: Sequence[QAExample], c
     llm = ctx.llm
     workers = config.workers or getattr(llm, "concurrency", 1) or 1
     for method in methods:
-        records = evaluate_method(method, examples, out / f"{method.name}.jsonl", llm=llm, workers=workers,
-                                  batch_size=config.batch_size, progress=progress)
+        records = evaluate_method(
+            method,
+            examples,
+            out / f"{method.name}.jsonl",
+            llm=llm,
+            workers=workers,
+            batch_size=config.batch_size,
+            progress=progress,
+        )
         summaries[method.name] = summarize(records)
     write_report(out, info, summaries)
     return summaries

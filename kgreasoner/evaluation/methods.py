@@ -6,8 +6,9 @@ YAML recipe (`kgreasoner eval --config FILE --set tog.width=5`), every field doc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kgreasoner.baselines.base import Method
 from kgreasoner.baselines.io import IOMethod
@@ -25,18 +26,39 @@ from kgreasoner.rollout import RolloutConfig
 class EvalConfig:
     """Settings of one evaluation run (YAML for `kgreasoner eval --config`)."""
 
-    workers: int = field(default=0, metadata={"help": "questions answered at once; 0: the LLM client's own concurrency (HTTP threads, or the hf batch size)"})
-    batch_size: int = field(default=16, metadata={"help": "hf: prompts per generation batch; also the questions per rollout batch of the kgreasoner method"})
+    workers: int = field(
+        default=0,
+        metadata={
+            "help": "questions answered at once; 0: the LLM client's own concurrency (HTTP threads, or the hf batch size)"
+        },
+    )
+    batch_size: int = field(
+        default=16,
+        metadata={
+            "help": "hf: prompts per generation batch; also the questions per rollout batch of the kgreasoner method"
+        },
+    )
     max_tokens: int = field(default=256, metadata={"help": "reply budget of one LLM call of the pipeline baselines"})
-    limit: int | None = field(default=None, metadata={"help": "answer only the first N questions of the split (None: all)"})
+    limit: int | None = field(
+        default=None, metadata={"help": "answer only the first N questions of the split (None: all)"}
+    )
     temperature: float = field(default=0.0, metadata={"help": "kgreasoner method sampling temperature (0: greedy)"})
-    tokenizer: str | None = field(default=None, metadata={"help": "kgreasoner method over openai:URL: the model's tokenizer (path), whose chat template renders the prompts as in training"})
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "kgreasoner method over openai:URL: the model's tokenizer (path), whose chat template renders the prompts as in training"
+        },
+    )
     tog: ToGConfig = field(default_factory=ToGConfig, metadata={"help": "ToG beam search"})
     sog: SoGConfig = field(default_factory=SoGConfig, metadata={"help": "SoG tool limits"})
     parog: PaRoGConfig = field(default_factory=PaRoGConfig, metadata={"help": "PaRoG limits"})
     oracle: OracleConfig = field(default_factory=OracleConfig, metadata={"help": "oracle walk limits"})
-    tool: ToolConfig = field(default_factory=ToolConfig, metadata={"help": "search tool of the kgreasoner and oracle methods"})
-    rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "rollout limits of the kgreasoner method"})
+    tool: ToolConfig = field(
+        default_factory=ToolConfig, metadata={"help": "search tool of the kgreasoner and oracle methods"}
+    )
+    rollout: RolloutConfig = field(
+        default_factory=RolloutConfig, metadata={"help": "rollout limits of the kgreasoner method"}
+    )
 
     def __post_init__(self) -> None:
         if self.workers < 0 or self.batch_size < 1 or self.max_tokens < 1:
@@ -70,7 +92,13 @@ def _kgreasoner(ctx: MethodContext) -> Method:
     from kgreasoner.evaluation.rollout_method import KGReasonerMethod
     from kgreasoner.rollout import SamplingParams
 
-    return KGReasonerMethod(ctx.llm, ctx.tool, ctx.config.rollout, SamplingParams(temperature=ctx.config.temperature, seed=0), ctx.config.tokenizer)
+    return KGReasonerMethod(
+        ctx.llm,
+        ctx.tool,
+        ctx.config.rollout,
+        SamplingParams(temperature=ctx.config.temperature, seed=0),
+        ctx.config.tokenizer,
+    )
 
 
 METHODS: dict[str, Callable[[MethodContext], Method]] = {

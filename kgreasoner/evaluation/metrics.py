@@ -14,8 +14,8 @@ Definitions (P = the distinct non-empty normalised predictions, G = the gold ans
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import Answer

@@ -13,9 +13,10 @@ dataset, split and split scheme.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from kgreasoner.evaluation.failures import failure_table, summarize_failures
 
@@ -59,8 +60,11 @@ def summarize(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     by_hops: dict[str, dict[str, float]] = {}
     for hops in sorted({int(r["hops"]) for r in records}):
         group = [r for r in records if int(r["hops"]) == hops]
-        by_hops[str(hops)] = {"n": len(group), **{k: _mean([float(r[k]) for r in group]) for k in ("hits1", "f1", "em")},
-                              "kg_queries": _mean([float(r["kg_queries"]) for r in group])}
+        by_hops[str(hops)] = {
+            "n": len(group),
+            **{k: _mean([float(r[k]) for r in group]) for k in ("hits1", "f1", "em")},
+            "kg_queries": _mean([float(r["kg_queries"]) for r in group]),
+        }
     summary["by_hops"] = by_hops
     summary["failures"] = summarize_failures(records)
     return summary
@@ -74,22 +78,31 @@ def render_markdown(info: RunInfo, summaries: dict[str, dict[str, Any]]) -> str:
     if info.llm:
         lines.append(f"- LLM: `{info.llm}`")
     lines += ["- F1/EM are over answer sets; Hits@1 scores the first answer; costs are means per question.", ""]
-    lines += ["| method | n | Hits@1 | F1 | EM | format-valid | errors | LLM calls | prompt tok | completion tok | KG queries | wall s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| method | n | Hits@1 | F1 | EM | format-valid | errors | LLM calls | prompt tok | completion tok | KG queries | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, s in summaries.items():
         c = s["cost"]
-        lines.append(f"| {name} | {s['n']} | {s['hits1']:.3f} | {s['f1']:.3f} | {s['em']:.3f} | {s['format_valid']:.3f} | "
-                     f"{s['errors']} | {c['llm_calls']:.2f} | {c['prompt_tokens']:.0f} | {c['completion_tokens']:.0f} | "
-                     f"{c['kg_queries']:.2f} | {c['wall_time']:.3f} |")
+        lines.append(
+            f"| {name} | {s['n']} | {s['hits1']:.3f} | {s['f1']:.3f} | {s['em']:.3f} | {s['format_valid']:.3f} | "
+            f"{s['errors']} | {c['llm_calls']:.2f} | {c['prompt_tokens']:.0f} | {c['completion_tokens']:.0f} | "
+            f"{c['kg_queries']:.2f} | {c['wall_time']:.3f} |"
+        )
     for name, s in summaries.items():
         if s.get("distinct", s["n"]) < s["n"]:
-            lines += ["", f"{name}: the {s['n']} questions hold {s['distinct']} distinct texts; Hits@1 over distinct "
-                          f"questions (each the mean of its rows) {s['hits1_distinct']:.3f}."]
-    lines += _hop_table("Hits@1 by hop count (n in parentheses):", summaries,
-                        lambda group: f"{group['hits1']:.3f} ({group['n']})")
+            lines += [
+                "",
+                f"{name}: the {s['n']} questions hold {s['distinct']} distinct texts; Hits@1 over distinct "
+                f"questions (each the mean of its rows) {s['hits1_distinct']:.3f}.",
+            ]
+    lines += _hop_table(
+        "Hits@1 by hop count (n in parentheses):", summaries, lambda group: f"{group['hits1']:.3f} ({group['n']})"
+    )
     # A policy that learned to search searches about as often as the question has hops.
-    lines += _hop_table("KG queries per question by hop count:", summaries,
-                        lambda group: f"{group.get('kg_queries', 0.0):.2f}")
+    lines += _hop_table(
+        "KG queries per question by hop count:", summaries, lambda group: f"{group.get('kg_queries', 0.0):.2f}"
+    )
     lines += failure_table(summaries)
     return "\n".join(lines) + "\n"
 
@@ -101,7 +114,9 @@ def _hop_table(title: str, summaries: dict[str, dict[str, Any]], cell) -> list[s
         return []
     lines = ["", title, "", "| method | " + " | ".join(f"{h}-hop" for h in hops) + " |", "|---|" + "---|" * len(hops)]
     for name, s in summaries.items():
-        lines.append(f"| {name} | " + " | ".join(cell(s["by_hops"][h]) if h in s["by_hops"] else "-" for h in hops) + " |")
+        lines.append(
+            f"| {name} | " + " | ".join(cell(s["by_hops"][h]) if h in s["by_hops"] else "-" for h in hops) + " |"
+        )
     return lines
 
 
@@ -109,8 +124,16 @@ def write_report(out_dir: str | Path, info: RunInfo, summaries: dict[str, dict[s
     """`summary.json` and `summary.md` in `out_dir`; returns their paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"dataset": info.dataset, "split": info.split, "split_scheme": info.split_scheme, "seed": info.seed,
-            "kg": info.kg, "llm": info.llm, **info.extra, "methods": summaries}
+    data = {
+        "dataset": info.dataset,
+        "split": info.split,
+        "split_scheme": info.split_scheme,
+        "seed": info.seed,
+        "kg": info.kg,
+        "llm": info.llm,
+        **info.extra,
+        "methods": summaries,
+    }
     json_path, md_path = out / "summary.json", out / "summary.md"
     json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     md_path.write_text(render_markdown(info, summaries), encoding="utf-8")

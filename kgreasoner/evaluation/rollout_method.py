@@ -11,7 +11,8 @@ trajectory's summary with the search record the failure categories read (`failur
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample
@@ -27,8 +28,14 @@ class KGReasonerMethod(Method):
     batched = True
     uses_llm = False  # generation goes through the rollout engine, which reports its own usage
 
-    def __init__(self, llm: Any, tool: KGSearchTool, rollout: RolloutConfig | None = None,
-                 sampling: SamplingParams | None = None, tokenizer: str | None = None) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        tool: KGSearchTool,
+        rollout: RolloutConfig | None = None,
+        sampling: SamplingParams | None = None,
+        tokenizer: str | None = None,
+    ) -> None:
         self.engine = RolloutEngine(rollout_backend(llm, tokenizer), tool, rollout or RolloutConfig())
         self.tool = tool
         self.kg = tool.kg
@@ -41,11 +48,18 @@ class KGReasonerMethod(Method):
         results = []
         sessions = [RecordingSession(self.tool, e.question, e.topic_entities, e.id) for e in examples]
         for trajectory in self.engine.run(list(examples), sessions=sessions, sampling=self.sampling):
-            usage = {"llm_calls": trajectory.num_tool_calls + 1,
-                     "prompt_tokens": len(trajectory.prompt_ids) + trajectory.num_tool_tokens,
-                     "completion_tokens": trajectory.num_model_tokens}
-            results.append(MethodResult(
-                answers=list(trajectory.resolved_answers), format_valid=check_format(trajectory.text, trajectory.tool_spans).valid,
-                trace=sessions[trajectory.index].trace(trajectory), kg_queries=trajectory.num_tool_calls, usage=usage,
-            ))
+            usage = {
+                "llm_calls": trajectory.num_tool_calls + 1,
+                "prompt_tokens": len(trajectory.prompt_ids) + trajectory.num_tool_tokens,
+                "completion_tokens": trajectory.num_model_tokens,
+            }
+            results.append(
+                MethodResult(
+                    answers=list(trajectory.resolved_answers),
+                    format_valid=check_format(trajectory.text, trajectory.tool_spans).valid,
+                    trace=sessions[trajectory.index].trace(trajectory),
+                    kg_queries=trajectory.num_tool_calls,
+                    usage=usage,
+                )
+            )
         return results

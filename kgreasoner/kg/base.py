@@ -12,8 +12,9 @@ property paths): `^people.person.nationality` goes from a country to its nationa
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 Direction = Literal["out", "in", "both"]
 DIRECTIONS: tuple[str, ...] = ("out", "in", "both")
@@ -173,7 +174,7 @@ class KnowledgeGraph(abc.ABC):
             counts[key] = counts.get(key, 0) + 1
         return [(relation, side, n) for (relation, side), n in counts.items()]
 
-    def for_example(self, example_id: str | None) -> "KnowledgeGraph":
+    def for_example(self, example_id: str | None) -> KnowledgeGraph:
         """The graph that one question searches: this whole graph, except in per-question
         backends (`subgraph`), which return the question's own view."""
         return self
@@ -181,7 +182,7 @@ class KnowledgeGraph(abc.ABC):
     def close(self) -> None:
         """Release files or connections; the default has none."""
 
-    def __enter__(self) -> "KnowledgeGraph":
+    def __enter__(self) -> KnowledgeGraph:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -191,7 +192,7 @@ class KnowledgeGraph(abc.ABC):
 def follow(kg: KnowledgeGraph, entities: Iterable[str], relation: str) -> set[str]:
     """All nodes one `relation` step from `entities` (`^rel` walks backwards)."""
     if relation.startswith(INVERSE_PREFIX):
-        rel, direction = relation[len(INVERSE_PREFIX):], "in"
+        rel, direction = relation[len(INVERSE_PREFIX) :], "in"
     else:
         rel, direction = relation, "out"
     found: set[str] = set()

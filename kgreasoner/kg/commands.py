@@ -28,17 +28,23 @@ def register(subparsers) -> argparse._SubParsersAction:
     load = commands.add_parser("load", help="bulk-load TSV / N-Triples / a dataset folder into an oxigraph store")
     load.add_argument("input", type=Path, help="kb.tsv, a .nt file, or a dataset folder holding kb.tsv [+ names.tsv]")
     load.add_argument("--store", type=Path, required=True, help="new store directory (must not exist or be empty)")
-    load.add_argument("--names", type=Path, default=None, help="names.tsv (id<TAB>label); default: the one beside INPUT")
+    load.add_argument(
+        "--names", type=Path, default=None, help="names.tsv (id<TAB>label); default: the one beside INPUT"
+    )
     load.set_defaults(func=run_load)
 
     serve = commands.add_parser("serve", help="serve a store read-only over SPARQL with `oxigraph serve-read-only`")
     serve.add_argument("--store", type=Path, required=True, help="a store written by `kgreasoner kg load`")
     serve.add_argument("--host", default=LOOPBACK, help=f"address to bind (default {LOOPBACK}: this machine only)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    serve.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)"
+    )
     serve.add_argument("--timeout-s", type=int, default=None, help="the server's per-query timeout in seconds")
     serve.set_defaults(func=run_serve)
 
-    stats = commands.add_parser("stats", help="triples, nodes, relations and top-degree nodes of a memory or oxigraph KG")
+    stats = commands.add_parser(
+        "stats", help="triples, nodes, relations and top-degree nodes of a memory or oxigraph KG"
+    )
     stats.add_argument("spec", help="memory:PATH, oxigraph:DIR or a bare path")
     stats.add_argument("--top", type=int, default=10, help="how many top-degree nodes to list")
     stats.set_defaults(func=run_stats)
@@ -61,7 +67,9 @@ def run_load(args: argparse.Namespace) -> int:
     rate = lines / seconds if seconds > 0 else float("inf")
     repeated = f" ({lines - triples} repeated lines counted once)" if lines != triples else ""
     print(f"kg load: {triples} triples{repeated} into {args.store} in {seconds:.1f} s ({rate:,.0f} triples/s)")
-    print(f"kg load: open it with --kg oxigraph:{args.store}, or serve it with `kgreasoner kg serve --store {args.store}`")
+    print(
+        f"kg load: open it with --kg oxigraph:{args.store}, or serve it with `kgreasoner kg serve --store {args.store}`"
+    )
     return 0
 
 
@@ -143,7 +151,11 @@ def graph_stats(kg: KnowledgeGraph, top: int = 10) -> dict:
             (row,) = list(kg.query(f"SELECT ({expression} AS ?n) WHERE {{ {edges} }}"))
             return int(row["n"].value)
 
-        nodes = list(kg.query(f"SELECT (COUNT(DISTINCT ?x) AS ?n) WHERE {{ {{ {edges} BIND(?s AS ?x) }} UNION {{ {edges} BIND(?o AS ?x) }} }}"))
+        nodes = list(
+            kg.query(
+                f"SELECT (COUNT(DISTINCT ?x) AS ?n) WHERE {{ {{ {edges} BIND(?s AS ?x) }} UNION {{ {edges} BIND(?o AS ?x) }} }}"
+            )
+        )
         ranked = kg.query(
             f"SELECT ?x (COUNT(*) AS ?d) WHERE {{ {{ {edges} BIND(?s AS ?x) }} UNION {{ {edges} BIND(?o AS ?x) }} }} "
             f"GROUP BY ?x ORDER BY DESC(?d) STR(?x) LIMIT {int(top)}"

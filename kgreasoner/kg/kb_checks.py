@@ -14,8 +14,8 @@ file, line and field:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -44,8 +44,10 @@ def check_header(path: Path, line: int, first_line: Sequence[str], fields: Seque
     words = _TRIPLE_HEADER_WORDS if fields == TRIPLE_FIELDS else _NAMES_HEADER_WORDS
     if len(first_line) == len(words) and all(f.strip().lower() in w for f, w in zip(first_line, words)):
         kind = "triple" if fields == TRIPLE_FIELDS else "name"
-        raise KBFileError(f"{path}:{line}: a header line ({' '.join(first_line)!r}) would be loaded as a {kind}; "
-                          "the file has no header: remove the line")
+        raise KBFileError(
+            f"{path}:{line}: a header line ({' '.join(first_line)!r}) would be loaded as a {kind}; "
+            "the file has no header: remove the line"
+        )
 
 
 def check_nul(path: Path, data: bytes, fields: Sequence[str]) -> None:
@@ -57,8 +59,10 @@ def check_nul(path: Path, data: bytes, fields: Sequence[str]) -> None:
     index = data.count(b"\t", line_start, at)
     field = fields[index] if index < len(fields) else f"field {index + 1}"
     line = data.count(b"\n", 0, at) + 1
-    raise KBFileError(f"{path}:{line}: field '{field}' holds a NUL byte (column {at - line_start + 1}); "
-                      "ids and labels cannot contain one")
+    raise KBFileError(
+        f"{path}:{line}: field '{field}' holds a NUL byte (column {at - line_start + 1}); "
+        "ids and labels cannot contain one"
+    )
 
 
 def bad_relation(relations: Sequence[str]) -> str | None:
@@ -69,8 +73,10 @@ def bad_relation(relations: Sequence[str]) -> str | None:
 
 
 def relation_message(relation: str) -> str:
-    return (f"field 'relation' is {relation!r}: a leading '{INVERSE_PREFIX}' means 'walked backwards' in gold paths, "
-            "so no path could name this relation; rename it")
+    return (
+        f"field 'relation' is {relation!r}: a leading '{INVERSE_PREFIX}' means 'walked backwards' in gold paths, "
+        "so no path could name this relation; rename it"
+    )
 
 
 def literal_problem(node: str) -> str | None:
@@ -96,8 +102,10 @@ def literal_message(field: str, literal: str, reason: str) -> str:
 
 
 def repeated_id_message(identifier: str, first_line: int) -> str:
-    return (f"field 'id': {identifier!r} is named again (first at line {first_line}); give each id one label, "
-            "or the earlier one stops resolving")
+    return (
+        f"field 'id': {identifier!r} is named again (first at line {first_line}); give each id one label, "
+        "or the earlier one stops resolving"
+    )
 
 
 def check_id_triples(path: Path, subjects: Sequence[str], relations: Sequence[str], objects: Sequence[str]) -> None:
@@ -108,8 +116,10 @@ def check_id_triples(path: Path, subjects: Sequence[str], relations: Sequence[st
     for field, values in zip(TRIPLE_FIELDS, (subjects, relations, objects)):
         held = [v for v in pd.unique(np.asarray(values, dtype=object)) if "\x00" in v]
         if held:
-            raise KBFileError(f"{path}:{_nt_line(path, held[0])}: field '{field}' holds a NUL byte ({held[0]!r}); "
-                              "ids and labels cannot contain one")
+            raise KBFileError(
+                f"{path}:{_nt_line(path, held[0])}: field '{field}' holds a NUL byte ({held[0]!r}); "
+                "ids and labels cannot contain one"
+            )
     relation = bad_relation(relations)
     if relation is not None:
         line = _nt_line(path, to_iri(relation, RELATION_NS), relation)

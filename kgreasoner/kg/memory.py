@@ -12,19 +12,34 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import (
-    Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
+    Direction,
+    Edge,
+    KnowledgeGraph,
+    check_direction,
+    check_limit,
+    is_literal_id,
+    literal_value,
 )
 from kgreasoner.kg.kb_checks import (
-    NAME_FIELDS, TRIPLE_FIELDS, KBFileError, bad_relation, check_header, check_id_triples, check_nul, literal_message,
-    literal_problem, relation_message, repeated_id_message,
+    NAME_FIELDS,
+    TRIPLE_FIELDS,
+    KBFileError,
+    bad_relation,
+    check_header,
+    check_id_triples,
+    check_nul,
+    literal_message,
+    literal_problem,
+    relation_message,
+    repeated_id_message,
 )
 from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
 
@@ -99,7 +114,7 @@ class MemoryKG(KnowledgeGraph):
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
-    def from_triples(cls, triples: Iterable[tuple[str, str, str]], names: dict[str, str] | None = None) -> "MemoryKG":
+    def from_triples(cls, triples: Iterable[tuple[str, str, str]], names: dict[str, str] | None = None) -> MemoryKG:
         rows = list(triples)
         if not rows:
             return cls([], [], [], names)
@@ -107,7 +122,7 @@ class MemoryKG(KnowledgeGraph):
         return cls(s, r, o, names)
 
     @classmethod
-    def from_file(cls, path: str | Path, names: str | Path | dict[str, str] | None = None) -> "MemoryKG":
+    def from_file(cls, path: str | Path, names: str | Path | dict[str, str] | None = None) -> MemoryKG:
         """Load TSV (`subject \\t relation \\t object`) or N-Triples (`.nt`), with optional names.
 
         For a TSV, `names` may be a `names.tsv` path (`id \\t label`); when omitted, a
@@ -135,7 +150,7 @@ class MemoryKG(KnowledgeGraph):
             if rel_filter.size == 0:
                 return []
         edges: list[Edge] = []
-        for side in (("out", "in") if direction == "both" else (direction,)):
+        for side in ("out", "in") if direction == "both" else (direction,):
             indptr, other, rel = self._out if side == "out" else self._in
             room = None if limit is None else limit - len(edges)
             if rel_filter is None:
@@ -157,10 +172,10 @@ class MemoryKG(KnowledgeGraph):
         g0, g1 = group_ptr[node], group_ptr[node + 1]
         chosen = np.flatnonzero(np.isin(group_rel[g0:g1], rel_filter)) + g0
         if chosen.size == 1:  # a group is already in file order (the index sort is stable)
-            return perm[group_start[chosen[0]]:group_start[chosen[0] + 1]]
+            return perm[group_start[chosen[0]] : group_start[chosen[0] + 1]]
         if chosen.size == 0:
             return perm[:0]
-        return np.sort(np.concatenate([perm[group_start[g]:group_start[g + 1]] for g in chosen]))
+        return np.sort(np.concatenate([perm[group_start[g] : group_start[g + 1]] for g in chosen]))
 
     def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
         """(relation, "out" or "in", edges) for each relation at `entity`, read from the relation index
@@ -171,10 +186,10 @@ class MemoryKG(KnowledgeGraph):
         if node is None:
             return []
         counts = []
-        for side in (("out", "in") if direction == "both" else (direction,)):
+        for side in ("out", "in") if direction == "both" else (direction,):
             group_ptr, group_rel, group_start, perm = self._out_groups if side == "out" else self._in_groups
             g0, g1 = group_ptr[node], group_ptr[node + 1]
-            starts = group_start[g0:g1 + 1]
+            starts = group_start[g0 : g1 + 1]
             for g in np.argsort(perm[starts[:-1]], kind="stable").tolist():
                 counts.append((self._rels[group_rel[g0 + g]], side, int(starts[g + 1] - starts[g])))
         return counts
@@ -191,10 +206,34 @@ class MemoryKG(KnowledgeGraph):
         own_label = [self._labels[node]] * n
         own_unnamed = [bool(self._unnamed[node])] * n
         if side == "out":
-            return list(map(Edge, own, relations, other_ids, own_label, other_labels, ["out"] * n,
-                            self._is_literal[others].tolist(), own_unnamed, other_unnamed))
-        return list(map(Edge, other_ids, relations, own, other_labels, own_label, ["in"] * n,
-                        [bool(self._is_literal[node])] * n, other_unnamed, own_unnamed))
+            return list(
+                map(
+                    Edge,
+                    own,
+                    relations,
+                    other_ids,
+                    own_label,
+                    other_labels,
+                    ["out"] * n,
+                    self._is_literal[others].tolist(),
+                    own_unnamed,
+                    other_unnamed,
+                )
+            )
+        return list(
+            map(
+                Edge,
+                other_ids,
+                relations,
+                own,
+                other_labels,
+                own_label,
+                ["in"] * n,
+                [bool(self._is_literal[node])] * n,
+                other_unnamed,
+                own_unnamed,
+            )
+        )
 
     def label(self, entity: str) -> str:
         node = self._node_index.get(entity)
@@ -249,9 +288,11 @@ class MemoryKG(KnowledgeGraph):
         subjects = np.repeat(np.arange(len(self._nodes)), np.diff(indptr))
         chunk = 1 << 16  # ids gathered by array indexing, a chunk at a time, so memory stays flat
         for lo in range(0, len(other), chunk):
-            yield from zip(self._node_array[subjects[lo:lo + chunk]].tolist(),
-                           self._rel_array[rel[lo:lo + chunk]].tolist(),
-                           self._node_array[other[lo:lo + chunk]].tolist())
+            yield from zip(
+                self._node_array[subjects[lo : lo + chunk]].tolist(),
+                self._rel_array[rel[lo : lo + chunk]].tolist(),
+                self._node_array[other[lo : lo + chunk]].tolist(),
+            )
 
     def names(self) -> dict[str, str]:
         """id -> label of every named, non-literal node."""
@@ -293,6 +334,8 @@ def _relation_index(indptr: np.ndarray, rel: np.ndarray, num_rels: int):
 
 
 _UTF8_BOM = b"\xef\xbb\xbf"
+
+
 # A space (or vertical tab / form feed) at a field's edge: `Utah ` would be a second node beside `Utah`.
 def _padded_field(data: bytes) -> int | None:
     """Offset of the first space (or vertical tab / form feed) at a field's edge, else None.
@@ -318,7 +361,7 @@ def read_utf8(path: Path) -> bytes:
     naming file, line and column."""
     data = path.read_bytes()
     if data.startswith(_UTF8_BOM):
-        data = data[len(_UTF8_BOM):]
+        data = data[len(_UTF8_BOM) :]
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -328,8 +371,9 @@ def read_utf8(path: Path) -> bytes:
     return data
 
 
-def read_kb_file(path: Path, names: str | Path | dict[str, str] | None = None
-                 ) -> tuple[Sequence[str], Sequence[str], Sequence[str], dict[str, str] | None]:
+def read_kb_file(
+    path: Path, names: str | Path | dict[str, str] | None = None
+) -> tuple[Sequence[str], Sequence[str], Sequence[str], dict[str, str] | None]:
     """(subjects, relations, objects, names or None) of a KB file, as every store loads one.
 
     A TSV takes its names from `names` (a `names.tsv` path or a dict), else from a `names.tsv`
@@ -376,8 +420,9 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     padded = _padded_field(data)
     if padded is not None:
         line = data.count(b"\n", 0, padded) + 1
-        raise ValueError(f"{path}:{line}: a field starts or ends with a space, which would make it a different id; "
-                         "remove the space")
+        raise ValueError(
+            f"{path}:{line}: a field starts or ends with a space, which would make it a different id; remove the space"
+        )
     try:
         frame = pd.read_csv(
             io.BytesIO(data),
@@ -392,7 +437,9 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             skip_blank_lines=True,
         )
     except pd.errors.EmptyDataError:
-        raise ValueError(f"{path}: no triples (the file is empty); expected 'subject<TAB>relation<TAB>object' lines") from None
+        raise ValueError(
+            f"{path}: no triples (the file is empty); expected 'subject<TAB>relation<TAB>object' lines"
+        ) from None
     except pd.errors.ParserError as err:
         raise _bad_line(path, data) from err
     # Columns come from the first line: a frame that is not 3 wide, or has an empty cell, has a bad line.
@@ -410,7 +457,7 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def _first_line_number(data: bytes) -> int:
     """1-based number of the first line with something on it."""
     text = data.lstrip(b"\r\n")
-    return data[:len(data) - len(text)].count(b"\n") + 1
+    return data[: len(data) - len(text)].count(b"\n") + 1
 
 
 def _bad_line(path: Path, data: bytes) -> ValueError:
@@ -421,8 +468,10 @@ def _bad_line(path: Path, data: bytes) -> ValueError:
             continue
         fields = line.split("\t")
         if len(fields) != 3 or not all(fields):
-            return ValueError(f"{path}:{number}: expected 3 tab-separated non-empty fields (subject, relation, "
-                              f"object), got {len(fields)} field(s){'' if all(fields) else ', some empty'}")
+            return ValueError(
+                f"{path}:{number}: expected 3 tab-separated non-empty fields (subject, relation, "
+                f"object), got {len(fields)} field(s){'' if all(fields) else ', some empty'}"
+            )
     return ValueError(f"{path}: malformed triples file; expected 'subject<TAB>relation<TAB>object' lines")
 
 
@@ -469,8 +518,10 @@ def read_names(path: Path) -> dict[str, str]:
         if len(parts) != 2 or not parts[0] or not parts[1]:
             raise ValueError(f"{path}:{number}: expected 'id<TAB>label'")
         if parts[0] != parts[0].strip(" \x0b\x0c"):  # as in kb.tsv: `Utah ` would name no node of the graph
-            raise ValueError(f"{path}:{number}: the id starts or ends with a space, which would make it a different "
-                             "id; remove the space")
+            raise ValueError(
+                f"{path}:{number}: the id starts or ends with a space, which would make it a different "
+                "id; remove the space"
+            )
         if parts[0] in lines:
             raise KBFileError(f"{path}:{number}: {repeated_id_message(parts[0], lines[parts[0]])}")
         names[parts[0]] = parts[1]

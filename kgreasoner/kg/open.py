@@ -28,10 +28,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
     match = _SCHEME.match(spec)
     if match is None:
         return "memory", spec
-    scheme, target = match.group(1), spec[match.end():]
+    scheme, target = match.group(1), spec[match.end() :]
     if scheme not in SCHEMES:
         hint = f" (for an endpoint write sparql:{spec})" if scheme in ("http", "https") else ""
-        raise ValueError(f"unknown KG spec scheme {scheme!r} in {spec!r}{hint}; use one of {', '.join(SCHEMES)} or a path")
+        raise ValueError(
+            f"unknown KG spec scheme {scheme!r} in {spec!r}{hint}; use one of {', '.join(SCHEMES)} or a path"
+        )
     if not target:
         raise ValueError(f"KG spec {spec!r} names no path or URL after '{scheme}:'")
     return scheme, target
@@ -67,7 +69,9 @@ def open_kg(spec: str, **options) -> KnowledgeGraph:
         return SubgraphKG.from_path(target, **options)
     from kgreasoner.kg.sparql import SparqlKG
 
-    _check_options(spec, options, {"timeout", "retries", "backoff", "max_rows", "excluded_relation_prefixes", "language"})
+    _check_options(
+        spec, options, {"timeout", "retries", "backoff", "max_rows", "excluded_relation_prefixes", "language"}
+    )
     dialect = scheme.partition("+")[2] or "generic"
     return SparqlKG(target, dialect=dialect, **options)
 
@@ -75,4 +79,6 @@ def open_kg(spec: str, **options) -> KnowledgeGraph:
 def _check_options(spec: str, options: dict, allowed: set[str]) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ValueError(f"KG spec {spec!r} does not take option(s) {', '.join(unknown)} (it takes: {', '.join(sorted(allowed)) or 'none'})")
+        raise ValueError(
+            f"KG spec {spec!r} does not take option(s) {', '.join(unknown)} (it takes: {', '.join(sorted(allowed)) or 'none'})"
+        )

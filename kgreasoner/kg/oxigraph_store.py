@@ -17,8 +17,8 @@ direction differs (store index order instead of file order).
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,13 @@ from tqdm import tqdm
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.kg.base import (
-    Direction, Edge, KnowledgeGraph, check_direction, check_limit, is_literal_id, literal_value,
+    Direction,
+    Edge,
+    KnowledgeGraph,
+    check_direction,
+    check_limit,
+    is_literal_id,
+    literal_value,
 )
 from kgreasoner.kg.memory import read_kb_file, read_names
 from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, term_to_id, to_iri
@@ -73,7 +79,7 @@ class OxigraphKG(KnowledgeGraph):
         self._init_from_store()
 
     @classmethod
-    def _from_store(cls, store: ox.Store, store_dir: Path) -> "OxigraphKG":
+    def _from_store(cls, store: ox.Store, store_dir: Path) -> OxigraphKG:
         kg = cls.__new__(cls)
         kg.store_dir = store_dir
         kg._store = store
@@ -86,13 +92,19 @@ class OxigraphKG(KnowledgeGraph):
         self._label_pred = ox.NamedNode(RDFS_LABEL)
         self._index_pred = ox.NamedNode(INDEX_NODE)
         store_node = ox.NamedNode(INDEX_STORE)
-        formats = [q.object.value for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_FORMAT), None, self._index)]
+        formats = [
+            q.object.value
+            for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_FORMAT), None, self._index)
+        ]
         if formats != [STORE_FORMAT]:
             raise ValueError(
                 f"{self.store_dir}: not a kgreasoner store (format marker {formats or 'missing'}); "
                 "build it with `kgreasoner kg load`"
             )
-        flags = [q.object.value for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_HAS_NAMES), None, self._index)]
+        flags = [
+            q.object.value
+            for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_HAS_NAMES), None, self._index)
+        ]
         self.has_names = flags == ["true"]
         self._relation_ids: dict[str, str] = {}  # relation IRI -> id, filled as relations are seen
 
@@ -104,7 +116,7 @@ class OxigraphKG(KnowledgeGraph):
         store_dir: str | Path,
         names: str | Path | dict[str, str] | None = None,
         progress: bool = False,
-    ) -> "OxigraphKG":
+    ) -> OxigraphKG:
         """Bulk-load triples into a new store at `store_dir` and return it opened.
 
         `triples` is a TSV file, an N-Triples file (`.nt`; `rdfs:label` triples become names),
@@ -196,7 +208,9 @@ class OxigraphKG(KnowledgeGraph):
             if side_term.value == "out":
                 edges.append(Edge(entity, relation, neighbor, own_label, label, "out", literal, own_unnamed, unnamed))
             else:
-                edges.append(Edge(neighbor, relation, entity, label, own_label, "in", entity_literal, unnamed, own_unnamed))
+                edges.append(
+                    Edge(neighbor, relation, entity, label, own_label, "in", entity_literal, unnamed, own_unnamed)
+                )
         return edges
 
     def _side_quads(self, term, predicate, side: str) -> Iterator[ox.Quad]:
@@ -237,7 +251,7 @@ class OxigraphKG(KnowledgeGraph):
         if term is None:
             return 0
         count = 0
-        for side in (("out", "in") if direction == "both" else (direction,)):
+        for side in ("out", "in") if direction == "both" else (direction,):
             if side == "out" and isinstance(term, ox.Literal):
                 continue
             count += sum(1 for q in self._side_quads(term, None, side) if q.predicate != self._label_pred)
@@ -298,12 +312,15 @@ def _read_input(triples, names):
     return "triples", subjects, relations, objects, names
 
 
-def _nquads(source: str, subjects, relations, objects, names: dict[str, str] | None,
-            on_edges: Callable[[int], object]) -> Iterator[bytes]:
+def _nquads(
+    source: str, subjects, relations, objects, names: dict[str, str] | None, on_edges: Callable[[int], object]
+) -> Iterator[bytes]:
     """The store's content as N-Quads, in chunks of lines (edges, labels, then the index graph);
     `on_edges(n)` is told of each chunk of n edges as it is handed on."""
     n = len(subjects)
-    codes, nodes = pd.factorize(np.concatenate([np.asarray(subjects, dtype=object), np.asarray(objects, dtype=object)]), sort=False)
+    codes, nodes = pd.factorize(
+        np.concatenate([np.asarray(subjects, dtype=object), np.asarray(objects, dtype=object)]), sort=False
+    )
     rel_codes, rels = pd.factorize(np.asarray(relations, dtype=object), sort=False)
     node_terms = [_node_term(node, source) for node in nodes]
     rel_terms = [f"<{to_iri(r, RELATION_NS)}>" for r in rels]

@@ -7,8 +7,8 @@ Literal ids are N-Triples literals already (see `kgreasoner.kg.base`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import quote, unquote
 
 import pyoxigraph as ox
@@ -28,7 +28,7 @@ def to_iri(identifier: str, namespace: str) -> str:
 def from_iri(iri: str, namespace: str) -> str:
     """The id of an IRI built by `to_iri`; an IRI outside `namespace` is its own id."""
     if iri.startswith(namespace):
-        return unquote(iri[len(namespace):])
+        return unquote(iri[len(namespace) :])
     return iri
 
 

@@ -65,7 +65,7 @@ class OxigraphServer:
             self.log.close()
             self.log = None
 
-    def __enter__(self) -> "OxigraphServer":
+    def __enter__(self) -> OxigraphServer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -134,18 +134,24 @@ def _wait_until_ready(server: OxigraphServer, timeout: float) -> None:
 
     def probe(client: httpx.Client) -> None:
         if server.process.poll() is not None:
-            raise KGError(f"oxigraph server for {server.url} exited with code {server.process.returncode}: "
-                          f"{_output(server)}")
+            raise KGError(
+                f"oxigraph server for {server.url} exited with code {server.process.returncode}: {_output(server)}"
+            )
         client.get(server.url, params={"query": "ASK {}"}).raise_for_status()
 
-    retrying = tenacity.Retrying(stop=tenacity.stop_after_delay(timeout), wait=tenacity.wait_fixed(0.05),
-                                 retry=tenacity.retry_if_exception_type(httpx.HTTPError), reraise=True)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_delay(timeout),
+        wait=tenacity.wait_fixed(0.05),
+        retry=tenacity.retry_if_exception_type(httpx.HTTPError),
+        reraise=True,
+    )
     with httpx.Client(timeout=2.0) as client:
         try:
             retrying(probe, client)
         except httpx.HTTPError as err:
-            raise KGError(f"oxigraph server at {server.url} did not answer within {timeout:.0f} s: "
-                          f"{_output(server)}") from err
+            raise KGError(
+                f"oxigraph server at {server.url} did not answer within {timeout:.0f} s: {_output(server)}"
+            ) from err
 
 
 def _output(server: OxigraphServer) -> str:

@@ -38,8 +38,8 @@ import re
 import socket
 import urllib.error
 import urllib.parse
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import pyoxigraph as ox
 import tenacity
@@ -47,7 +47,14 @@ from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
 from kgreasoner.kg.base import (
-    Direction, Edge, KGError, KGQueryRejected, KnowledgeGraph, check_direction, check_limit, is_literal_id,
+    Direction,
+    Edge,
+    KGError,
+    KGQueryRejected,
+    KnowledgeGraph,
+    check_direction,
+    check_limit,
+    is_literal_id,
     literal_value,
 )
 from kgreasoner.kg.oxigraph_store import (
@@ -70,7 +77,14 @@ WIKIDATA_DIRECT_NS = "http://www.wikidata.org/prop/direct/"
 _ABSOLUTE_IRI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$")
 # Errors worth another attempt: the endpoint was unreachable, slow, overloaded (429) or failed on its
 # side (HTTP errors are sorted by status first: another 4xx is the endpoint refusing this query, not an outage).
-_TRANSIENT = (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, http.client.HTTPException, EndPointInternalError)
+_TRANSIENT = (
+    urllib.error.URLError,
+    socket.timeout,
+    TimeoutError,
+    ConnectionError,
+    http.client.HTTPException,
+    EndPointInternalError,
+)
 TOO_MANY_REQUESTS = 429
 MAX_ROWS_HEADER = "X-SPARQL-MaxRows"
 """Virtuoso's response header naming the row cap (ResultSetMaxRows) a result reached."""
@@ -137,7 +151,7 @@ class Dialect:
         if kind == "uri":
             if self.entity_pattern is None:
                 return from_iri(value, ENTITY_NS)
-            local = value[len(self.entity_ns):] if value.startswith(self.entity_ns or "") else None
+            local = value[len(self.entity_ns) :] if value.startswith(self.entity_ns or "") else None
             return local if local is not None and self.entity_pattern.fullmatch(local) else value
         if kind == "bnode":
             return "_:" + value
@@ -146,7 +160,7 @@ class Dialect:
     def relation_id(self, iri: str) -> str:
         if self.relation_pattern is None:
             return from_iri(iri, RELATION_NS)
-        local = iri[len(self.relation_ns):] if iri.startswith(self.relation_ns) else None
+        local = iri[len(self.relation_ns) :] if iri.startswith(self.relation_ns) else None
         return local if local is not None and self.relation_pattern.fullmatch(local) else iri
 
     # --- query pieces -------------------------------------------------------------------------
@@ -167,7 +181,8 @@ class Dialect:
         if not self.label_languages:
             return ""
         langs = " || ".join(
-            f'LANG({var}) = ""' if lang == "" else f'LANGMATCHES(LANG({var}), "{lang}")' for lang in self.label_languages
+            f'LANG({var}) = ""' if lang == "" else f'LANGMATCHES(LANG({var}), "{lang}")'
+            for lang in self.label_languages
         )
         return f" FILTER({langs})"
 
@@ -227,7 +242,9 @@ def make_dialect(name: str, excluded_relation_prefixes: Sequence[str] | None = N
     if name == "generic":
         return Dialect(name, label_predicate=f"<{RDFS_LABEL}>", label_languages=())
     if name == "freebase":
-        excluded = FREEBASE_EXCLUDED_RELATIONS if excluded_relation_prefixes is None else tuple(excluded_relation_prefixes)
+        excluded = (
+            FREEBASE_EXCLUDED_RELATIONS if excluded_relation_prefixes is None else tuple(excluded_relation_prefixes)
+        )
         for prefix in excluded:  # they are written into queries
             if not re.fullmatch(r"[a-z0-9_.]+", prefix):
                 raise ValueError(f"excluded_relation_prefixes: {prefix!r} is not a Freebase relation prefix")
@@ -298,8 +315,14 @@ class SparqlKG(KnowledgeGraph):
         self._row_cap: int | None = None  # the endpoint's row cap, once a batched context result met it
 
     # --- query building (public so that tests and users can inspect the exact text) ----------
-    def neighbors_query(self, entity: str, side: str, relations: Sequence[str] | None = None, limit: int | None = None,
-                        offset: int | None = None) -> str:
+    def neighbors_query(
+        self,
+        entity: str,
+        side: str,
+        relations: Sequence[str] | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> str:
         """The SELECT for the edges of `entity` on `side` ("out", "in", or "both" as one UNION,
         with `?d` telling the direction of each row), with the labels of both ends; with `offset`,
         one page of the ordered result."""
@@ -328,7 +351,9 @@ class SparqlKG(KnowledgeGraph):
         d = self.dialect
         branches = [f"{{ ?n {d.label_predicate} {d.name_literal(name)} . BIND(1 AS ?rank) }}"]
         if d.entity_pattern is None:
-            branches.append(f"{{ GRAPH <{INDEX_GRAPH}> {{ <{exact_label_key(name)}> <{INDEX_NODE}> ?n }} BIND(1 AS ?rank) }}")
+            branches.append(
+                f"{{ GRAPH <{INDEX_GRAPH}> {{ <{exact_label_key(name)}> <{INDEX_NODE}> ?n }} BIND(1 AS ?rank) }}"
+            )
         try:
             node = d.entity_term(name)
         except ValueError:
@@ -338,8 +363,11 @@ class SparqlKG(KnowledgeGraph):
                 f"{{ {{ SELECT ?n WHERE {{ {_usage(name, node)} {d.edge_filter('?p')} "
                 f"BIND({node} AS ?n) }} LIMIT 1 }} BIND(0 AS ?rank) }}"
             )
-        return (f"SELECT DISTINCT ?n ?rank WHERE {{\n  " + "\n  UNION\n  ".join(branches)
-                + f"\n}}{_page(offset, '?rank ?n')} LIMIT {self._limit(limit)}")
+        return (
+            "SELECT DISTINCT ?n ?rank WHERE {\n  "
+            + "\n  UNION\n  ".join(branches)
+            + f"\n}}{_page(offset, '?rank ?n')} LIMIT {self._limit(limit)}"
+        )
 
     def degree_query(self, entity: str, side: str) -> str:
         d = self.dialect
@@ -366,8 +394,10 @@ class SparqlKG(KnowledgeGraph):
         the entity and `?l` a label."""
         d = self.dialect
         nodes = " ".join(d.entity_term(entity) for entity in entities)
-        return (f"SELECT DISTINCT ?n ?l WHERE {{ VALUES ?n {{ {nodes} }} "
-                f"?n {d.label_predicate} ?l .{d.label_filter('?l')} }} LIMIT {self.max_rows}")
+        return (
+            f"SELECT DISTINCT ?n ?l WHERE {{ VALUES ?n {{ {nodes} }} "
+            f"?n {d.label_predicate} ?l .{d.label_filter('?l')} }} LIMIT {self.max_rows}"
+        )
 
     def _own_label(self, entity: str, node: str) -> str:
         """The OPTIONAL label pattern of the queried node (none for a literal: it is its own label)."""
@@ -396,14 +426,18 @@ class SparqlKG(KnowledgeGraph):
             direction = "in"
         if direction == "both" and limit is None:
             # One request for both sides; if it hit max_rows, one side may be cut: ask per side.
-            rows = self._select_pages(lambda offset, size: self.neighbors_query(entity, "both", relations, size, offset), None)
+            rows = self._select_pages(
+                lambda offset, size: self.neighbors_query(entity, "both", relations, size, offset), None
+            )
             if len(rows) < self.max_rows:
                 edges = self._edges(entity, rows)
                 return [e for e in edges if e.direction == "out"] + [e for e in edges if e.direction == "in"]
         edges: list[Edge] = []
-        for side in (("out", "in") if direction == "both" else (direction,)):
+        for side in ("out", "in") if direction == "both" else (direction,):
             room = None if limit is None else limit - len(edges)
-            rows = self._select_pages(lambda offset, size: self.neighbors_query(entity, side, relations, size, offset), room)
+            rows = self._select_pages(
+                lambda offset, size: self.neighbors_query(entity, side, relations, size, offset), room
+            )
             edges.extend(self._edges(entity, rows))
             if limit is not None and len(edges) >= limit:
                 return edges[:limit]
@@ -417,10 +451,13 @@ class SparqlKG(KnowledgeGraph):
         hub among them would bring all its edges. A literal is never a subject: "in" only."""
         branches = []
         for i, entity in enumerate(entities):
-            for side in (("in",) if is_literal_id(entity) else ("out", "in")):
+            for side in ("in",) if is_literal_id(entity) else ("out", "in"):
                 branches.append(f"{{ {{ {self.neighbors_query(entity, side, limit=limit)} }} BIND({i} AS ?i) }}")
-        return (f"SELECT DISTINCT ?i ?d ?r ?n ?nl ?sl WHERE {{\n  " + "\n  UNION\n  ".join(branches)
-                + f"\n}} LIMIT {len(branches) * self._limit(limit)}")
+        return (
+            "SELECT DISTINCT ?i ?d ?r ?n ?nl ?sl WHERE {\n  "
+            + "\n  UNION\n  ".join(branches)
+            + f"\n}} LIMIT {len(branches) * self._limit(limit)}"
+        )
 
     def neighbors_of_each(self, entities: Sequence[str], limit: int) -> list[list[Edge]]:
         """`neighbors(entity, "both", limit=limit)` of each entity, in one request per `CONTEXT_BATCH`
@@ -450,7 +487,7 @@ class SparqlKG(KnowledgeGraph):
             return [self.neighbors(entity, "both", limit=limit) for entity in entities]
         out: list[list[Edge]] = []
         for start in range(0, len(entities), per_batch):
-            batch = entities[start:start + per_batch]
+            batch = entities[start : start + per_batch]
             result, cap = self._run(self.context_query(batch, limit))
             rows = result["results"]["bindings"]
             if cap is not None and cap <= len(rows):
@@ -463,7 +500,7 @@ class SparqlKG(KnowledgeGraph):
             for i, entity in enumerate(batch):
                 edges = self._edges(entity, by_side.get((i, "out"), []))
                 if len(edges) < limit:
-                    edges += self._edges(entity, by_side.get((i, "in"), [])[:limit - len(edges)])
+                    edges += self._edges(entity, by_side.get((i, "in"), [])[: limit - len(edges)])
                 out.append(edges[:limit])
         return out
 
@@ -484,9 +521,13 @@ class SparqlKG(KnowledgeGraph):
             n_label, n_unnamed = self._label_from(neighbor, n_literal, row.get("nl"))
             e_label, e_unnamed = self._label_from(entity, entity_literal, row.get("sl"))
             if side == "out":
-                edges.append(Edge(entity, relation, neighbor, e_label, n_label, "out", n_literal, e_unnamed, n_unnamed))
+                edges.append(
+                    Edge(entity, relation, neighbor, e_label, n_label, "out", n_literal, e_unnamed, n_unnamed)
+                )
             else:
-                edges.append(Edge(neighbor, relation, entity, n_label, e_label, "in", entity_literal, n_unnamed, e_unnamed))
+                edges.append(
+                    Edge(neighbor, relation, entity, n_label, e_label, "in", entity_literal, n_unnamed, e_unnamed)
+                )
         return edges
 
     def _label_from(self, node: str, literal: bool, label_binding: dict | None) -> tuple[str, bool]:
@@ -503,7 +544,8 @@ class SparqlKG(KnowledgeGraph):
             return True
         if self._has_names is None:
             rows = self._select(
-                f"SELECT DISTINCT ?flag WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1", 1
+                f"SELECT DISTINCT ?flag WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1",
+                1,
             )
             if rows:
                 self._has_names = rows[0]["flag"]["value"] == "true"
@@ -533,7 +575,7 @@ class SparqlKG(KnowledgeGraph):
             self.dialect.entity_term(entity)
         best: dict[str, tuple[int, str]] = {}
         for start in range(0, len(nodes), LABEL_BATCH):
-            for row in self._select(self.labels_query(nodes[start:start + LABEL_BATCH]), None):
+            for row in self._select(self.labels_query(nodes[start : start + LABEL_BATCH]), None):
                 node = self.dialect.node_id(row["n"])
                 # Several names of one node: the preferred language's, then the smallest, whatever the row order.
                 candidate = (self.dialect.label_rank(row["l"]), row["l"]["value"])
@@ -568,7 +610,7 @@ class SparqlKG(KnowledgeGraph):
     def degree(self, entity: str, direction: Direction = "both") -> int:
         check_direction(direction)
         total = 0
-        for side in (("out", "in") if direction == "both" else (direction,)):
+        for side in ("out", "in") if direction == "both" else (direction,):
             if side == "out" and is_literal_id(entity):
                 self.dialect.entity_term(entity)
                 continue
@@ -618,8 +660,9 @@ class SparqlKG(KnowledgeGraph):
         try:
             return retrying(self._query_once, query)
         except _TRANSIENT as err:
-            raise KGError(f"SPARQL endpoint {self.endpoint} failed after {self.retries + 1} attempts: "
-                          f"{_short(err)}") from err
+            raise KGError(
+                f"SPARQL endpoint {self.endpoint} failed after {self.retries + 1} attempts: {_short(err)}"
+            ) from err
 
     def _query_once(self, query: str) -> tuple[dict, int | None]:
         """One request; a transient failure is raised as it came (one of `_TRANSIENT`), a refusal or a
@@ -639,8 +682,9 @@ class SparqlKG(KnowledgeGraph):
             result = response.convert()
         except urllib.error.HTTPError as err:  # statuses SPARQLWrapper does not map to its own errors
             if err.code < 500 and err.code != TOO_MANY_REQUESTS:
-                raise KGQueryRejected(f"SPARQL endpoint {self.endpoint} rejected a query: HTTP {err.code} "
-                                      f"{_short(str(err.reason))}") from err
+                raise KGQueryRejected(
+                    f"SPARQL endpoint {self.endpoint} rejected a query: HTTP {err.code} {_short(str(err.reason))}"
+                ) from err
             raise
         except _TRANSIENT:
             raise

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from kgreasoner.data.rog import RogFile, is_mid, read_rog_file, rog_files
 from kgreasoner.kg.base import Direction, Edge, KGError, KnowledgeGraph, literal_value
@@ -45,13 +45,15 @@ class SubgraphKG(KnowledgeGraph):
             for row, qid in enumerate(file.table.column("id").to_pylist()):
                 if qid in self._rows:
                     other, other_row = self._rows[qid]
-                    raise ValueError(f"{file.where(row)}: question id {qid!r} also at {self.files[other].where(other_row)}")
+                    raise ValueError(
+                        f"{file.where(row)}: question id {qid!r} also at {self.files[other].where(other_row)}"
+                    )
                 self._rows[qid] = (index, row)
         self._views: OrderedDict[str, MemoryKG] = OrderedDict()
         self._lock = threading.Lock()
 
     @classmethod
-    def from_path(cls, path: str | Path, cache_size: int = 256) -> "SubgraphKG":
+    def from_path(cls, path: str | Path, cache_size: int = 256) -> SubgraphKG:
         """Every RoG file at `path` (a .parquet / .jsonl file, or a folder of them)."""
         return cls([read_rog_file(f, ["graph"]) for f in rog_files(path)], cache_size)
 
@@ -64,8 +66,10 @@ class SubgraphKG(KnowledgeGraph):
     def for_example(self, example_id: str | None) -> MemoryKG:
         """The question's own subgraph; an id with no subgraph raises KeyError."""
         if example_id is None:
-            raise ValueError("a subgraph KG answers one question at a time: open the search session "
-                             "with the example's id (tool.session(question, topics, example_id=...))")
+            raise ValueError(
+                "a subgraph KG answers one question at a time: open the search session "
+                "with the example's id (tool.session(question, topics, example_id=...))"
+            )
         with self._lock:
             view = self._views.get(example_id)
             if view is not None:
@@ -87,8 +91,13 @@ class SubgraphKG(KnowledgeGraph):
         return view
 
     # --- the whole store: names only, never triples -------------------------------------------
-    def neighbors(self, entity: str, direction: Direction = "out", relations: Sequence[str] | None = None,
-                  limit: int | None = None) -> list[Edge]:
+    def neighbors(
+        self,
+        entity: str,
+        direction: Direction = "out",
+        relations: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Edge]:
         raise KGError(self._per_question("neighbors"))
 
     def degree(self, entity: str, direction: Direction = "both") -> int:
@@ -106,5 +115,7 @@ class SubgraphKG(KnowledgeGraph):
 
     @staticmethod
     def _per_question(method: str) -> str:
-        return (f"SubgraphKG.{method}: every question has its own subgraph; "
-                "call it on for_example(example_id), the question's view")
+        return (
+            f"SubgraphKG.{method}: every question has its own subgraph; "
+            "call it on for_example(example_id), the question's view"
+        )

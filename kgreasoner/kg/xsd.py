@@ -21,16 +21,28 @@ _GYEARMONTH = re.compile(_YEAR + r"-(\d{2})" + _TZ)
 _INTEGER = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)")
 _DOUBLE = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?INF|NaN")
-INTEGER_TYPES = ("integer", "int", "long", "short", "byte", "nonNegativeInteger", "positiveInteger",
-                 "nonPositiveInteger", "negativeInteger", "unsignedLong", "unsignedInt", "unsignedShort",
-                 "unsignedByte")
+INTEGER_TYPES = (
+    "integer",
+    "int",
+    "long",
+    "short",
+    "byte",
+    "nonNegativeInteger",
+    "positiveInteger",
+    "nonPositiveInteger",
+    "negativeInteger",
+    "unsignedLong",
+    "unsignedInt",
+    "unsignedShort",
+    "unsignedByte",
+)
 
 
 def invalid_reason(value: str, datatype: str) -> str | None:
     """Why `value` is not a lexical form of `datatype` (a full IRI); None when it is, or the type is not checked."""
     if not datatype.startswith(XSD):
         return None
-    kind = datatype[len(XSD):]
+    kind = datatype[len(XSD) :]
     if kind == "date":
         match = _DATE.fullmatch(value)
         return "expected YYYY-MM-DD" if match is None else _bad_date(*match.group(1, 2, 3)) or _bad_zone(match, 4)

@@ -14,13 +14,38 @@ serving. Importing it loads neither torch nor vLLM.
 
 from kgreasoner.llm.backends import check_backend_spec, open_backend, rollout_backend
 from kgreasoner.llm.clients import (
-    Completion, HFClient, LLMClient, MeteredLLM, OpenAIClient, ScriptedLLM, Usage, cut_at_stop, encode_prompt,
-    open_llm, render_prompt,
+    Completion,
+    HFClient,
+    LLMClient,
+    MeteredLLM,
+    OpenAIClient,
+    ScriptedLLM,
+    Usage,
+    cut_at_stop,
+    encode_prompt,
+    open_llm,
+    render_prompt,
 )
 from kgreasoner.llm.spec import CLIENT_FORMS, SPEC_FORMS, LLMSpec, describe_forms, parse_llm_spec
 
 __all__ = [
-    "CLIENT_FORMS", "SPEC_FORMS", "Completion", "HFClient", "LLMClient", "LLMSpec", "MeteredLLM", "OpenAIClient",
-    "ScriptedLLM", "Usage", "check_backend_spec", "cut_at_stop", "describe_forms", "encode_prompt", "open_backend",
-    "open_llm", "parse_llm_spec", "render_prompt", "rollout_backend",
+    "CLIENT_FORMS",
+    "SPEC_FORMS",
+    "Completion",
+    "HFClient",
+    "LLMClient",
+    "LLMSpec",
+    "MeteredLLM",
+    "OpenAIClient",
+    "ScriptedLLM",
+    "Usage",
+    "check_backend_spec",
+    "cut_at_stop",
+    "describe_forms",
+    "encode_prompt",
+    "open_backend",
+    "open_llm",
+    "parse_llm_spec",
+    "render_prompt",
+    "rollout_backend",
 ]

@@ -13,8 +13,9 @@ and `kgreasoner eval` load and reach models the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kgreasoner.llm.clients import HFClient, OpenAIClient, open_llm
 from kgreasoner.llm.spec import LLMSpec, parse_llm_spec
@@ -30,8 +31,9 @@ def check_backend_spec(spec: str | LLMSpec, tokenizer: str | None = None) -> LLM
     return parsed
 
 
-def open_backend(spec: str | LLMSpec, tokenizer: str | None = None, workers: int = 16,
-                 timeout: float = 120.0) -> tuple[Any, str, Callable[[], None]]:
+def open_backend(
+    spec: str | LLMSpec, tokenizer: str | None = None, workers: int = 16, timeout: float = 120.0
+) -> tuple[Any, str, Callable[[], None]]:
     """(rollout backend, model name, close function) for a spec.
 
     `tokenizer`: the served model's tokenizer directory, for URLs (vllm:URL needs it; openai uses
@@ -46,11 +48,18 @@ def open_backend(spec: str | LLMSpec, tokenizer: str | None = None, workers: int
         from kgreasoner.rollout.vllm_backend import VLLMBackend
 
         if parsed.is_url:
-            lister = OpenAIClient(parsed.target, parsed.model, timeout=timeout)  # the first served model when none is named
+            lister = OpenAIClient(
+                parsed.target, parsed.model, timeout=timeout
+            )  # the first served model when none is named
             model = lister.model
             lister.close()
-            backend = VLLMBackend(AutoTokenizer.from_pretrained(tokenizer), base_url=parsed.target, model=model,
-                                  timeout=timeout, max_concurrency=workers)
+            backend = VLLMBackend(
+                AutoTokenizer.from_pretrained(tokenizer),
+                base_url=parsed.target,
+                model=model,
+                timeout=timeout,
+                max_concurrency=workers,
+            )
             return backend, model, _nothing
         _require_checkpoint(parsed.target)
         backend = VLLMBackend.offline(parsed.target, AutoTokenizer.from_pretrained(tokenizer or parsed.target))
@@ -60,6 +69,7 @@ def open_backend(spec: str | LLMSpec, tokenizer: str | None = None, workers: int
     llm = open_llm(parsed, workers=workers, timeout=timeout)
     backend = rollout_backend(llm, tokenizer)
     if parsed.scheme == "openai":
+
         def close() -> None:
             backend.close()
             llm.close()
@@ -83,15 +93,20 @@ def rollout_backend(llm: Any, tokenizer: str | None = None) -> Any:
     if isinstance(llm, OpenAIClient):
         from kgreasoner.rollout.openai_backend import OpenAIBackend
 
-        backend = OpenAIBackend(llm.base_url, llm.model, timeout=llm.timeout, max_concurrency=llm.concurrency,
-                                retries=llm.endpoint.retries, backoff=llm.endpoint.backoff)
+        backend = OpenAIBackend(
+            llm.base_url,
+            llm.model,
+            timeout=llm.timeout,
+            max_concurrency=llm.concurrency,
+            retries=llm.endpoint.retries,
+            backoff=llm.endpoint.backoff,
+        )
         if tokenizer:
             from transformers import AutoTokenizer
 
             backend.tokenizer = AutoTokenizer.from_pretrained(tokenizer)
         return backend
-    raise ValueError("the kgreasoner method needs --llm hf:PATH or openai:URL[#MODEL]; "
-                     f"got {type(llm).__name__}")
+    raise ValueError(f"the kgreasoner method needs --llm hf:PATH or openai:URL[#MODEL]; got {type(llm).__name__}")
 
 
 def _require_checkpoint(path: str) -> None:

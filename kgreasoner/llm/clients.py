@@ -21,9 +21,10 @@ import concurrent.futures
 import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.llm.spec import CLIENT_FORMS, LLMSpec, describe_forms, parse_llm_spec
@@ -55,8 +56,11 @@ class Usage:
             self.completion_tokens += completion.completion_tokens
 
     def as_dict(self) -> dict[str, int]:
-        return {"llm_calls": self.calls, "prompt_tokens": self.prompt_tokens,
-                "completion_tokens": self.completion_tokens}
+        return {
+            "llm_calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
 
 
 class LLMClient(abc.ABC):
@@ -79,8 +83,9 @@ class LLMClient(abc.ABC):
         """One reply to `prompt` (at most `max_tokens`, default the client's), cut before any `stop`."""
         return self.complete_many([prompt], max_tokens, stop)[0]
 
-    def complete_many(self, prompts: Sequence[str], max_tokens: int | None = None,
-                      stop: Sequence[str] = ()) -> list[Completion]:
+    def complete_many(
+        self, prompts: Sequence[str], max_tokens: int | None = None, stop: Sequence[str] = ()
+    ) -> list[Completion]:
         """Replies to several prompts, in order (batched where the client can)."""
         completions = self._complete_many(list(prompts), max_tokens or self.max_tokens, tuple(stop))
         for completion in completions:
@@ -91,7 +96,7 @@ class LLMClient(abc.ABC):
     def _complete_many(self, prompts: list[str], max_tokens: int, stop: tuple[str, ...]) -> list[Completion]:
         """Generate; usage is counted by the caller."""
 
-    def metered(self) -> "MeteredLLM":
+    def metered(self) -> MeteredLLM:
         """A view that also counts its own calls (one per question)."""
         return MeteredLLM(self)
 
@@ -113,8 +118,9 @@ class MeteredLLM:
     def complete(self, prompt: str, max_tokens: int | None = None, stop: Sequence[str] = ()) -> Completion:
         return self.complete_many([prompt], max_tokens, stop)[0]
 
-    def complete_many(self, prompts: Sequence[str], max_tokens: int | None = None,
-                      stop: Sequence[str] = ()) -> list[Completion]:
+    def complete_many(
+        self, prompts: Sequence[str], max_tokens: int | None = None, stop: Sequence[str] = ()
+    ) -> list[Completion]:
         completions = self.client.complete_many(prompts, max_tokens, stop)
         for completion in completions:
             self.usage.add(completion)
@@ -159,8 +165,14 @@ class ScriptedLLM(LLMClient):
             if len(words) > max_tokens:
                 reply, words = " ".join(words[:max_tokens]), words[:max_tokens]
             text, stopped = cut_at_stop(reply, stop)
-            out.append(Completion(text, len(prompt.split()), len(text.split()),
-                                  "stop" if stopped or len(words) < max_tokens else "length"))
+            out.append(
+                Completion(
+                    text,
+                    len(prompt.split()),
+                    len(text.split()),
+                    "stop" if stopped or len(words) < max_tokens else "length",
+                )
+            )
         return out
 
 
@@ -183,8 +195,15 @@ class HFClient(LLMClient):
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any, max_tokens: int = 256, batch_size: int = 8,
-                 chat: bool = True, max_wait: float = 0.02) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        max_tokens: int = 256,
+        batch_size: int = 8,
+        chat: bool = True,
+        max_wait: float = 0.02,
+    ) -> None:
         super().__init__(max_tokens)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -204,14 +223,15 @@ class HFClient(LLMClient):
         self._start_lock = threading.Lock()
 
     @classmethod
-    def load(cls, path: str | Path, device: str | None = None, **options: Any) -> "HFClient":
+    def load(cls, path: str | Path, device: str | None = None, **options: Any) -> HFClient:
         """Load a checkpoint on `device` (default: the GPU when there is one), in bfloat16 on a GPU and
         float32 on CPU (`models.inference_dtype`)."""
         from kgreasoner.models import default_device, inference_dtype, load_model_and_tokenizer
 
         device = device or default_device()
-        model, tokenizer = load_model_and_tokenizer(path, dtype=inference_dtype(device), device=device,
-                                                    padding_side="left")
+        model, tokenizer = load_model_and_tokenizer(
+            path, dtype=inference_dtype(device), device=device, padding_side="left"
+        )
         return cls(model, tokenizer, **options)
 
     def render(self, prompt: str) -> str:
@@ -273,14 +293,19 @@ class HFClient(LLMClient):
         input_ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(batch), width), dtype=torch.long)
         for i, ids in enumerate(encoded):
-            input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention[i, width - len(ids):] = 1
+            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[i, width - len(ids) :] = 1
         stopper = _StopOnText(self.tokenizer, [r.stop for r in batch], [r.max_tokens for r in batch], width)
         device = next(self.model.parameters()).device
         with torch.no_grad():
             output = self.model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), max_new_tokens=budget, do_sample=False,
-                pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids), stopping_criteria=[stopper],
+                input_ids=input_ids.to(device),
+                attention_mask=attention.to(device),
+                max_new_tokens=budget,
+                do_sample=False,
+                pad_token_id=self.pad_id,
+                eos_token_id=sorted(self.eos_ids),
+                stopping_criteria=[stopper],
             )
         completions = []
         for i, request in enumerate(batch):
@@ -317,7 +342,7 @@ class _StopOnText:
                 done[i] = True
                 continue
             if self.stops[i]:
-                text = self.tokenizer.decode(input_ids[i, self.width:].tolist(), skip_special_tokens=True)
+                text = self.tokenizer.decode(input_ids[i, self.width :].tolist(), skip_special_tokens=True)
                 if cut_at_stop(text, self.stops[i])[1]:
                     self.stopped_at[i] = produced
                     done[i] = True
@@ -328,8 +353,9 @@ def render_prompt(prompt: str, tokenizer: Any, chat: bool = True) -> str:
     """`prompt` as one user turn through the tokenizer's chat template (ending where the reply
     starts), when `chat` and the tokenizer has a template; else the prompt itself."""
     if chat and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
     return prompt
 
 
@@ -352,9 +378,18 @@ class OpenAIClient(LLMClient):
 
     name = "openai"
 
-    def __init__(self, base_url: str, model: str | None = None, max_tokens: int = 256, workers: int = 8,
-                 timeout: float = 120.0, retries: int = 2, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 0.0, backoff: float = 0.5) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        max_tokens: int = 256,
+        workers: int = 8,
+        timeout: float = 120.0,
+        retries: int = 2,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.0,
+        backoff: float = 0.5,
+    ) -> None:
         super().__init__(max_tokens)
         self.endpoint = JSONEndpoint(base_url, api_key_env, timeout=timeout, retries=retries, backoff=backoff)
         self.base_url = self.endpoint.base_url
@@ -370,8 +405,12 @@ class OpenAIClient(LLMClient):
         return [self._one(p, max_tokens, stop) for p in prompts]
 
     def _one(self, prompt: str, max_tokens: int, stop: tuple[str, ...]) -> Completion:
-        body: dict[str, Any] = {"model": self.model, "messages": [{"role": "user", "content": prompt}],
-                                "max_tokens": max_tokens, "temperature": self.temperature}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
         if stop:
             body["stop"] = list(stop)
         data = self.endpoint.post("/chat/completions", body)
@@ -382,8 +421,12 @@ class OpenAIClient(LLMClient):
         except (KeyError, IndexError, TypeError, AttributeError) as err:
             raise RuntimeError(f"{self.base_url}: unexpected chat completion response: {str(data)[:200]}") from err
         text, _ = cut_at_stop(text, stop)  # servers drop the stop string already; this keeps it so
-        return Completion(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                          str(choice.get("finish_reason") or "stop"))
+        return Completion(
+            text,
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            str(choice.get("finish_reason") or "stop"),
+        )
 
     def _first_model(self) -> str:
         data = self.endpoint.get("/models")
@@ -396,8 +439,9 @@ class OpenAIClient(LLMClient):
         self.endpoint.close()
 
 
-def open_llm(spec: str | LLMSpec, max_tokens: int = 256, batch_size: int = 8, workers: int = 8,
-             timeout: float = 120.0) -> LLMClient:
+def open_llm(
+    spec: str | LLMSpec, max_tokens: int = 256, batch_size: int = 8, workers: int = 8, timeout: float = 120.0
+) -> LLMClient:
     """The text client a spec names: `HFClient` for hf:PATH, `OpenAIClient` for openai:URL[#MODEL]
     (`timeout`: seconds per request).
 
@@ -409,5 +453,7 @@ def open_llm(spec: str | LLMSpec, max_tokens: int = 256, batch_size: int = 8, wo
         return HFClient.load(parsed.target, max_tokens=max_tokens, batch_size=batch_size)
     if parsed.scheme == "openai":
         return OpenAIClient(parsed.target, parsed.model, max_tokens=max_tokens, workers=workers, timeout=timeout)
-    raise ValueError(f"LLM spec {str(spec)!r} names a rollout backend, not a text client: "
-                     f"the pipeline methods take {describe_forms(CLIENT_FORMS)}")
+    raise ValueError(
+        f"LLM spec {str(spec)!r} names a rollout backend, not a text client: "
+        f"the pipeline methods take {describe_forms(CLIENT_FORMS)}"
+    )

@@ -68,8 +68,15 @@ def retry_policy(retries: int, backoff: float, max_backoff: float = 30.0) -> ten
 class JSONEndpoint:
     """JSON requests to paths under `base_url`, with retries (see the module docstring)."""
 
-    def __init__(self, base_url: str, api_key_env: str | None = "OPENAI_API_KEY", timeout: float = 120.0,
-                 retries: int = 2, backoff: float = 0.5, max_backoff: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout: float = 120.0,
+        retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+    ) -> None:
         if retries < 0 or backoff < 0 or timeout <= 0:
             raise ValueError(f"retries and backoff must be >= 0 and timeout > 0, got {retries}, {backoff}, {timeout}")
         self.base_url = base_url.rstrip("/")
@@ -102,8 +109,9 @@ class JSONEndpoint:
         try:
             return response.json()
         except ValueError as err:
-            raise EndpointError(f"{url} replied with something other than JSON: {response.text[:200]!r}",
-                                url, response.status_code) from err
+            raise EndpointError(
+                f"{url} replied with something other than JSON: {response.text[:200]!r}", url, response.status_code
+            ) from err
 
     def _send(self, method: str, url: str, body: dict[str, Any] | None) -> httpx.Response:
         response = self._http.request(method, url, json=body, timeout=self.timeout)

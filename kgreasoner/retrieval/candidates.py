@@ -9,8 +9,8 @@ relation first) is built group by group only as far as it is read.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.retrieval.encoder import humanize_label, humanize_relation
@@ -93,14 +93,24 @@ def expand(kg: KnowledgeGraph, edge: Edge, expand_mediators: bool = True, limit:
     """The candidates of one edge at the searched entity: one per edge beyond a mediator neighbour
     (the edge back excluded), else the edge alone."""
     if expand_mediators and edge.neighbor_unnamed and not edge.neighbor_is_literal:
-        beyond = [Candidate((edge, e)) for e in kg.neighbors(edge.neighbor, "both", limit=limit) if e.key() != edge.key()]
+        beyond = [
+            Candidate((edge, e)) for e in kg.neighbors(edge.neighbor, "both", limit=limit) if e.key() != edge.key()
+        ]
         if beyond:
             return beyond
     return [Candidate((edge,))]
 
 
-def group_candidates(kg: KnowledgeGraph, entity: str, relation: str, direction: str, start: int, stop: int,
-                     expand_mediators: bool = True, limit: int | None = None) -> list[Candidate]:
+def group_candidates(
+    kg: KnowledgeGraph,
+    entity: str,
+    relation: str,
+    direction: str,
+    start: int,
+    stop: int,
+    expand_mediators: bool = True,
+    limit: int | None = None,
+) -> list[Candidate]:
     """The candidates of edges start:stop of `entity`'s edges by `relation` in `direction`, in KG order."""
     edges = kg.neighbors(entity, direction, relations=[relation], limit=stop)[start:]  # type: ignore[arg-type]
     return [candidate for edge in edges for candidate in expand(kg, edge, expand_mediators, limit)]
@@ -124,8 +134,12 @@ class RankedCandidates(Sequence[Candidate]):
     every group (it is exact). A candidate met twice keeps its first place.
     """
 
-    def __init__(self, ranked: Sequence[Candidate], pending: Sequence[PendingGroup] = (),
-                 build: Callable[[PendingGroup], list[Candidate]] | None = None) -> None:
+    def __init__(
+        self,
+        ranked: Sequence[Candidate],
+        pending: Sequence[PendingGroup] = (),
+        build: Callable[[PendingGroup], list[Candidate]] | None = None,
+    ) -> None:
         if pending and build is None:
             raise ValueError("pending groups need a build function")
         self._pending = list(pending)

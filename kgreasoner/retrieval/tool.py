@@ -38,15 +38,30 @@ from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph, literal_value
 from kgreasoner.protocol import (
-    ANSWER_SEPARATOR, BACKTRACK_MARK, HANDLE_PREFIX, QUERY_SEPARATOR, is_relations_request,
-    read_relation_filter, relation_filter_text, split_relation_filter, split_search_query,
+    ANSWER_SEPARATOR,
+    BACKTRACK_MARK,
+    HANDLE_PREFIX,
+    QUERY_SEPARATOR,
+    is_relations_request,
+    read_relation_filter,
+    relation_filter_text,
+    split_relation_filter,
+    split_search_query,
 )
 from kgreasoner.retrieval.candidates import Candidate, RankedCandidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, CandidateScorer, Timings
 
-ERRORS = ("unknown_entity", "unknown_relation", "empty_query", "no_neighbors", "exhausted", "backtrack_at_root", "kg_error")
+ERRORS = (
+    "unknown_entity",
+    "unknown_relation",
+    "empty_query",
+    "no_neighbors",
+    "exhausted",
+    "backtrack_at_root",
+    "kg_error",
+)
 MORE_PREFIX = "more:"
 """Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
 MIN_MAX_CHARS = 64
@@ -91,7 +106,7 @@ def relation_key(relation: str, relation_format: str = "id") -> str:
     A path relation walked backwards (`^rel`) keeps its `^` before the key.
     """
     inverse = relation.startswith(INVERSE_PREFIX)
-    bare = relation[len(INVERSE_PREFIX):] if inverse else relation
+    bare = relation[len(INVERSE_PREFIX) :] if inverse else relation
     return (INVERSE_PREFIX if inverse else "") + relation_display(bare, relation_format).split(" ")[-1]
 
 
@@ -117,20 +132,65 @@ _LISTED = re.compile(r'[ ,]\s*(=(?:"(?:[^"\\]|\\.)*"|[^,()"|\\]+)|[^=,()"|\\][^,
 class ToolConfig:
     """How the search tool ranks, caps and prints what it shows."""
 
-    top_k: int = field(default=10, metadata={"help": "candidates shown per call (a mediator candidate prints 2 lines)"})
-    max_chars: int = field(default=2000, metadata={"help": "cap on the text of one call, listing and errors included (>= 64); the first candidate is always shown, cut if it alone is longer"})
-    ranking: str = field(default="none", metadata={"help": "gat (trained ranker), embedding (cosine of question and triple text) or none (KG order)"})
-    ranker_path: str | None = field(default=None, metadata={"help": "folder of a trained ranker (model.safetensors + ranker.json); needed by ranking=gat unless a ranker is passed"})
-    encoder: EncoderConfig = field(default_factory=EncoderConfig, metadata={"help": "text encoder for gat/embedding (a saved ranker's own encoder kind wins)"})
-    entity_handles: bool = field(default=False, metadata={"help": "print session-local handles (E1, E2, ...) before labels and accept them in search and answers"})
-    expand_mediators: bool = field(default=True, metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"})
-    neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"})
+    top_k: int = field(
+        default=10, metadata={"help": "candidates shown per call (a mediator candidate prints 2 lines)"}
+    )
+    max_chars: int = field(
+        default=2000,
+        metadata={
+            "help": "cap on the text of one call, listing and errors included (>= 64); the first candidate is always shown, cut if it alone is longer"
+        },
+    )
+    ranking: str = field(
+        default="none",
+        metadata={"help": "gat (trained ranker), embedding (cosine of question and triple text) or none (KG order)"},
+    )
+    ranker_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "folder of a trained ranker (model.safetensors + ranker.json); needed by ranking=gat unless a ranker is passed"
+        },
+    )
+    encoder: EncoderConfig = field(
+        default_factory=EncoderConfig,
+        metadata={"help": "text encoder for gat/embedding (a saved ranker's own encoder kind wins)"},
+    )
+    entity_handles: bool = field(
+        default=False,
+        metadata={
+            "help": "print session-local handles (E1, E2, ...) before labels and accept them in search and answers"
+        },
+    )
+    expand_mediators: bool = field(
+        default=True,
+        metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"},
+    )
+    neighbor_limit: int | None = field(
+        default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"}
+    )
     max_context: int = field(default=16, metadata={"help": "context edges per candidate given to the gat ranker"})
-    relation_first: int | None = field(default=256, metadata={"help": "entities with more edges than this are ranked relation first: their relations are scored by closeness to the question, only the first rerank_pool edges of the best ones are ranked by the ranker, the rest follow relation by relation (so a hub costs what a small entity does; see CandidateScorer); None: every entity exact"})
-    rerank_pool: int | None = field(default=64, metadata={"help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"})
-    fuzzy_cutoff: float = field(default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"})
+    relation_first: int | None = field(
+        default=256,
+        metadata={
+            "help": "entities with more edges than this are ranked relation first: their relations are scored by closeness to the question, only the first rerank_pool edges of the best ones are ranked by the ranker, the rest follow relation by relation (so a hub costs what a small entity does; see CandidateScorer); None: every entity exact"
+        },
+    )
+    rerank_pool: int | None = field(
+        default=64,
+        metadata={
+            "help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"
+        },
+    )
+    fuzzy_cutoff: float = field(
+        default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"}
+    )
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
-    relation_format: str = field(default="id", metadata={"help": "how triple lines print relations: `id` as stored, or `words` (namespace parts as words: `__common__topic__notable_types` -> `common topic notable_types`, so the question's word for a relation is a token of its line)"})
+    relation_format: str = field(
+        default="id",
+        metadata={
+            "help": "how triple lines print relations: `id` as stored, or `words` (namespace parts as words: `__common__topic__notable_types` -> `common topic notable_types`, so the question's word for a relation is a token of its line)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.relation_format not in RELATION_FORMATS:
@@ -140,8 +200,10 @@ class ToolConfig:
         if self.top_k < 1 or self.max_context < 0 or self.suggestions < 1:
             raise ValueError("top_k and suggestions must be >= 1; max_context >= 0")
         if self.max_chars < MIN_MAX_CHARS:
-            raise ValueError(f"max_chars must be >= {MIN_MAX_CHARS} (room for a line and the relations listing), "
-                             f"got {self.max_chars}")
+            raise ValueError(
+                f"max_chars must be >= {MIN_MAX_CHARS} (room for a line and the relations listing), "
+                f"got {self.max_chars}"
+            )
         if not 0.0 < self.fuzzy_cutoff <= 1.0:
             raise ValueError(f"fuzzy_cutoff must be in (0, 1], got {self.fuzzy_cutoff}")
         if self.neighbor_limit is not None and self.neighbor_limit < 1:
@@ -171,8 +233,13 @@ class ToolResult:
 class KGSearchTool:
     """Search sessions over one KG with one ranking backend (shared by all sessions)."""
 
-    def __init__(self, kg: KnowledgeGraph, config: ToolConfig, ranker: GATRanker | None = None,
-                 encoder: TextEncoder | None = None) -> None:
+    def __init__(
+        self,
+        kg: KnowledgeGraph,
+        config: ToolConfig,
+        ranker: GATRanker | None = None,
+        encoder: TextEncoder | None = None,
+    ) -> None:
         self.kg = kg
         self.config = config
         if config.ranking == "gat" and ranker is None:
@@ -184,11 +251,17 @@ class KGSearchTool:
         if config.ranking != "none" and encoder is None:
             encoder = build_encoder(config.encoder)
         if config.ranking == "gat" and encoder is not None and ranker is not None and encoder.dim != ranker.config.dim:
-            raise ValueError(f"the ranker expects {ranker.config.dim}-d embeddings but the encoder gives {encoder.dim}-d")
+            raise ValueError(
+                f"the ranker expects {ranker.config.dim}-d embeddings but the encoder gives {encoder.dim}-d"
+            )
         self.scorer = CandidateScorer(
-            method=config.ranking, kg=kg, encoder=encoder if config.ranking != "none" else None,
+            method=config.ranking,
+            kg=kg,
+            encoder=encoder if config.ranking != "none" else None,
             model=ranker if config.ranking == "gat" else None,
-            max_context=config.max_context, rerank_pool=config.rerank_pool, relation_first=config.relation_first,
+            max_context=config.max_context,
+            rerank_pool=config.rerank_pool,
+            relation_first=config.relation_first,
         )
 
     @property
@@ -196,7 +269,9 @@ class KGSearchTool:
         """Seconds in KG fetches, encoding and ranking, summed over every session's calls."""
         return self.scorer.timings
 
-    def session(self, question: str, topic_entities: list[TopicEntity], example_id: str | None = None) -> "SearchSession":
+    def session(
+        self, question: str, topic_entities: list[TopicEntity], example_id: str | None = None
+    ) -> SearchSession:
         """A fresh session for one question; `example_id` picks the question's own graph in a
         per-question KG (`subgraph`), and is not needed with any other."""
         return SearchSession(self, question, topic_entities, example_id)
@@ -219,8 +294,9 @@ class _Node:
 class SearchSession:
     """One question's searches: shown entities, handles and the explored-path tree."""
 
-    def __init__(self, tool: KGSearchTool, question: str, topic_entities: list[TopicEntity],
-                 example_id: str | None = None) -> None:
+    def __init__(
+        self, tool: KGSearchTool, question: str, topic_entities: list[TopicEntity], example_id: str | None = None
+    ) -> None:
         self.question = question
         self.num_calls = 0
         self.num_backtracks = 0
@@ -244,9 +320,12 @@ class SearchSession:
         self.num_calls += 1
         name, backtrack = split_search_query(query)
         if not name:
-            return self._error("empty_query", "Empty search: write a topic entity or an entity shown above "
-                               f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
-                               backtracked=backtrack)
+            return self._error(
+                "empty_query",
+                "Empty search: write a topic entity or an entity shown above "
+                f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
+                backtracked=backtrack,
+            )
         relation = entity = None
         parts = None if backtrack else split_relation_filter(name)
         # a bar is a filter unless the whole text is a shown label or id as it stands (labels may hold one;
@@ -312,13 +391,16 @@ class SearchSession:
         label = self._display(node.entity)
         again = f"Search another entity or write `{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`."
         if not node.ranked:
-            return self._error("no_neighbors", f"{label} has no neighbours in the knowledge graph. {again}",
-                               node.entity)
+            return self._error(
+                "no_neighbors", f"{label} has no neighbours in the knowledge graph. {again}", node.entity
+            )
         if first:
-            return self._error("no_neighbors", f"{label} has no neighbours besides the triples already shown. {again}",
-                               node.entity)
-        return self._error("exhausted", f"All {len(node.ranked)} neighbours of {label} have been shown. {again}",
-                           node.entity)
+            return self._error(
+                "no_neighbors", f"{label} has no neighbours besides the triples already shown. {again}", node.entity
+            )
+        return self._error(
+            "exhausted", f"All {len(node.ranked)} neighbours of {label} have been shown. {again}", node.entity
+        )
 
     def _filtered(self, entity: str, written: str) -> ToolResult:
         """A page of the entity's unseen neighbours by the relation `written` names."""
@@ -333,17 +415,22 @@ class SearchSession:
             return self._show(node, backtracked=False, relations=relations, written=written)
         totals = self._relation_totals(node)
         total = sum(totals[r] for r in relations)
-        return self._error("exhausted", f"All {total} neighbours of {label} by {wanted} have been shown. Search "
-                           f"another entity, another relation of {label}, or write "
-                           f"`{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`.", entity)
+        return self._error(
+            "exhausted",
+            f"All {total} neighbours of {label} by {wanted} have been shown. Search "
+            f"another entity, another relation of {label}, or write "
+            f"`{label} {QUERY_SEPARATOR} {BACKTRACK_MARK}`.",
+            entity,
+        )
 
     def _unknown_relation(self, node: _Node, label: str, wanted: str) -> ToolResult:
         """Every relation of the entity with its neighbours, the likeliest first, as many as fit."""
         totals = self._relation_totals(node)
-        head = f"{label} has no relation \"{wanted}\". "
+        head = f'{label} has no relation "{wanted}". '
         if not totals:
-            return self._error("unknown_relation", f"{head}{label} has no neighbours in the knowledge graph.",
-                               node.entity)
+            return self._error(
+                "unknown_relation", f"{head}{label} has no neighbours in the knowledge graph.", node.entity
+            )
         names = self._names(node)
         order = self._likeliest_first(totals)
         items = [f"{names[r]} ({totals[r]})" for r in order]
@@ -371,17 +458,27 @@ class SearchSession:
         label = self._display(entity)
         current = self._parent.get(entity)
         if current is None:
-            return self._error("backtrack_at_root", f"{label} is a topic entity: there is nothing to backtrack to. "
-                               "Search one of the entities shown so far.", entity, True)
+            return self._error(
+                "backtrack_at_root",
+                f"{label} is a topic entity: there is nothing to backtrack to. "
+                "Search one of the entities shown so far.",
+                entity,
+                True,
+            )
         while current is not None:
             node = self._node(current)
             self._ranked(node)
             if self._has_unseen(node):
                 return self._show(node, backtracked=True)
             current = node.parent
-        return self._error("backtrack_at_root", f"Nothing left to backtrack to: every neighbour on the path from "
-                           f"{label} back to the topic entity has been shown. Search another entity shown above, "
-                           "or answer.", entity, True)
+        return self._error(
+            "backtrack_at_root",
+            f"Nothing left to backtrack to: every neighbour on the path from "
+            f"{label} back to the topic entity has been shown. Search another entity shown above, "
+            "or answer.",
+            entity,
+            True,
+        )
 
     def _node(self, entity: str) -> _Node:
         if entity not in self._nodes:
@@ -393,8 +490,9 @@ class SearchSession:
             if not self._kg.expresses(node.entity):
                 node.ranked = RankedCandidates(())
             else:
-                node.ranked = self._tool.scorer.rank(self.question, node.entity, self._kg,
-                                                     self._config.expand_mediators, self._config.neighbor_limit)
+                node.ranked = self._tool.scorer.rank(
+                    self.question, node.entity, self._kg, self._config.expand_mediators, self._config.neighbor_limit
+                )
         return node.ranked
 
     def _has_unseen(self, node: _Node, relations: set[str] | None = None) -> bool:
@@ -410,8 +508,9 @@ class SearchSession:
     def _seen(self, candidate: Candidate) -> bool:
         return all(edge.key() in self._shown_edges for edge in candidate.edges)
 
-    def _show(self, node: _Node, backtracked: bool, relations: set[str] | None = None,
-              written: str | None = None) -> ToolResult:
+    def _show(
+        self, node: _Node, backtracked: bool, relations: set[str] | None = None, written: str | None = None
+    ) -> ToolResult:
         """The node's next unseen candidates (by one of `relations`, when given), up to top_k and max_chars
         (at least one), then the listing of the relations its unseen candidates still have.
 
@@ -464,7 +563,7 @@ class SearchSession:
         Relation groups of a hub that no page has reached yet count their edges, unbuilt: exact
         unless they lead to mediators or one of their lines was shown from its other end."""
         assert node.ranked is not None
-        counts = Counter(c.edges[0].relation for c in node.ranked.built[node.shown:] if not self._seen(c))
+        counts = Counter(c.edges[0].relation for c in node.ranked.built[node.shown :] if not self._seen(c))
         for relation, _, edges in node.ranked.pending_counts():
             counts[relation] += edges
         return dict(counts)
@@ -493,8 +592,9 @@ class SearchSession:
                 break
         return need + len(MORE_PREFIX) if need else 0
 
-    def _listing(self, node: _Node, room: int, first: str | None = None,
-                 fresh: bool = False) -> tuple[str, tuple, int]:
+    def _listing(
+        self, node: _Node, room: int, first: str | None = None, fresh: bool = False
+    ) -> tuple[str, tuple, int]:
         """(`more:` line, its (name, count) pairs, relations still unlisted) of the node's unseen neighbours'
         relations, within `room` characters: the likeliest first (`first` before them while it has
         unseen neighbours); with `fresh`, only those no listing has named yet, or all again when every one
@@ -535,8 +635,10 @@ class SearchSession:
             fmt = self._config.relation_format
             shown = {r: relation_display(r, fmt) for r in relations}
             uses = Counter(shown.values())
-            node.names = {r: relation_filter_text(r if uses[d] > 1 or (d != r and d in relations) else d)
-                          for r, d in shown.items()}
+            node.names = {
+                r: relation_filter_text(r if uses[d] > 1 or (d != r and d in relations) else d)
+                for r, d in shown.items()
+            }
         return node.names
 
     def _relations_named(self, node: _Node, written: str) -> set[str]:
@@ -551,8 +653,9 @@ class SearchSession:
         return {r for r in names if _names_relation(wanted, r, fmt)}
 
     def _error(self, kind: str, text: str, entity: str | None = None, backtracked: bool = False) -> ToolResult:
-        return ToolResult(text=_clip(text, self._config.max_chars), edges=[], error=kind, entity=entity,
-                          backtracked=backtracked)
+        return ToolResult(
+            text=_clip(text, self._config.max_chars), edges=[], error=kind, entity=entity, backtracked=backtracked
+        )
 
     # --- names and handles ----------------------------------------------------------------------
     def _register(self, entity: str, label: str, parent: str | None) -> None:
@@ -584,7 +687,9 @@ class SearchSession:
         return f"{handle} {label}" if handle else label
 
     def _line(self, edge: Edge) -> str:
-        return triple_line(self._display(edge.subject), edge.relation, self._display(edge.object), self._config.relation_format)
+        return triple_line(
+            self._display(edge.subject), edge.relation, self._display(edge.object), self._config.relation_format
+        )
 
     def _is_shown_name(self, name: str) -> bool:
         """True when `name` is exactly the id or label of an entity shown so far."""
@@ -624,14 +729,18 @@ class SearchSession:
         by_norm: dict[str, str] = {}
         for entity, label in reversed(self._labels.items()):
             by_norm.setdefault(normalize_answer(label), entity)
-        close = difflib.get_close_matches(normalize_answer(name), list(by_norm), n=self._config.suggestions, cutoff=0.4)
+        close = difflib.get_close_matches(
+            normalize_answer(name), list(by_norm), n=self._config.suggestions, cutoff=0.4
+        )
         name = _echo(name)
         if close:
             names = [_echo(self._display(by_norm[c])) for c in close]
-            return f"Unknown entity \"{name}\": it is not a topic entity or an entity shown so far. Close names: {'; '.join(names)}."
+            return f'Unknown entity "{name}": it is not a topic entity or an entity shown so far. Close names: {"; ".join(names)}.'
         names = [_echo(self._display(e)) for e in self._topics][: self._config.suggestions]
-        return (f"Unknown entity \"{name}\": it is not a topic entity or an entity shown so far. "
-                f"Search a topic entity ({'; '.join(names)}) or an entity from the triples above.")
+        return (
+            f'Unknown entity "{name}": it is not a topic entity or an entity shown so far. '
+            f"Search a topic entity ({'; '.join(names)}) or an entity from the triples above."
+        )
 
 
 _HANDLE = re.compile(re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*")
@@ -657,7 +766,7 @@ def _pack(items: list[str], room: int) -> list[int]:
 
 
 def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
 def _echo(text: str) -> str:

@@ -17,22 +17,22 @@ import dataclasses
 import itertools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from kgreasoner.retrieval.labels import LabelledGroup, label_groups
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import candidate_context
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
+from kgreasoner.retrieval.labels import LabelledGroup, label_groups
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig, load_ranker, save_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, GroupRows, TextTable, collate, group_rows
 
@@ -43,20 +43,34 @@ log = logging.getLogger(__name__)
 class RankerTrainConfig:
     """Everything `python train/ranker.py --config configs/ranker.yaml` reads."""
 
-    data: str = field(default="", metadata={"help": "dataset name (PQ-3H, PQL-3H, ...) or folder (kb.tsv + questions.jsonl)"})
-    data_root: str | None = field(default=None, metadata={"help": "data root for named benchmarks; default lookup when None"})
+    data: str = field(
+        default="", metadata={"help": "dataset name (PQ-3H, PQL-3H, ...) or folder (kb.tsv + questions.jsonl)"}
+    )
+    data_root: str | None = field(
+        default=None, metadata={"help": "data root for named benchmarks; default lookup when None"}
+    )
     scheme: str = field(default="random", metadata={"help": "split scheme where the data has none: random or grouped"})
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
-    encoder: EncoderConfig = field(default_factory=EncoderConfig, metadata={"help": "text encoder (kind minilm or hashing)"})
-    model: RankerModelConfig = field(default_factory=RankerModelConfig, metadata={"help": "ranker sizes (dim is set from the encoder)"})
+    encoder: EncoderConfig = field(
+        default_factory=EncoderConfig, metadata={"help": "text encoder (kind minilm or hashing)"}
+    )
+    model: RankerModelConfig = field(
+        default_factory=RankerModelConfig, metadata={"help": "ranker sizes (dim is set from the encoder)"}
+    )
     negative_ratio: float = field(default=4.0, metadata={"help": "negatives sampled per positive in training groups"})
     max_frontier: int = field(default=4, metadata={"help": "entities searched per hop when labelling"})
     max_context: int = field(default=16, metadata={"help": "context edges per candidate"})
-    expand_mediators: bool = field(default=True, metadata={"help": "candidates go through unnamed nodes, as in the tool"})
+    expand_mediators: bool = field(
+        default=True, metadata={"help": "candidates go through unnamed nodes, as in the tool"}
+    )
     neighbor_limit: int | None = field(default=10000, metadata={"help": "edges fetched per node"})
-    max_group_candidates: int | None = field(default=1000, metadata={"help": "candidates kept per group at hubs (positives + sampled negatives)"})
+    max_group_candidates: int | None = field(
+        default=1000, metadata={"help": "candidates kept per group at hubs (positives + sampled negatives)"}
+    )
     max_train_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
-    max_eval_questions: int | None = field(default=None, metadata={"help": "use only the first N dev and N test questions"})
+    max_eval_questions: int | None = field(
+        default=None, metadata={"help": "use only the first N dev and N test questions"}
+    )
     epochs: int = field(default=30, metadata={"help": "maximum passes over the training groups"})
     batch_groups: int = field(default=64, metadata={"help": "groups (questions x searched entity) per optimiser step"})
     lr: float = field(default=2e-3, metadata={"help": "AdamW learning rate"})
@@ -93,7 +107,9 @@ class FeaturizedGroups:
         return len(self.rows)
 
 
-def featurize(table: TextTable, kg: KnowledgeGraph, groups: Sequence[LabelledGroup], max_context: int) -> FeaturizedGroups:
+def featurize(
+    table: TextTable, kg: KnowledgeGraph, groups: Sequence[LabelledGroup], max_context: int
+) -> FeaturizedGroups:
     """Each candidate's context read from its question's graph (`kg.for_example`), as the tool reads it."""
     rows, labels, texts = [], [], []
     for group in groups:
@@ -105,8 +121,9 @@ def featurize(table: TextTable, kg: KnowledgeGraph, groups: Sequence[LabelledGro
     return FeaturizedGroups(rows, labels, texts)
 
 
-def method_scores(method: str, data: FeaturizedGroups, embeddings: torch.Tensor,
-                  model: GATRanker | None = None, batch: int = 256) -> list[np.ndarray]:
+def method_scores(
+    method: str, data: FeaturizedGroups, embeddings: torch.Tensor, model: GATRanker | None = None, batch: int = 256
+) -> list[np.ndarray]:
     """Per group, a score per candidate (higher is better) from one of RANKING_METHODS."""
     if method == "none":
         return [-np.arange(len(y), dtype=np.float64) for y in data.labels]
@@ -115,10 +132,10 @@ def method_scores(method: str, data: FeaturizedGroups, embeddings: torch.Tensor,
     assert model is not None, "gat scores need a model"
     out: list[np.ndarray] = []
     for start in range(0, len(data), batch):
-        chunk = data.rows[start:start + batch]
+        chunk = data.rows[start : start + batch]
         scores = model.score(collate(chunk, embeddings)).double().numpy()
         offsets = np.cumsum([0] + [g.num_candidates for g in chunk])
-        out.extend(scores[offsets[i]:offsets[i + 1]] for i in range(len(chunk)))
+        out.extend(scores[offsets[i] : offsets[i + 1]] for i in range(len(chunk)))
     return out
 
 
@@ -139,8 +156,9 @@ def ranking_metrics(scores: Sequence[np.ndarray], labels: Sequence[np.ndarray], 
     return metrics
 
 
-def evaluate_methods(data: FeaturizedGroups, embeddings: torch.Tensor, model: GATRanker | None,
-                     ks: Sequence[int]) -> dict[str, dict[str, float]]:
+def evaluate_methods(
+    data: FeaturizedGroups, embeddings: torch.Tensor, model: GATRanker | None, ks: Sequence[int]
+) -> dict[str, dict[str, float]]:
     methods = [m for m in RANKING_METHODS if m != "gat" or model is not None]
     return {m: ranking_metrics(method_scores(m, data, embeddings, model), data.labels, ks) for m in methods}
 
@@ -186,8 +204,14 @@ def _load(config: RankerTrainConfig) -> _Splits:
         with_paths = (e for e in (with_derived_paths(e, kg) for e in examples) if e.gold_paths)
         return list(itertools.islice(with_paths, n))
 
-    return _Splits(kg, cap(dataset.split("train"), config.max_train_questions), cap(dataset.split("dev"), config.max_eval_questions),
-                   cap(dataset.split("test"), config.max_eval_questions), dataset.name, dataset.split_scheme)
+    return _Splits(
+        kg,
+        cap(dataset.split("train"), config.max_train_questions),
+        cap(dataset.split("dev"), config.max_eval_questions),
+        cap(dataset.split("test"), config.max_eval_questions),
+        dataset.name,
+        dataset.split_scheme,
+    )
 
 
 def _describe(splits: _Splits, config: RankerTrainConfig) -> str:
@@ -202,19 +226,34 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
     torch.manual_seed(config.seed)
     splits = _load(config)
     if not splits.train or not splits.dev:
-        raise ValueError(f"{config.data}: need training and dev questions with gold paths (got {len(splits.train)} / {len(splits.dev)})")
+        raise ValueError(
+            f"{config.data}: need training and dev questions with gold paths (got {len(splits.train)} / {len(splits.dev)})"
+        )
     encoder = build_encoder(config.encoder)
-    label = dict(seed=config.seed, max_frontier=config.max_frontier, expand_mediators=config.expand_mediators,
-                 neighbor_limit=config.neighbor_limit, max_candidates=config.max_group_candidates)
+    label = dict(
+        seed=config.seed,
+        max_frontier=config.max_frontier,
+        expand_mediators=config.expand_mediators,
+        neighbor_limit=config.neighbor_limit,
+        max_candidates=config.max_group_candidates,
+    )
     table = TextTable()
-    train = featurize(table, splits.kg, label_groups(splits.kg, splits.train, config.negative_ratio, **label), config.max_context)
+    train = featurize(
+        table, splits.kg, label_groups(splits.kg, splits.train, config.negative_ratio, **label), config.max_context
+    )
     dev = featurize(table, splits.kg, label_groups(splits.kg, splits.dev, None, **label), config.max_context)
     test = featurize(table, splits.kg, label_groups(splits.kg, splits.test, None, **label), config.max_context)
     start = time.perf_counter()
     embeddings = table.embed(encoder)
     encoder.flush()
-    log.info("encoded %d texts in %.1fs; groups train/dev/test %d/%d/%d", len(table.rows),
-             time.perf_counter() - start, len(train), len(dev), len(test))
+    log.info(
+        "encoded %d texts in %.1fs; groups train/dev/test %d/%d/%d",
+        len(table.rows),
+        time.perf_counter() - start,
+        len(train),
+        len(dev),
+        len(test),
+    )
 
     model_config = dataclasses.replace(config.model, dim=encoder.dim)
     model = GATRanker(model_config)
@@ -228,7 +267,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
         order = torch.randperm(len(train), generator=generator).tolist()
         total = 0.0
         for first in range(0, len(order), config.batch_groups):
-            chunk = order[first:first + config.batch_groups]
+            chunk = order[first : first + config.batch_groups]
             inputs = collate([train.rows[i] for i in chunk], embeddings)
             target = torch.from_numpy(np.concatenate([train.labels[i] for i in chunk]))
             loss = F.cross_entropy(model(inputs), target)
@@ -253,23 +292,37 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
     model.eval()
     dev_metrics = evaluate_methods(dev, embeddings, model, config.eval_ks)
     test_metrics = evaluate_methods(test, embeddings, model, config.eval_ks) if len(test) else {}
-    encoder_meta = {k: v for k, v in dataclasses.asdict(config.encoder).items() if k in ("kind", "model_path", "hashing_dim", "max_length")}
-    out_dir = save_ranker(model, config.out_dir, {
-        "encoder": encoder_meta,
-        "max_context": config.max_context,
-        "trained_on": {"data": splits.name, "scheme": splits.scheme, "split_seed": config.split_seed,
-                       "train_questions": len(splits.train), "train_groups": len(train)},
-        "best_epoch": best_epoch,
-        "train_seconds": round(train_seconds, 2),
-        "dev": dev_metrics,
-        "test": test_metrics,
-    })
+    encoder_meta = {
+        k: v
+        for k, v in dataclasses.asdict(config.encoder).items()
+        if k in ("kind", "model_path", "hashing_dim", "max_length")
+    }
+    out_dir = save_ranker(
+        model,
+        config.out_dir,
+        {
+            "encoder": encoder_meta,
+            "max_context": config.max_context,
+            "trained_on": {
+                "data": splits.name,
+                "scheme": splits.scheme,
+                "split_seed": config.split_seed,
+                "train_questions": len(splits.train),
+                "train_groups": len(train),
+            },
+            "best_epoch": best_epoch,
+            "train_seconds": round(train_seconds, 2),
+            "dev": dev_metrics,
+            "test": test_metrics,
+        },
+    )
     description = _describe(splits, config)
     return TrainResult(out_dir, epochs_run, best_epoch, train_seconds, description, dev_metrics, test_metrics)
 
 
-def evaluate_saved(config: RankerTrainConfig, ranker_dir: str | Path, split: str = "test",
-                   encoder: TextEncoder | None = None) -> tuple[str, dict[str, dict[str, float]]]:
+def evaluate_saved(
+    config: RankerTrainConfig, ranker_dir: str | Path, split: str = "test", encoder: TextEncoder | None = None
+) -> tuple[str, dict[str, dict[str, float]]]:
     """gat (a saved ranker) vs embedding vs none on one split of `config.data`, with a description of the data."""
     model, meta = load_ranker(ranker_dir)
     if encoder is None:
@@ -277,9 +330,16 @@ def evaluate_saved(config: RankerTrainConfig, ranker_dir: str | Path, split: str
         encoder = build_encoder(EncoderConfig(**{**saved, "cache_dir": config.encoder.cache_dir}))
     splits = _load(config)
     examples = {"train": splits.train, "dev": splits.dev, "test": splits.test}[split]
-    groups = label_groups(splits.kg, examples, None, seed=config.seed, max_frontier=config.max_frontier,
-                          expand_mediators=config.expand_mediators, neighbor_limit=config.neighbor_limit,
-                          max_candidates=config.max_group_candidates)
+    groups = label_groups(
+        splits.kg,
+        examples,
+        None,
+        seed=config.seed,
+        max_frontier=config.max_frontier,
+        expand_mediators=config.expand_mediators,
+        neighbor_limit=config.neighbor_limit,
+        max_candidates=config.max_group_candidates,
+    )
     table = TextTable()
     data = featurize(table, splits.kg, groups, int(meta.get("max_context", config.max_context)))
     embeddings = table.embed(encoder)

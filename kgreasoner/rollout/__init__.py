@@ -9,8 +9,15 @@ loads neither torch nor vLLM.
 
 from kgreasoner.rollout.engine import RolloutEngine, RowState
 from kgreasoner.rollout.types import (
-    ENDED_REASONS, FINISH_REASONS, RolloutConfig, SamplingParams, ToolCall, Trajectory, completion_tokens,
-    sequence_tokens, trl_rollout_output,
+    ENDED_REASONS,
+    FINISH_REASONS,
+    RolloutConfig,
+    SamplingParams,
+    ToolCall,
+    Trajectory,
+    completion_tokens,
+    sequence_tokens,
+    trl_rollout_output,
 )
 
 __all__ = [

@@ -31,10 +31,17 @@ only a tool call shows new entities or lines, so what is allowed cannot change w
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, MARKS, QUERY_SEPARATOR, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN,
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    MARKS,
+    QUERY_SEPARATOR,
+    SEARCH_CLOSE,
+    SEARCH_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
 )
 from kgreasoner.retrieval.tool import parse_listing
 
@@ -49,8 +56,12 @@ QUOTE_OPEN, QUOTE_CLOSE = "(", ")"
 
 def quoted_lines(tool_texts: Sequence[str]) -> list[str]:
     """The triple lines of tool outputs, without their parentheses: what a quote may spell."""
-    return [line[len(QUOTE_OPEN):-len(QUOTE_CLOSE)] for text in tool_texts for line in text.split("\n")
-            if line.startswith(QUOTE_OPEN) and line.endswith(QUOTE_CLOSE) and len(line) > 2]
+    return [
+        line[len(QUOTE_OPEN) : -len(QUOTE_CLOSE)]
+        for text in tool_texts
+        for line in text.split("\n")
+        if line.startswith(QUOTE_OPEN) and line.endswith(QUOTE_CLOSE) and len(line) > 2
+    ]
 
 
 def listed_relations(tool_texts: Sequence[str]) -> list[str]:
@@ -70,8 +81,9 @@ class ConstraintVocabulary:
         self._encode = encode
         self._cache: dict[str, tuple[int, ...]] = {}
         self.openers = {SEARCH_OPEN: self.variants(SEARCH_OPEN), ANSWER_OPEN: self.variants(ANSWER_OPEN)}
-        self.search_tails = [self.ids(SEARCH_CLOSE)] + [self.ids(f" {QUERY_SEPARATOR} {mark}") + self.ids(SEARCH_CLOSE)
-                                                         for mark in MARKS]
+        self.search_tails = [self.ids(SEARCH_CLOSE)] + [
+            self.ids(f" {QUERY_SEPARATOR} {mark}") + self.ids(SEARCH_CLOSE) for mark in MARKS
+        ]
         self.answer_tails = [self.ids(ANSWER_CLOSE)]
         self.quote_openers = self.variants(QUOTE_OPEN)
         self.quote_tails = self.fused(QUOTE_CLOSE)
@@ -116,9 +128,13 @@ class ConstraintVocabulary:
 class RowConstraint:
     """The constrained-span state of one row."""
 
-    def __init__(self, vocabulary: ConstraintVocabulary, allowed_names: Callable[[], list[str]],
-                 allowed_lines: Callable[[], list[str]] | None = None,
-                 allowed_relations: Callable[[], list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        vocabulary: ConstraintVocabulary,
+        allowed_names: Callable[[], list[str]],
+        allowed_lines: Callable[[], list[str]] | None = None,
+        allowed_relations: Callable[[], list[str]] | None = None,
+    ) -> None:
         self.vocabulary = vocabulary
         self.allowed_names = allowed_names
         self.allowed_lines = allowed_lines
@@ -146,14 +162,17 @@ class RowConstraint:
             return
         search_tails = self.vocabulary.search_tails + [
             self.vocabulary.ids(f" {QUERY_SEPARATOR} {relation}") + self.vocabulary.ids(SEARCH_CLOSE)
-            for relation in self.allowed_relations()]
-        spans = [(self.vocabulary.openers[SEARCH_OPEN], self.allowed_names, search_tails),
-                 (self.vocabulary.openers[ANSWER_OPEN], self.allowed_names, self.vocabulary.answer_tails)]
+            for relation in self.allowed_relations()
+        ]
+        spans = [
+            (self.vocabulary.openers[SEARCH_OPEN], self.allowed_names, search_tails),
+            (self.vocabulary.openers[ANSWER_OPEN], self.allowed_names, self.vocabulary.answer_tails),
+        ]
         if self.allowed_lines is not None:
             spans.append((self.vocabulary.quote_openers, self.allowed_lines, self.vocabulary.quote_tails))
         for openers, allowed, tails in spans:
             for opener in openers:
-                if len(turn_ids) >= len(opener) and tuple(turn_ids[-len(opener):]) == opener:
+                if len(turn_ids) >= len(opener) and tuple(turn_ids[-len(opener) :]) == opener:
                     self.node = self.vocabulary.trie(allowed(), tails) or None
                     return
 

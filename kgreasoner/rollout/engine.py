@@ -55,13 +55,30 @@ from __future__ import annotations
 
 import concurrent.futures
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS, THINK_OPEN, TRIPLES_CLOSE, build_prompt,
-    format_tool_block, last_open_search, opened_think, parse_trajectory, topic_names,
+    ANSWER_CLOSE,
+    SEARCH_CLOSE,
+    SEARCH_OPEN,
+    STOP_TAGS,
+    THINK_OPEN,
+    TRIPLES_CLOSE,
+    build_prompt,
+    format_tool_block,
+    last_open_search,
+    opened_think,
+    parse_trajectory,
+    topic_names,
 )
-from kgreasoner.rollout.constraints import ConstraintVocabulary, RowConstraint, listed_relations, quoted_lines, turn_regex
+from kgreasoner.rollout.constraints import (
+    ConstraintVocabulary,
+    RowConstraint,
+    listed_relations,
+    quoted_lines,
+    turn_regex,
+)
 from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
 
 TRUNCATION_NOTE = "[{count} more lines cut: tool output limit]"
@@ -71,8 +88,9 @@ NO_SESSION_TEXT = "The search tool is not available in this rollout."
 class RowState:
     """The growing rollout of one prompt while the engine runs."""
 
-    def __init__(self, index: int, prompt_ids: list[int], prompt_text: str, session: Any,
-                 constraint: RowConstraint | None) -> None:
+    def __init__(
+        self, index: int, prompt_ids: list[int], prompt_text: str, session: Any, constraint: RowConstraint | None
+    ) -> None:
         self.index = index
         self.prompt_ids = prompt_ids
         self.prompt_text = prompt_text
@@ -129,9 +147,14 @@ class RolloutEngine:
             self._vocabulary = ConstraintVocabulary(self.encode) if self.config.constrained_decoding else None
 
     # ----------------------------------------------------------------- public API
-    def run(self, prompts: Sequence[Any], sessions: Sequence[Any] | None = None,
-            sampling: SamplingParams | None = None, halt: Callable[[int], str | None] | None = None,
-            prefixes: Sequence[Sequence[str]] | None = None) -> list[Trajectory]:
+    def run(
+        self,
+        prompts: Sequence[Any],
+        sessions: Sequence[Any] | None = None,
+        sampling: SamplingParams | None = None,
+        halt: Callable[[int], str | None] | None = None,
+        prefixes: Sequence[Sequence[str]] | None = None,
+    ) -> list[Trajectory]:
         """Roll out every prompt; one trajectory per prompt, in order.
 
         A prompt is a prompt string, a list of prompt token ids, a chat message list, or a
@@ -210,8 +233,9 @@ class RolloutEngine:
 
     def turn_budget(self, row: RowState) -> int:
         """Model tokens the row may still write in this turn."""
-        return max(0, min(self.config.max_turn_tokens - len(row.turn_ids),
-                          self.config.max_new_tokens - row.num_model_tokens))
+        return max(
+            0, min(self.config.max_turn_tokens - len(row.turn_ids), self.config.max_new_tokens - row.num_model_tokens)
+        )
 
     def run_tools(self, rows: Sequence[RowState]) -> dict[int, list[int]]:
         """Run the pending calls of `rows`; append their blocks; return the inserted ids per row index.
@@ -236,8 +260,9 @@ class RolloutEngine:
             else:
                 text, error, entity = result.text, result.error, result.entity
                 backtracked, edges = bool(result.backtracked), len(result.edges)
-                ends = [end for e in result.edges
-                        for end in ((e.subject, e.subject_label), (e.object, e.object_label))]
+                ends = [
+                    end for e in result.edges for end in ((e.subject, e.subject_label), (e.object, e.object_label))
+                ]
             if self.kind == "text":
                 block, truncated, ids = format_tool_block(text), False, []
                 row.tool_ranges.append((len(row.text), len(row.text) + len(block)))
@@ -252,9 +277,20 @@ class RolloutEngine:
             row.turn_ids = []
             # After a cut, an entity counts as shown only while its label is still in the block.
             shown = tuple(dict.fromkeys(e for e, label in ends if not truncated or label in text))
-            row.tool_calls.append(ToolCall(query=query, text=text, error=error, entity=entity,
-                                           backtracked=backtracked, num_edges=edges, truncated=truncated,
-                                           num_tokens=len(ids), seconds=seconds, shown=shown))
+            row.tool_calls.append(
+                ToolCall(
+                    query=query,
+                    text=text,
+                    error=error,
+                    entity=entity,
+                    backtracked=backtracked,
+                    num_edges=edges,
+                    truncated=truncated,
+                    num_tokens=len(ids),
+                    seconds=seconds,
+                    shown=shown,
+                )
+            )
         return inserted
 
     def prompt_of(self, prompt: Any) -> tuple[str, list[int]]:
@@ -303,8 +339,9 @@ class RolloutEngine:
                 raise ValueError(f"prefix {i} has {len(turns)} search turns but max_turns is {self.config.max_turns}")
             for k, turn in enumerate(turns):
                 if not turn.rstrip().endswith(SEARCH_CLOSE) or last_open_search(turn) is None:
-                    raise ValueError(f"prefix {i}, turn {k} must end with a {SEARCH_OPEN}...{SEARCH_CLOSE} call, "
-                                     f"got {turn[-80:]!r}")
+                    raise ValueError(
+                        f"prefix {i}, turn {k} must end with a {SEARCH_OPEN}...{SEARCH_CLOSE} call, got {turn[-80:]!r}"
+                    )
 
     def _write_prefix(self, row: RowState, turns: Sequence[str]) -> None:
         """Append each turn with env_mask 0 and run its search as a sampled call would run."""
@@ -351,17 +388,26 @@ class RolloutEngine:
             except Exception:  # a resolver bug must not lose the rollout; the raw answers stand
                 resolved = list(parsed.answers)
         return Trajectory(
-            index=row.index, prompt_ids=row.prompt_ids, completion_ids=row.completion_ids,
-            env_mask=row.env_mask, logprobs=row.logprobs, text=text, tool_calls=row.tool_calls,
-            finish_reason=row.finish_reason, error=row.error, answers=parsed.answers,
-            resolved_answers=resolved, tool_spans=spans, prefix_tokens=row.prefix_tokens,
+            index=row.index,
+            prompt_ids=row.prompt_ids,
+            completion_ids=row.completion_ids,
+            env_mask=row.env_mask,
+            logprobs=row.logprobs,
+            text=text,
+            tool_calls=row.tool_calls,
+            finish_reason=row.finish_reason,
+            error=row.error,
+            answers=parsed.answers,
+            resolved_answers=resolved,
+            tool_spans=spans,
+            prefix_tokens=row.prefix_tokens,
         )
 
     def _opened_think(self, row: RowState) -> str:
         if row.prompt_text:
             return opened_think(row.prompt_text)
         # a prompt given as ids: its last few tokens hold the tag if it is there
-        return opened_think(self.decode(row.prompt_ids[-len(THINK_OPEN) - 4:]))
+        return opened_think(self.decode(row.prompt_ids[-len(THINK_OPEN) - 4 :]))
 
     def _text_and_spans(self, row: RowState) -> tuple[str, list[tuple[int, int]]]:
         """The completion decoded piece by piece (model text, tool block, ...), so each tool block's
@@ -397,14 +443,14 @@ class RolloutEngine:
             may_end = self._may_end_tag[token] = not self._tag_enders.isdisjoint(self.decode([token]))
         if not may_end:
             return None
-        tail = self.decode(turn_ids[-self._stop_window:])
+        tail = self.decode(turn_ids[-self._stop_window :])
         ends = [(at + len(tag), tag) for tag in STOP_TAGS if (at := tail.find(tag)) >= 0]
         return min(ends)[1] if ends else None
 
     def _turn_text(self, row: RowState) -> str:
         if self.kind == "text":
             end = row.text.rfind(TRIPLES_CLOSE)
-            return row.text if end < 0 else row.text[end + len(TRIPLES_CLOSE):]
+            return row.text if end < 0 else row.text[end + len(TRIPLES_CLOSE) :]
         return self.decode(row.turn_ids)
 
     def _tool_block_ids(self, text: str) -> tuple[list[int], str, bool]:
@@ -441,6 +487,7 @@ class RolloutEngine:
 
     def _call_tools(self, calls: list[tuple[RowState, str]]) -> list[tuple[Any, float, tuple[str, str] | None]]:
         """(result, seconds, failure) per call; failure = (error kind, text) when there is no result."""
+
         def one(row: RowState, query: str):
             start = time.perf_counter()
             if row.session is None:
@@ -448,7 +495,11 @@ class RolloutEngine:
             try:
                 result = row.session.call(query)
             except Exception as err:  # the contract says call() never raises; a bug must not kill the batch
-                return None, time.perf_counter() - start, ("tool_exception", f"The search failed: {type(err).__name__}.")
+                return (
+                    None,
+                    time.perf_counter() - start,
+                    ("tool_exception", f"The search failed: {type(err).__name__}."),
+                )
             return result, time.perf_counter() - start, None
 
         if self.config.tool_workers == 0 or not calls:
@@ -478,12 +529,22 @@ class RolloutEngine:
             budgets = [self.turn_budget(row) for row in active]
             extra = {}
             if self.config.constrained_decoding:
-                extra["regexes"] = [turn_regex(row.constraint.allowed_names(),
-                                               row.constraint.allowed_lines and row.constraint.allowed_lines(),
-                                               row.constraint.allowed_relations())
-                                    for row in active]
-            outputs = self.backend.complete([row.prompt_ids + row.completion_ids for row in active],
-                                            budgets, sampling, turn, [row.index for row in active], **extra)
+                extra["regexes"] = [
+                    turn_regex(
+                        row.constraint.allowed_names(),
+                        row.constraint.allowed_lines and row.constraint.allowed_lines(),
+                        row.constraint.allowed_relations(),
+                    )
+                    for row in active
+                ]
+            outputs = self.backend.complete(
+                [row.prompt_ids + row.completion_ids for row in active],
+                budgets,
+                sampling,
+                turn,
+                [row.index for row in active],
+                **extra,
+            )
             waiting = []
             for row, budget, output in zip(active, budgets, outputs):
                 if output.error is not None:
@@ -508,8 +569,9 @@ class RolloutEngine:
         active = list(rows)
         while active:
             budgets = [self.turn_budget(row) for row in active]
-            outputs = self.backend.complete_text([row.prompt_text + row.text for row in active],
-                                                 budgets, sampling, turn, [row.index for row in active])
+            outputs = self.backend.complete_text(
+                [row.prompt_text + row.text for row in active], budgets, sampling, turn, [row.index for row in active]
+            )
             waiting = []
             for row, output in zip(active, outputs):
                 if output.error is not None:

@@ -32,8 +32,9 @@ Only full-attention decoder layers (`DynamicLayer`) are supported, which covers 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache, GenerationConfig
@@ -79,8 +80,13 @@ class HFBackend:
     kind = "step"
     supports_constraints = True
 
-    def __init__(self, model: Any, tokenizer: Any, logits_processors: Sequence[LogitsProcessor] = (),
-                 autocast_dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        logits_processors: Sequence[LogitsProcessor] = (),
+        autocast_dtype: torch.dtype | None = None,
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids(model, tokenizer)
@@ -108,8 +114,9 @@ class HFBackend:
         finally:
             self.model.train(was_training)
 
-    def _generate(self, engine: Any, rows: list[Any], sampling: SamplingParams,
-                  generator: torch.Generator | None) -> None:
+    def _generate(
+        self, engine: Any, rows: list[Any], sampling: SamplingParams, generator: torch.Generator | None
+    ) -> None:
         with self._autocast():
             state = _Batch(self, rows)
             logits = state.prefill()
@@ -130,8 +137,14 @@ class HFBackend:
                 if inserted:
                     state.insert(inserted, logits)
 
-    def _sample(self, engine: Any, rows: list[Any], logits: torch.Tensor, sampling: SamplingParams,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample(
+        self,
+        engine: Any,
+        rows: list[Any],
+        logits: torch.Tensor,
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         logits = logits.float()
         for processor in self.logits_processors:
             logits = processor(rows, logits)
@@ -200,8 +213,8 @@ class _BufferedLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         columns = key_states.shape[2]
         self._reserve(columns)
-        self._keys[:, :, self.length:self.length + columns] = key_states
-        self._values[:, :, self.length:self.length + columns] = value_states
+        self._keys[:, :, self.length : self.length + columns] = key_states
+        self._values[:, :, self.length : self.length + columns] = value_states
         self._view(self.length + columns)
         return self.keys, self.values
 
@@ -210,10 +223,10 @@ class _BufferedLayer(DynamicLayer):
         columns = keys.shape[2]
         self._reserve(columns)
         end = self.length + columns
-        self._keys[:, :, self.length:end] = 0  # finite values: a masked column must not carry NaN
-        self._values[:, :, self.length:end] = 0
-        self._keys[select, :, self.length:end] = keys.to(self._keys.dtype)
-        self._values[select, :, self.length:end] = values.to(self._values.dtype)
+        self._keys[:, :, self.length : end] = 0  # finite values: a masked column must not carry NaN
+        self._values[:, :, self.length : end] = 0
+        self._keys[select, :, self.length : end] = keys.to(self._keys.dtype)
+        self._values[select, :, self.length : end] = values.to(self._values.dtype)
         self._view(end)
 
 
@@ -228,10 +241,17 @@ class _Batch:
         self.attention: torch.Tensor | None = None
         self.next_position: torch.Tensor | None = None
 
-    def _forward(self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
-                 cache: DynamicCache) -> torch.Tensor:
-        out = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+    def _forward(
+        self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: DynamicCache
+    ) -> torch.Tensor:
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         return out.logits[:, -1, :]
 
     def prefill(self) -> torch.Tensor:
@@ -256,8 +276,8 @@ class _Batch:
         attention[:, :shared] = 1
         for i, start in enumerate(starts):
             rest = start[shared:]
-            ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
-            attention[i, shared + width - len(rest):] = 1
+            ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            attention[i, shared + width - len(rest) :] = 1
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, shared:]
         logits = self._forward(ids, attention, positions, self.cache)
         if not shared:
@@ -269,9 +289,12 @@ class _Batch:
         """Swap the plain layers the first forward created for buffered ones (broadcast to `batch`)."""
         for i, layer in enumerate(self.cache.layers):
             if type(layer) is not DynamicLayer:
-                raise ValueError(f"the hf rollout backend supports full-attention layers only, got {type(layer).__name__}")
-            self.cache.layers[i] = _BufferedLayer(layer.keys.expand(batch, -1, -1, -1),
-                                                  layer.values.expand(batch, -1, -1, -1))
+                raise ValueError(
+                    f"the hf rollout backend supports full-attention layers only, got {type(layer).__name__}"
+                )
+            self.cache.layers[i] = _BufferedLayer(
+                layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)
+            )
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed each row's sampled token (finished rows feed a masked pad)."""
@@ -293,8 +316,8 @@ class _Batch:
         chunk = torch.full((len(members), width), pad, dtype=torch.long, device=device)
         chunk_mask = torch.zeros((len(members), width), dtype=torch.long, device=device)
         for j, (_, ids) in enumerate(members):
-            chunk[j, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            chunk_mask[j, width - len(ids):] = 1
+            chunk[j, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            chunk_mask[j, width - len(ids) :] = 1
         select = torch.tensor([i for i, _ in members], dtype=torch.long, device=device)
         start = self.next_position[select]
         positions = (start[:, None] + chunk_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -329,7 +352,7 @@ class _Batch:
         keep = torch.tensor(live, dtype=torch.long, device=self.attention.device)
         attention = self.attention[keep]
         # Stable sort puts masked columns first and real ones after, each row's in order.
-        order = torch.argsort(attention, dim=1, stable=True)[:, attention.shape[1] - longest:]
+        order = torch.argsort(attention, dim=1, stable=True)[:, attention.shape[1] - longest :]
         for layer in self.cache.layers:
             index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
             layer.set(torch.gather(layer.keys[keep], 2, index), torch.gather(layer.values[keep], 2, index))

@@ -15,7 +15,8 @@ is read from the environment variable named by `api_key_env`.
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS
@@ -56,8 +57,16 @@ class OpenAIBackend:
     kind = "text"
     supports_constraints = False
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
-                 max_concurrency: int = 8, retries: int = 2, backoff: float = 0.5) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 120.0,
+        max_concurrency: int = 8,
+        retries: int = 2,
+        backoff: float = 0.5,
+    ) -> None:
         self.endpoint = JSONEndpoint(base_url, api_key_env, timeout=timeout, retries=retries, backoff=backoff)
         self.url = self.endpoint.base_url + "/completions"
         self.model = model
@@ -72,8 +81,12 @@ class OpenAIBackend:
 
     def request_body(self, prompt: str, budget: int, sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.model, "prompt": prompt, "max_tokens": budget, "temperature": sampling.temperature,
-            "top_p": sampling.top_p, "stop": list(STOP_TAGS),
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": budget,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "stop": list(STOP_TAGS),
         }
         if seed is not None:
             body["seed"] = seed
@@ -85,8 +98,14 @@ class OpenAIBackend:
         tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
         return TextOutput(text=text, finish_reason=choice.get("finish_reason"), num_tokens=tokens)
 
-    def complete_text(self, prompts: Sequence[str], budgets: Sequence[int], sampling: SamplingParams, turn: int,
-                      indices: Sequence[int]) -> list[TextOutput]:
+    def complete_text(
+        self,
+        prompts: Sequence[str],
+        budgets: Sequence[int],
+        sampling: SamplingParams,
+        turn: int,
+        indices: Sequence[int],
+    ) -> list[TextOutput]:
         def job(prompt: str, budget: int, index: int) -> Callable[[], TextOutput]:
             def run() -> TextOutput:
                 if budget <= 0:
@@ -96,6 +115,7 @@ class OpenAIBackend:
                     return self.parse(self.endpoint.post("/completions", body))
                 except Exception as err:  # a network or server fault ends this row, not the batch
                     return TextOutput(text="", finish_reason=None, error=f"completion request failed: {err}")
+
             return run
 
         return run_concurrently([job(p, b, i) for p, b, i in zip(prompts, budgets, indices)], self.max_concurrency)

@@ -14,30 +14,57 @@ total); a `</search>` beyond `max_turns` tool calls; a malformed call or a faili
 class RolloutConfig:
     """Limits and options of one rollout engine (YAML section `rollout` of eval/GRPO configs)."""
 
-    max_turns: int = field(default=8, metadata={
-        "help": "tool calls per row; a further </search> ends the row with finish reason max_turns"})
-    max_new_tokens: int = field(default=1024, metadata={
-        "help": "model-written tokens per row in total (tool tokens not counted; a given prefix's text counts)"})
-    max_turn_tokens: int = field(default=256, metadata={
-        "help": "model-written tokens per turn, i.e. between two tool blocks"})
-    max_tool_tokens: int = field(default=384, metadata={
-        "help": "tokens of one inserted <triples> block, tags included; longer tool text is cut at a "
-                "line boundary and ends with a note saying how many lines were cut"})
-    constrained_decoding: bool = field(default=False, metadata={
-        "help": "hf backend: right after <search> or <answer>, allow only names/handles shown so far "
-                "(topic entities and tool output). Changes the sampling distribution; logprobs then "
-                "come from the constrained one, so keep it off for GRPO unless that is intended"})
-    constrained_quotes: bool = field(default=False, metadata={
-        "help": "[experimental] with constrained_decoding: a `(` in the thinking must go on as a triple line "
-                "the tool has shown, verbatim, to its `)`; the decoder then copies the line's tail for the model "
-                "(for models trained to quote the followed line; report results as such)"})
-    tool_workers: int = field(default=0, metadata={
-        "help": "threads running the tool calls of one step concurrently (0: in the calling thread)"})
-    tool_timeout: float | None = field(default=60.0, metadata={
-        "help": "seconds one tool call may take with tool_workers > 0; a late call becomes an error text"})
-    compact_slack: int = field(default=64, metadata={
-        "help": "hf backend: KV-cache columns left unused by paused/inserted rows before the cache is "
-                "compacted (speed only, results are unchanged)"})
+    max_turns: int = field(
+        default=8,
+        metadata={"help": "tool calls per row; a further </search> ends the row with finish reason max_turns"},
+    )
+    max_new_tokens: int = field(
+        default=1024,
+        metadata={
+            "help": "model-written tokens per row in total (tool tokens not counted; a given prefix's text counts)"
+        },
+    )
+    max_turn_tokens: int = field(
+        default=256, metadata={"help": "model-written tokens per turn, i.e. between two tool blocks"}
+    )
+    max_tool_tokens: int = field(
+        default=384,
+        metadata={
+            "help": "tokens of one inserted <triples> block, tags included; longer tool text is cut at a "
+            "line boundary and ends with a note saying how many lines were cut"
+        },
+    )
+    constrained_decoding: bool = field(
+        default=False,
+        metadata={
+            "help": "hf backend: right after <search> or <answer>, allow only names/handles shown so far "
+            "(topic entities and tool output). Changes the sampling distribution; logprobs then "
+            "come from the constrained one, so keep it off for GRPO unless that is intended"
+        },
+    )
+    constrained_quotes: bool = field(
+        default=False,
+        metadata={
+            "help": "[experimental] with constrained_decoding: a `(` in the thinking must go on as a triple line "
+            "the tool has shown, verbatim, to its `)`; the decoder then copies the line's tail for the model "
+            "(for models trained to quote the followed line; report results as such)"
+        },
+    )
+    tool_workers: int = field(
+        default=0,
+        metadata={"help": "threads running the tool calls of one step concurrently (0: in the calling thread)"},
+    )
+    tool_timeout: float | None = field(
+        default=60.0,
+        metadata={"help": "seconds one tool call may take with tool_workers > 0; a late call becomes an error text"},
+    )
+    compact_slack: int = field(
+        default=64,
+        metadata={
+            "help": "hf backend: KV-cache columns left unused by paused/inserted rows before the cache is "
+            "compacted (speed only, results are unchanged)"
+        },
+    )
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "max_turn_tokens"):
@@ -151,8 +178,9 @@ class Trajectory:
     def search_record(self) -> list[dict[str, Any]]:
         """The successful searches in order, `{"entity": id searched, "shown": [ids shown]}` each: what
         the `path` search reward reads (`kgreasoner.data.gold_chains.chain_progress`)."""
-        return [{"entity": call.entity, "shown": list(call.shown)}
-                for call in self.tool_calls if call.returned_triples]
+        return [
+            {"entity": call.entity, "shown": list(call.shown)} for call in self.tool_calls if call.returned_triples
+        ]
 
     @property
     def num_backtracks(self) -> int:
@@ -182,8 +210,15 @@ class Trajectory:
             "num_model_tokens": self.num_model_tokens,
             "num_tool_tokens": self.num_tool_tokens,
             "tool_calls": [
-                {"query": c.query, "error": c.error, "entity": c.entity, "backtracked": c.backtracked,
-                 "num_edges": c.num_edges, "truncated": c.truncated, "seconds": round(c.seconds, 6)}
+                {
+                    "query": c.query,
+                    "error": c.error,
+                    "entity": c.entity,
+                    "backtracked": c.backtracked,
+                    "num_edges": c.num_edges,
+                    "truncated": c.truncated,
+                    "seconds": round(c.seconds, 6),
+                }
                 for c in self.tool_calls
             ],
         }

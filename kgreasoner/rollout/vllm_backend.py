@@ -37,7 +37,8 @@ from the constrained distribution, as with the hf backend's token-level mask.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import STOP_TAGS
@@ -49,13 +50,21 @@ TOKEN_ID_PREFIX = "token_id:"
 """How vLLM spells tokens with `return_tokens_as_token_ids`: `token_id:1234`."""
 
 
-def sampling_kwargs(sampling: SamplingParams, budget: int, seed: int | None,
-                    eos_ids: Sequence[int] = ()) -> dict[str, Any]:
+def sampling_kwargs(
+    sampling: SamplingParams, budget: int, seed: int | None, eos_ids: Sequence[int] = ()
+) -> dict[str, Any]:
     """Keyword arguments of `vllm.SamplingParams` for one row's turn; it stops at every id of `eos_ids` too."""
     return {
-        "n": 1, "max_tokens": budget, "temperature": sampling.temperature, "top_p": sampling.top_p,
-        "top_k": sampling.top_k if sampling.top_k > 0 else -1, "seed": seed, "logprobs": 0,
-        "stop": list(STOP_TAGS), "stop_token_ids": list(eos_ids), "include_stop_str_in_output": True,
+        "n": 1,
+        "max_tokens": budget,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+        "seed": seed,
+        "logprobs": 0,
+        "stop": list(STOP_TAGS),
+        "stop_token_ids": list(eos_ids),
+        "include_stop_str_in_output": True,
         "skip_special_tokens": False,
     }
 
@@ -66,18 +75,32 @@ class VLLMBackend:
     kind = "turn"
     supports_constraints = True
 
-    def __init__(self, tokenizer: Any, llm: Any = None, base_url: str | None = None, model: str | None = None,
-                 eos_ids: Sequence[int] | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 600.0, max_concurrency: int = 64, tp_group: Any = None, retries: int = 2,
-                 backoff: float = 0.5, model_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        llm: Any = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        eos_ids: Sequence[int] | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout: float = 600.0,
+        max_concurrency: int = 64,
+        tp_group: Any = None,
+        retries: int = 2,
+        backoff: float = 0.5,
+        model_dir: str | None = None,
+    ) -> None:
         if (llm is None) == (base_url is None):
             raise ValueError("give exactly one of llm (offline vllm.LLM) or base_url (a vLLM server)")
         if base_url is not None and not model:
             raise ValueError("server mode needs the served model name (model=...)")
         self.tokenizer = tokenizer
         self.llm = llm
-        self.endpoint = None if base_url is None else JSONEndpoint(base_url, api_key_env, timeout=timeout,
-                                                                  retries=retries, backoff=backoff)
+        self.endpoint = (
+            None
+            if base_url is None
+            else JSONEndpoint(base_url, api_key_env, timeout=timeout, retries=retries, backoff=backoff)
+        )
         self.url = None if base_url is None else self.endpoint.base_url + "/completions"
         self.model = model
         self.timeout = timeout
@@ -101,19 +124,29 @@ class VLLMBackend:
         return any(flags)
 
     @classmethod
-    def offline(cls, model_path: str, tokenizer: Any, **llm_kwargs: Any) -> "VLLMBackend":
+    def offline(cls, model_path: str, tokenizer: Any, **llm_kwargs: Any) -> VLLMBackend:
         """Build `vllm.LLM(model_path, **llm_kwargs)`; vLLM is imported only here."""
         import vllm
 
         return cls(tokenizer, llm=vllm.LLM(model=model_path, **llm_kwargs), model_dir=model_path)
 
     # ------------------------------------------------------------------ server mode
-    def request_body(self, prompt_ids: list[int], budget: int, sampling: SamplingParams,
-                     seed: int | None, regex: str | None = None) -> dict[str, Any]:
-        body = {key: value for key, value in sampling_kwargs(sampling, budget, seed, self.eos_token_ids).items()
-                if key not in ("n", "seed") or value is not None}
-        body.update({"model": self.model, "prompt": list(prompt_ids), "return_token_ids": True,
-                     "return_tokens_as_token_ids": True})
+    def request_body(
+        self, prompt_ids: list[int], budget: int, sampling: SamplingParams, seed: int | None, regex: str | None = None
+    ) -> dict[str, Any]:
+        body = {
+            key: value
+            for key, value in sampling_kwargs(sampling, budget, seed, self.eos_token_ids).items()
+            if key not in ("n", "seed") or value is not None
+        }
+        body.update(
+            {
+                "model": self.model,
+                "prompt": list(prompt_ids),
+                "return_token_ids": True,
+                "return_tokens_as_token_ids": True,
+            }
+        )
         if regex is not None:
             body["structured_outputs"] = {"regex": regex}
         return body
@@ -129,14 +162,21 @@ class VLLMBackend:
             tokens = logprobs.get("tokens") or []
             if not all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
                 return TurnOutput([], [], "the server returned no token ids (needs vLLM with return_token_ids)")
-            ids = [int(t[len(TOKEN_ID_PREFIX):]) for t in tokens]
+            ids = [int(t[len(TOKEN_ID_PREFIX) :]) for t in tokens]
         if len(values) != len(ids):
             return TurnOutput([], [], f"the server returned {len(ids)} token ids but {len(values)} logprobs")
         return TurnOutput(list(ids), values)
 
     # ------------------------------------------------------------------ the turn
-    def complete(self, prompts: Sequence[list[int]], budgets: Sequence[int], sampling: SamplingParams, turn: int,
-                 indices: Sequence[int], regexes: Sequence[str] | None = None) -> list[TurnOutput]:
+    def complete(
+        self,
+        prompts: Sequence[list[int]],
+        budgets: Sequence[int],
+        sampling: SamplingParams,
+        turn: int,
+        indices: Sequence[int],
+        regexes: Sequence[str] | None = None,
+    ) -> list[TurnOutput]:
         """One turn per row; `regexes[i]` (constrained decoding) is the structured-output pattern of row i."""
         seeds = [row_seed(sampling, index, turn) for index in indices]
         patterns = list(regexes) if regexes is not None else [None] * len(prompts)
@@ -148,10 +188,12 @@ class VLLMBackend:
                 if budget <= 0:
                     return TurnOutput([], [])
                 try:
-                    return self.parse(self.endpoint.post("/completions",
-                                                         self.request_body(ids, budget, sampling, seed, regex)))
+                    return self.parse(
+                        self.endpoint.post("/completions", self.request_body(ids, budget, sampling, seed, regex))
+                    )
                 except Exception as err:  # a network or server fault ends this row, not the batch
                     return TurnOutput([], [], f"vLLM request failed: {err}")
+
             return run
 
         jobs = [job(p, b, s, r) for p, b, s, r in zip(prompts, budgets, seeds, patterns)]
@@ -178,16 +220,20 @@ class VLLMBackend:
                 kwargs = {**kwargs, "structured_outputs": StructuredOutputsParams(regex=pattern)}
             params.append(vllm.SamplingParams(**kwargs))
         try:
-            results = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids, _, _ in everything], params,
-                                        use_tqdm=False)
+            results = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=ids) for ids, _, _ in everything], params, use_tqdm=False
+            )
         except Exception as err:  # the engine records it per row
             return [TurnOutput([], [], f"vLLM generate failed: {err}") for _ in prompts]
-        for i, result in zip(todo, results[offset:offset + len(requests)]):
+        for i, result in zip(todo, results[offset : offset + len(requests)]):
             completion = result.outputs[0]
             ids = list(completion.token_ids)
             values = [float(step[token].logprob) for step, token in zip(completion.logprobs or [], ids)]
-            outputs[i] = TurnOutput(ids, values) if len(values) == len(ids) else TurnOutput(
-                [], [], "vLLM returned no logprobs for the sampled tokens")
+            outputs[i] = (
+                TurnOutput(ids, values)
+                if len(values) == len(ids)
+                else TurnOutput([], [], "vLLM returned no logprobs for the sampled tokens")
+            )
         return outputs
 
     def _gather(self, requests: list) -> tuple[list, int]:

@@ -20,22 +20,33 @@ import json
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, TextIO
+from typing import Any, TextIO
 
 from kgreasoner.config import add_config_arguments, load_config
 from kgreasoner.llm.spec import SPEC_FORMS, describe_forms
 from kgreasoner.protocol import (
-    ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, THINK_CLOSE, THINK_OPEN, TRIPLES_CLOSE, TRIPLES_OPEN,
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    SEARCH_CLOSE,
+    SEARCH_OPEN,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TRIPLES_CLOSE,
+    TRIPLES_OPEN,
 )
 
 MAX_BLOCK_LINES = 12
 """Tool-block lines printed per search in the trace (the rest is counted)."""
 
 _BLOCKS = re.compile(
-    "|".join(f"({re.escape(a)}.*?{re.escape(b)})" for a, b in (
-        (SEARCH_OPEN, SEARCH_CLOSE), (TRIPLES_OPEN, TRIPLES_CLOSE), (ANSWER_OPEN, ANSWER_CLOSE))),
-    re.DOTALL)
+    "|".join(
+        f"({re.escape(a)}.*?{re.escape(b)})"
+        for a, b in ((SEARCH_OPEN, SEARCH_CLOSE), (TRIPLES_OPEN, TRIPLES_CLOSE), (ANSWER_OPEN, ANSWER_CLOSE))
+    ),
+    re.DOTALL,
+)
 
 
 class _Style:
@@ -51,7 +62,9 @@ class _Style:
 def render_trace(record: dict[str, Any], color: bool = False) -> str:
     """A terminal view of one answer record (see `AnswerService.record`)."""
     style = _Style(color)
-    topics = ", ".join(f"{t['name']} ({t['id']})" if t["name"] != t["id"] else t["id"] for t in record["topic_entities"])
+    topics = ", ".join(
+        f"{t['name']} ({t['id']})" if t["name"] != t["id"] else t["id"] for t in record["topic_entities"]
+    )
     lines = [style(f"Q {record['id']}: {record['question']}", "1"), f"  topic: {topics}"]
     text = record.get("trajectory")
     if text is None:
@@ -61,35 +74,41 @@ def render_trace(record: dict[str, Any], color: bool = False) -> str:
     calls = iter(searches)
     position = 0
     for match in _BLOCKS.finditer(text):
-        _thought(lines, text[position:match.start()])
+        _thought(lines, text[position : match.start()])
         position = match.end()
         block = match.group(0)
         if match.group(1):
             call = next(calls, None)
-            query = block[len(SEARCH_OPEN):-len(SEARCH_CLOSE)].strip()
+            query = block[len(SEARCH_OPEN) : -len(SEARCH_CLOSE)].strip()
             if call is None:
                 lines.append(style(f"  search   {query}", "36") + "  (not run: turn limit)")
                 continue
             verb = "backtrack" if call["backtrack"] else "search   "
             target = f" -> {call['label']}" if call.get("label") and call["label"] != query else ""
-            outcome = (style(f"[{call['error']}]", "31") if call["error"]
-                       else f"[{call['num_triples']} triples{', cut' if call['truncated'] else ''}]")
+            outcome = (
+                style(f"[{call['error']}]", "31")
+                if call["error"]
+                else f"[{call['num_triples']} triples{', cut' if call['truncated'] else ''}]"
+            )
             lines.append(style(f"  {verb} {query}{target}", "36") + f"  {outcome}")
         elif match.group(2):
-            body = block[len(TRIPLES_OPEN):-len(TRIPLES_CLOSE)].strip("\n").split("\n")
+            body = block[len(TRIPLES_OPEN) : -len(TRIPLES_CLOSE)].strip("\n").split("\n")
             shown = body[:MAX_BLOCK_LINES]
             lines.extend(style(f"           {line}", "2") for line in shown)
             if len(body) > len(shown):
                 lines.append(style(f"           ... {len(body) - len(shown)} more lines", "2"))
         else:
-            raw = block[len(ANSWER_OPEN):-len(ANSWER_CLOSE)].strip()
+            raw = block[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)].strip()
             resolved = " | ".join(record.get("answers") or [])
             shown = raw if resolved == raw or not resolved else f"{raw} = {resolved}"
             lines.append(style(f"  answer   {shown}", "1;32"))
     _thought(lines, text[position:])
     usage = record.get("usage") or {}
-    facts = [f"finish: {record['finish_reason']}", f"{usage.get('searches', 0)} searches",
-             f"{usage.get('backtracks', 0)} backtracks"]
+    facts = [
+        f"finish: {record['finish_reason']}",
+        f"{usage.get('searches', 0)} searches",
+        f"{usage.get('backtracks', 0)} backtracks",
+    ]
     if usage.get("completion_tokens") is not None:
         facts.append(f"{usage['completion_tokens']} model tokens")
     facts.append(f"{usage.get('seconds', 0):.2f} s")
@@ -114,9 +133,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from kgreasoner.serving.config import ServeConfig
 
     parser = subparsers.add_parser(
-        "answer", help="answer questions with a trained checkpoint, showing each trajectory",
-        description=__doc__ + "\nFields of the --config YAML (ServeConfig; nested sections tool, rollout):\n"
-                    + describe(ServeConfig),
+        "answer",
+        help="answer questions with a trained checkpoint, showing each trajectory",
+        description=__doc__
+        + "\nFields of the --config YAML (ServeConfig; nested sections tool, rollout):\n"
+        + describe(ServeConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     model = parser.add_mutually_exclusive_group()
@@ -133,7 +154,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--scheme", default="random", choices=("random", "grouped"), help="--dataset split scheme")
     parser.add_argument("--seed", type=int, default=0, help="seed of the --dataset split scheme")
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions")
-    parser.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the config's, 0)")
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default: the config's, 0)"
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object per line instead of the trace")
     parser.add_argument("--out", type=Path, help="write the output here instead of stdout")
     parser.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in the trace")
@@ -196,12 +219,13 @@ def run(args: argparse.Namespace) -> int:
 def _write(service: Any, items: list, requests: list, args: argparse.Namespace, out: TextIO) -> list[bool] | None:
     from kgreasoner.evaluation.metrics import hits_at_1
 
-    color = args.color == "always" or (args.color == "auto" and not args.out and sys.stdout.isatty()
-                                       and not os.environ.get("NO_COLOR"))
+    color = args.color == "always" or (
+        args.color == "auto" and not args.out and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    )
     hits: list[bool] = []
     step = service.config.max_batch_size
     for start in range(0, len(requests), step):  # print as batches finish, not all at the end
-        for (_, item), answered in zip(items[start:start + step], service.answer(requests[start:start + step])):
+        for (_, item), answered in zip(items[start : start + step], service.answer(requests[start : start + step])):
             record = service.record(answered)
             gold = item.get("answers")
             if gold:
@@ -227,9 +251,18 @@ def _inputs(args: argparse.Namespace, config: Any) -> tuple[list[tuple[str, dict
 
     dataset = load_dataset(args.dataset, split=args.split, scheme=args.scheme, seed=args.seed)
     examples = dataset.examples[: args.limit]
-    items = [(f"{dataset.name}:{e.id}", {"id": e.id, "question": e.question, "answers": list(e.answers),
-                                          "topic_entities": [{"id": t.id, "name": t.name} for t in e.topic_entities]})
-             for e in examples]
+    items = [
+        (
+            f"{dataset.name}:{e.id}",
+            {
+                "id": e.id,
+                "question": e.question,
+                "answers": list(e.answers),
+                "topic_entities": [{"id": t.id, "name": t.name} for t in e.topic_entities],
+            },
+        )
+        for e in examples
+    ]
     return items, (None if args.kg or config.kg else open_dataset_kg(dataset))
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,11 +38,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from kgreasoner.protocol import TOPIC_MARKER, TOPIC_SEPARATOR, split_user_turn
-from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
 from kgreasoner.kg.base import KGError
+from kgreasoner.protocol import TOPIC_MARKER, TOPIC_SEPARATOR, split_user_turn
 from kgreasoner.serving.batching import ServiceBusy
 from kgreasoner.serving.config import SEED_RANGE
+from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
 from kgreasoner.serving.service import AnswerService
 from kgreasoner.serving.validation import AnswerOptions, RequestError, check_unicode, kg_failure
 
@@ -76,7 +76,7 @@ class OptionsIn(BaseModel):
 class AnswerIn(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     question: StrictStr
-    topic_entities: list[Union[StrictStr, TopicIn]] = Field(min_length=1)
+    topic_entities: list[StrictStr | TopicIn] = Field(min_length=1)
     options: OptionsIn = Field(default_factory=OptionsIn)
     id: StrictStr | None = Field(default=None, max_length=200)
 
@@ -111,7 +111,7 @@ class ChatIn(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
     messages: list[ChatMessageIn] = Field(min_length=1)
     model: StrictStr | None = None
-    topic_entities: list[Union[StrictStr, TopicIn]] | None = None
+    topic_entities: list[StrictStr | TopicIn] | None = None
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     max_turns: StrictInt | None = Field(default=None, ge=0)
@@ -122,10 +122,15 @@ class ChatIn(BaseModel):
     n: StrictInt | None = None
 
 
-def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
+) -> JSONResponse:
     headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
-    return JSONResponse(status_code=status, headers=headers,
-                        content={"error": {"message": message, "type": kind, "param": param, "code": status}})
+    return JSONResponse(
+        status_code=status,
+        headers=headers,
+        content={"error": {"message": message, "type": kind, "param": param, "code": status}},
+    )
 
 
 class _Guard:
@@ -157,16 +162,21 @@ class _Guard:
                 # trickles a byte at a time hold its connection forever.
                 body = await asyncio.wait_for(self._read_limited(scope, receive), self.body_timeout)
             except asyncio.TimeoutError:
-                response = error_response(408, f"request body not received within {self.body_timeout:g} s",
-                                          "request_timeout", "body")
+                response = error_response(
+                    408, f"request body not received within {self.body_timeout:g} s", "request_timeout", "body"
+                )
                 # The unread rest of the body makes the connection unusable: close it, or the
                 # client goes on holding it.
                 response.headers["Connection"] = "close"
                 await response(scope, receive, record_send)
                 return
             if body is None:
-                response = error_response(413, f"request body is larger than this server's limit of {self.limit} bytes",
-                                          "request_too_large", "body")
+                response = error_response(
+                    413,
+                    f"request body is larger than this server's limit of {self.limit} bytes",
+                    "request_too_large",
+                    "body",
+                )
                 response.headers["Connection"] = "close"
                 await response(scope, receive, record_send)
                 return
@@ -205,8 +215,9 @@ class _Guard:
 def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAPI:
     """The FastAPI app over an open `AnswerService` (the caller closes the service)."""
     metrics = metrics or Metrics()
-    metrics.gauges.setdefault("kgreasoner_queue_depth", ("Requests waiting for a rollout batch.",
-                                                         lambda: service.queue_depth))
+    metrics.gauges.setdefault(
+        "kgreasoner_queue_depth", ("Requests waiting for a rollout batch.", lambda: service.queue_depth)
+    )
     app = FastAPI(title="kgreasoner", version="0.1.0", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service, app.state.metrics = service, metrics
 
@@ -230,8 +241,10 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
     async def _http(request: Request, err: StarletteHTTPException) -> JSONResponse:
         if err.status_code == 400:  # FastAPI could not parse the body (e.g. JSON nested past Python's recursion limit)
             return error_response(400, f"body: could not be parsed as JSON ({err.detail})", param="body")
-        messages = {404: f"no such endpoint: {request.method} {request.url.path}",
-                    405: f"method {request.method} is not allowed on {request.url.path}"}
+        messages = {
+            404: f"no such endpoint: {request.method} {request.url.path}",
+            405: f"method {request.method} is not allowed on {request.url.path}",
+        }
         return error_response(err.status_code, messages.get(err.status_code, str(err.detail)), "invalid_request_error")
 
     @app.exception_handler(Exception)
@@ -241,8 +254,12 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health() -> dict:
-        return {"status": "ok", "model": service.model_name, "backend": service.kind,
-                "queue_depth": service.queue_depth}
+        return {
+            "status": "ok",
+            "model": service.model_name,
+            "backend": service.kind,
+            "queue_depth": service.queue_depth,
+        }
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
@@ -270,16 +287,27 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
             if name in UNHONOURED_CHAT_FIELDS and value not in OFF_VALUES:
                 raise RequestError(name, f"not supported: {UNHONOURED_CHAT_FIELDS[name]}; leave it out", status=400)
         if body.model is not None and body.model != service.model_name:
-            raise RequestError("model", f"model {body.model!r} is not served here; this server serves "
-                               f"{service.model_name!r}", status=404, kind="model_not_found")
+            raise RequestError(
+                "model",
+                f"model {body.model!r} is not served here; this server serves {service.model_name!r}",
+                status=404,
+                kind="model_not_found",
+            )
         last = body.messages[-1]
         if last.role != "user":
-            raise RequestError(f"messages[{len(body.messages) - 1}].role",
-                               f"the last message must be the user's question, got role {last.role!r}")
+            raise RequestError(
+                f"messages[{len(body.messages) - 1}].role",
+                f"the last message must be the user's question, got role {last.role!r}",
+            )
         cap = service.config.rollout.max_new_tokens
         asked = body.max_completion_tokens or body.max_tokens
-        options = AnswerOptions(max_turns=body.max_turns, max_new_tokens=None if asked is None else min(asked, cap),
-                                temperature=body.temperature, top_p=body.top_p, seed=body.seed)
+        options = AnswerOptions(
+            max_turns=body.max_turns,
+            max_new_tokens=None if asked is None else min(asked, cap),
+            temperature=body.temperature,
+            top_p=body.top_p,
+            seed=body.seed,
+        )
         content = f"messages[{len(body.messages) - 1}].content"
         if body.topic_entities is not None:
             question = last.content
@@ -297,16 +325,27 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
         usage = record["usage"]
         prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
         finish = "length" if record["finish_reason"] in ("max_tokens", "max_turns") else "stop"
-        return JSONResponse({
-            "id": f"chatcmpl-{prepared.id}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": service.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": record["trajectory"]},
-                         "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
-            "trajectory": record,
-        })
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{prepared.id}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": service.model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": record["trajectory"]},
+                        "finish_reason": finish,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                },
+                "trajectory": record,
+            }
+        )
 
     return _Guard(app, service.config.max_body_bytes, service.config.body_timeout, metrics)  # type: ignore[return-value]
 
@@ -321,21 +360,31 @@ async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
     try:
         answered = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
     except asyncio.TimeoutError as err:
-        raise RequestError(None, f"no answer within the request timeout of {service.config.request_timeout:g} s",
-                           status=504, kind="timeout") from err
+        raise RequestError(
+            None,
+            f"no answer within the request timeout of {service.config.request_timeout:g} s",
+            status=504,
+            kind="timeout",
+        ) from err
     except ServiceBusy as err:
         raise RequestError(None, str(err), status=503, kind="overloaded") from err
     except Exception as err:  # the batch crashed; the worker logged the trace
-        raise RequestError(None, f"generation failed ({type(err).__name__}: {str(err)[:200]})", status=500,
-                           kind="server_error") from err
+        raise RequestError(
+            None, f"generation failed ({type(err).__name__}: {str(err)[:200]})", status=500, kind="server_error"
+        ) from err
     if answered.refused is not None:
         raise answered.refused
     if answered.timed_out:
-        raise RequestError(None, f"no answer within the request timeout of {service.config.request_timeout:g} s",
-                           status=504, kind="timeout")
+        raise RequestError(
+            None,
+            f"no answer within the request timeout of {service.config.request_timeout:g} s",
+            status=504,
+            kind="timeout",
+        )
     if answered.backend_error is not None:
-        raise RequestError(None, f"the generation backend failed: {answered.backend_error[:300]}", status=502,
-                           kind="backend_error")
+        raise RequestError(
+            None, f"the generation backend failed: {answered.backend_error[:300]}", status=502, kind="backend_error"
+        )
     record = service.record(answered)
     metrics.observe_answer(record)
     return record
@@ -345,8 +394,11 @@ def _split_user_turn(service: AnswerService, content: str, param: str) -> tuple[
     """A user turn in the protocol's layout -> (question, names); a whole name containing ', ' is kept whole."""
     split = split_user_turn(content)
     if split is None:
-        raise RequestError("topic_entities", f"name the topic entities: send a 'topic_entities' list, or end the "
-                           f"user message with '{TOPIC_MARKER} NAME[{TOPIC_SEPARATOR}NAME]'")
+        raise RequestError(
+            "topic_entities",
+            f"name the topic entities: send a 'topic_entities' list, or end the "
+            f"user message with '{TOPIC_MARKER} NAME[{TOPIC_SEPARATOR}NAME]'",
+        )
     question, tail = split
     if TOPIC_SEPARATOR not in tail:
         return question, [tail]

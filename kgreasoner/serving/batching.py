@@ -13,7 +13,8 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kgreasoner.serving.config import ServeConfig
 from kgreasoner.serving.validation import AnswerRequest

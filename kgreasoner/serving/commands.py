@@ -19,11 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     answer.register(subparsers)
     export.register(subparsers)
     parser = subparsers.add_parser(
-        "serve", help="HTTP service: /v1/answer, OpenAI-compatible /v1/chat/completions, /health, /metrics",
+        "serve",
+        help="HTTP service: /v1/answer, OpenAI-compatible /v1/chat/completions, /health, /metrics",
         description="Serve a checkpoint with its KG search tool over HTTP (FastAPI + uvicorn).\n\n"
-                    "    kgreasoner serve --llm hf:checkpoints/tiny-cpu/sft/final --kg outputs/demo/data \\\n"
-                    "        --config configs/tiny-cpu/serve.yaml --port 8080\n\n"
-                    "Fields of the --config YAML (ServeConfig; nested sections tool, rollout):\n" + describe(ServeConfig),
+        "    kgreasoner serve --llm hf:checkpoints/tiny-cpu/sft/final --kg outputs/demo/data \\\n"
+        "        --config configs/tiny-cpu/serve.yaml --port 8080\n\n"
+        "Fields of the --config YAML (ServeConfig; nested sections tool, rollout):\n" + describe(ServeConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--llm", help=f"{describe_forms(SPEC_FORMS)} (overrides the config's llm)")
@@ -49,8 +50,10 @@ def run_serve(args: argparse.Namespace) -> int:
             setattr(config, name, getattr(args, name))
     config.__post_init__()  # validate what the flags changed
     if not _is_loopback(config.host):
-        print(f"kgreasoner serve: warning: binding {config.host} exposes the service beyond this machine",
-              file=sys.stderr)
+        print(
+            f"kgreasoner serve: warning: binding {config.host} exposes the service beyond this machine",
+            file=sys.stderr,
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request at INFO: one line per model call to an `openai:` backend would drown the log
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -68,10 +71,19 @@ def run_serve(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot listen on {config.host}:{config.port}: {err.strerror or err}") from err
         host, port = sock.getsockname()[:2]
         url_host = f"[{host}]" if family == socket.AF_INET6 else host
-        print(f"kgreasoner serve: {service.model_name} ({service.kind} backend) on http://{url_host}:{port} "
-              f"(POST /v1/answer, /v1/chat/completions; GET /health, /metrics)", flush=True)
-        server = uvicorn.Server(uvicorn.Config(create_app(service, metrics), log_level="info", access_log=False,
-                                               http=header_timeout_protocol(config.header_timeout)))
+        print(
+            f"kgreasoner serve: {service.model_name} ({service.kind} backend) on http://{url_host}:{port} "
+            f"(POST /v1/answer, /v1/chat/completions; GET /health, /metrics)",
+            flush=True,
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service, metrics),
+                log_level="info",
+                access_log=False,
+                http=header_timeout_protocol(config.header_timeout),
+            )
+        )
         server.run(sockets=[sock])
     finally:
         service.close()

@@ -31,8 +31,9 @@ PROBE_QUESTION = ("what timezone is utah in", ["Utah"])
 PROBE_TRAJECTORY = " <think> I need the time zone. <search>Utah</search>\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
 
 
-def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | None = None,
-                      dtype: str = "float32") -> dict[str, Any]:
+def export_checkpoint(
+    source: str | Path, out: str | Path, base: str | Path | None = None, dtype: str = "float32"
+) -> dict[str, Any]:
     """Write the servable directory `out` from `source`; returns the manifest (also in `out/export.json`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -57,8 +58,10 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
         try:  # a directory, or a hub name (an adapter trained from `Qwen/Qwen3-8B` records that)
             base_model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
         except OSError as err:
-            raise FileNotFoundError(f"base model {base_path} of the adapter is neither a checkpoint directory nor "
-                                    f"in the local hub cache (pass --base): {err}") from err
+            raise FileNotFoundError(
+                f"base model {base_path} of the adapter is neither a checkpoint directory nor "
+                f"in the local hub cache (pass --base): {err}"
+            ) from err
         model = PeftModel.from_pretrained(base_model, source)
         tokenizer_dir = source if _has_tokenizer(source) else base_path
     else:
@@ -71,8 +74,11 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
     stages.update()
     stages.set_postfix_str("merge" if adapter else "copy")
     tokenizer = ensure_pad_token(AutoTokenizer.from_pretrained(tokenizer_dir))
-    probe = tokenizer(build_prompt(PROBE_QUESTION[0], PROBE_QUESTION[1], tokenizer) + PROBE_TRAJECTORY,
-                      add_special_tokens=False, return_tensors="pt")["input_ids"]
+    probe = tokenizer(
+        build_prompt(PROBE_QUESTION[0], PROBE_QUESTION[1], tokenizer) + PROBE_TRAJECTORY,
+        add_special_tokens=False,
+        return_tensors="pt",
+    )["input_ids"]
     with torch.no_grad():
         reference = model(input_ids=probe).logits.float()
     merged = model.merge_and_unload() if adapter else model
@@ -92,9 +98,13 @@ def export_checkpoint(source: str | Path, out: str | Path, base: str | Path | No
         difference = (reloaded(input_ids=probe).logits.float() - reference).abs().max().item()
     single = {tag: len(tokenizer(tag, add_special_tokens=False)["input_ids"]) == 1 for tag in TAGS}
     manifest = {
-        "source": str(source), "base": None if base_path is None else str(base_path), "merged_adapter": adapter,
-        "dtype": dtype, "eos_token_id": merged.generation_config.eos_token_id,
-        "single_token_tags": single, "probe_max_logit_difference": difference,
+        "source": str(source),
+        "base": None if base_path is None else str(base_path),
+        "merged_adapter": adapter,
+        "dtype": dtype,
+        "eos_token_id": merged.generation_config.eos_token_id,
+        "single_token_tags": single,
+        "probe_max_logit_difference": difference,
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     stages.update()
@@ -114,7 +124,7 @@ def _generation_config(model: Any, tokenizer: Any) -> Any:
     stops: list[int] = []
     configured = config.eos_token_id
     for value in (configured, tokenizer.eos_token_id):
-        for token in (value if isinstance(value, (list, tuple)) else [value]):
+        for token in value if isinstance(value, (list, tuple)) else [value]:
             if token is not None and int(token) not in stops:
                 stops.append(int(token))
     answer_ids = tokenizer(ANSWER_CLOSE, add_special_tokens=False)["input_ids"]
@@ -128,25 +138,32 @@ def _generation_config(model: Any, tokenizer: Any) -> Any:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "export", help="merge a LoRA adapter (or copy a checkpoint) into a directory `vllm serve` loads",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "export",
+        help="merge a LoRA adapter (or copy a checkpoint) into a directory `vllm serve` loads",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("source", type=Path, help="a checkpoint or LoRA adapter directory")
     parser.add_argument("--out", type=Path, required=True, help="the new directory to write")
     parser.add_argument("--base", type=Path, help="base model of a LoRA adapter (default: the one the adapter names)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                        help="weight dtype of the export")
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="weight dtype of the export"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     manifest = export_checkpoint(args.source, args.out, args.base, args.dtype)
     kind = "merged LoRA adapter into " + str(manifest["base"]) if manifest["merged_adapter"] else "copied checkpoint"
-    print(f"export: {args.source} -> {args.out} ({kind}); stop ids {manifest['eos_token_id']}; "
-          f"probe max |logit difference| {manifest['probe_max_logit_difference']:.2e}")
+    print(
+        f"export: {args.source} -> {args.out} ({kind}); stop ids {manifest['eos_token_id']}; "
+        f"probe max |logit difference| {manifest['probe_max_logit_difference']:.2e}"
+    )
     missing = [tag for tag, single in manifest["single_token_tags"].items() if not single]
     if missing:
         print(f"export: note: {', '.join(missing)} are several tokens each; servers stop on them as strings")
-    print(f"export: serve it with `vllm serve {args.out}` and answer with `kgreasoner answer "
-          f"--llm vllm:http://127.0.0.1:8000/v1 --tokenizer {args.out} ...` (or --llm openai:URL, text)")
+    print(
+        f"export: serve it with `vllm serve {args.out}` and answer with `kgreasoner answer "
+        f"--llm vllm:http://127.0.0.1:8000/v1 --tokenizer {args.out} ...` (or --llm openai:URL, text)"
+    )
     return 0

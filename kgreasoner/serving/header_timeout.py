@@ -75,8 +75,11 @@ def header_timeout_protocol(timeout: float, base: type | None = None) -> type:
             self._header_timer = None
             if self.transport.is_closing():
                 return
-            logger.warning("closing a connection from %s: request headers not received within %g s",
-                           "%s:%d" % self.client if self.client else "unknown client", self.header_timeout)
+            logger.warning(
+                "closing a connection from %s: request headers not received within %g s",
+                "%s:%d" % self.client if self.client else "unknown client",
+                self.header_timeout,
+            )
             self.transport.write(TIMEOUT_RESPONSE)
             self._timed_out = True
             if self.transport.can_write_eof():

@@ -7,7 +7,8 @@ prometheus_client's metrics are thread-safe: the batching worker and the event l
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -37,23 +38,43 @@ class Metrics:
     def __init__(self, gauges: dict[str, tuple[str, Callable[[], float]]] | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("kgreasoner_requests", "HTTP requests by endpoint and status code.",
-                                ["endpoint", "status"], registry=r)
-        self.errors = Counter("kgreasoner_request_errors",
-                              "HTTP requests answered with a 4xx or 5xx status, by endpoint and error kind.",
-                              ["endpoint", "kind"], registry=r)
-        self.latency = Histogram("kgreasoner_request_duration_seconds", "Time from request to response, by endpoint.",
-                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
-        self.tool_calls = Counter("kgreasoner_tool_calls",
-                                  "KG search tool calls resolved by the server, by error kind (none: triples or a clean result).",
-                                  ["error"], registry=r)
-        self.finish_reasons = Counter("kgreasoner_answers", "Finished trajectories by finish reason.",
-                                      ["finish_reason"], registry=r)
-        self.tokens = Counter("kgreasoner_tokens",
-                              "Tokens of answered trajectories: prompt, completion (model-written) and tool (inserted).",
-                              ["kind"], registry=r)
-        self.batch_sizes = Histogram("kgreasoner_batch_size", "Requests generated together in one rollout batch.",
-                                     buckets=BATCH_BUCKETS, registry=r)
+        self.requests = Counter(
+            "kgreasoner_requests", "HTTP requests by endpoint and status code.", ["endpoint", "status"], registry=r
+        )
+        self.errors = Counter(
+            "kgreasoner_request_errors",
+            "HTTP requests answered with a 4xx or 5xx status, by endpoint and error kind.",
+            ["endpoint", "kind"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "kgreasoner_request_duration_seconds",
+            "Time from request to response, by endpoint.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "kgreasoner_tool_calls",
+            "KG search tool calls resolved by the server, by error kind (none: triples or a clean result).",
+            ["error"],
+            registry=r,
+        )
+        self.finish_reasons = Counter(
+            "kgreasoner_answers", "Finished trajectories by finish reason.", ["finish_reason"], registry=r
+        )
+        self.tokens = Counter(
+            "kgreasoner_tokens",
+            "Tokens of answered trajectories: prompt, completion (model-written) and tool (inserted).",
+            ["kind"],
+            registry=r,
+        )
+        self.batch_sizes = Histogram(
+            "kgreasoner_batch_size",
+            "Requests generated together in one rollout batch.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
         self.gauges = dict(gauges or {})
         """name -> (help, callable read at scrape time); entries may be added until the first scrape and after."""
         r.register(_Gauges(self.gauges))
@@ -82,5 +103,12 @@ class Metrics:
 
 
 def _status_kind(status: int) -> str:
-    return {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "too_large",
-            422: "invalid_request", 503: "unavailable", 504: "timeout"}.get(status, "client_error" if status < 500 else "server_error")
+    return {
+        400: "bad_request",
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "too_large",
+        422: "invalid_request",
+        503: "unavailable",
+        504: "timeout",
+    }.get(status, "client_error" if status < 500 else "server_error")

@@ -24,8 +24,9 @@ import concurrent.futures
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KnowledgeGraph
@@ -102,9 +103,16 @@ class _RecordingBackend:
 class AnswerService:
     """Answers questions with one backend and one KG tool; see the module docstring."""
 
-    def __init__(self, config: ServeConfig, backend: Any, kg: KnowledgeGraph, tool: KGSearchTool | None = None,
-                 model_name: str = "kgreasoner", close: Callable[[], None] | None = None,
-                 on_batch: Callable[[int, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: ServeConfig,
+        backend: Any,
+        kg: KnowledgeGraph,
+        tool: KGSearchTool | None = None,
+        model_name: str = "kgreasoner",
+        close: Callable[[], None] | None = None,
+        on_batch: Callable[[int, float], None] | None = None,
+    ) -> None:
         self.config = config
         self.kg = kg
         self.tool = tool or KGSearchTool(kg, config.tool)
@@ -119,7 +127,7 @@ class AnswerService:
         self._batcher = Batcher(config, self._run_batch)
 
     @classmethod
-    def open(cls, config: ServeConfig, **kwargs: Any) -> "AnswerService":
+    def open(cls, config: ServeConfig, **kwargs: Any) -> AnswerService:
         """Open the KG named by `config.kg` and the backend named by `config.llm`."""
         from kgreasoner.kg.open import open_kg
 
@@ -134,8 +142,9 @@ class AnswerService:
         return cls(config, backend, kg, model_name=name, close=close, **kwargs)
 
     # ----------------------------------------------------------------- requests
-    def prepare(self, question: Any, topic_entities: Any, options: AnswerOptions | None = None,
-                request_id: str | None = None) -> AnswerRequest:
+    def prepare(
+        self, question: Any, topic_entities: Any, options: AnswerOptions | None = None, request_id: str | None = None
+    ) -> AnswerRequest:
         """A validated request; raises `RequestError` naming the first bad field (`RequestValidator.prepare`)."""
         return self.validator.prepare(question, topic_entities, options, request_id)
 
@@ -153,7 +162,7 @@ class AnswerService:
         results: dict[int, Answered] = {}
         for indices in groups.values():
             for start in range(0, len(indices), step):
-                chunk = indices[start:start + step]
+                chunk = indices[start : start + step]
                 results.update(zip(chunk, self._run_batch([requests[i] for i in chunk])))
         return [results[i] for i in range(len(requests))]
 
@@ -197,21 +206,31 @@ class AnswerService:
             with self._run_lock:
                 engine = self._engine(requests[todo[0]].rollout)
                 todo = [i for i in todo if not self._refuse_untokenisable(engine, requests[i], results, i)]
-                examples = [{"question": requests[i].question, "topic_entities": list(requests[i].topic_entities)}
-                            for i in todo]
+                examples = [
+                    {"question": requests[i].question, "topic_entities": list(requests[i].topic_entities)}
+                    for i in todo
+                ]
                 # A fresh session per request: its handles, explored tree and shown triples are its own.
                 sessions = [self.tool.session(e["question"], e["topic_entities"]) for e in examples]
-                deadlines = Deadlines({row: requests[i].deadline for row, i in enumerate(todo)
-                                       if requests[i].deadline is not None}, self.config.request_timeout)
+                deadlines = Deadlines(
+                    {row: requests[i].deadline for row, i in enumerate(todo) if requests[i].deadline is not None},
+                    self.config.request_timeout,
+                )
                 self._backend.failures = {}
-                trajectories = (engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines)
-                                if todo else [])
+                trajectories = (
+                    engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines) if todo else []
+                )
                 failures = dict(self._backend.failures)
             end = time.monotonic()
             for row, (i, trajectory) in enumerate(zip(todo, trajectories)):
-                results[i] = Answered(requests[i], trajectory, end - requests[i].arrived,
-                                      timed_out=row in deadlines.timed_out, backend_error=failures.get(row),
-                                      batch_size=len(todo))
+                results[i] = Answered(
+                    requests[i],
+                    trajectory,
+                    end - requests[i].arrived,
+                    timed_out=row in deadlines.timed_out,
+                    backend_error=failures.get(row),
+                    batch_size=len(todo),
+                )
             if self._on_batch is not None and todo:
                 self._on_batch(len(todo), end - start)
         return [r for r in results if r is not None]
@@ -235,8 +254,14 @@ class AnswerService:
                     field = f"topic_entities[{j}].name"
                     break
             logger.warning("request %s refused: its prompt could not be tokenised (%s)", request.id, err)
-            results[i] = Answered(request, None, time.monotonic() - request.arrived, refused=RequestError(
-                field, f"cannot be tokenised by the model's tokenizer ({type(err).__name__}: {str(err)[:200]})"))
+            results[i] = Answered(
+                request,
+                None,
+                time.monotonic() - request.arrived,
+                refused=RequestError(
+                    field, f"cannot be tokenised by the model's tokenizer ({type(err).__name__}: {str(err)[:200]})"
+                ),
+            )
             return True
 
     # ----------------------------------------------------------------- output
@@ -250,30 +275,44 @@ class AnswerService:
             "model": self.model_name,
         }
         if trajectory is None:
-            error = str(answered.refused) if answered.refused else TIMEOUT_ERROR.format(seconds=self.config.request_timeout)
-            record.update({"answers": [], "finish_reason": "error", "error": error, "trajectory": None, "searches": [],
-                "usage": {"seconds": round(answered.seconds, 6)}})
+            error = (
+                str(answered.refused)
+                if answered.refused
+                else TIMEOUT_ERROR.format(seconds=self.config.request_timeout)
+            )
+            record.update(
+                {
+                    "answers": [],
+                    "finish_reason": "error",
+                    "error": error,
+                    "trajectory": None,
+                    "searches": [],
+                    "usage": {"seconds": round(answered.seconds, 6)},
+                }
+            )
             return record
         tokens = self.kind != "text"  # text backends return no token ids to count
         names = {t.id: t.name for t in request.topic_entities}
-        record.update({
-            "answers": list(trajectory.resolved_answers),
-            "raw_answers": list(trajectory.answers),
-            "finish_reason": trajectory.finish_reason,
-            "error": trajectory.error,
-            "trajectory": trajectory.text,
-            "searches": [self._search_record(call, names) for call in trajectory.tool_calls],
-            "usage": {
-                "prompt_tokens": len(trajectory.prompt_ids) if tokens else None,
-                "completion_tokens": trajectory.num_model_tokens if tokens else None,
-                "tool_tokens": trajectory.num_tool_tokens if tokens else None,
-                "tool_calls": trajectory.num_tool_calls,
-                "searches": trajectory.num_searches,
-                "backtracks": trajectory.num_backtracks,
-                "batch_size": answered.batch_size,
-                "seconds": round(answered.seconds, 6),
-            },
-        })
+        record.update(
+            {
+                "answers": list(trajectory.resolved_answers),
+                "raw_answers": list(trajectory.answers),
+                "finish_reason": trajectory.finish_reason,
+                "error": trajectory.error,
+                "trajectory": trajectory.text,
+                "searches": [self._search_record(call, names) for call in trajectory.tool_calls],
+                "usage": {
+                    "prompt_tokens": len(trajectory.prompt_ids) if tokens else None,
+                    "completion_tokens": trajectory.num_model_tokens if tokens else None,
+                    "tool_tokens": trajectory.num_tool_tokens if tokens else None,
+                    "tool_calls": trajectory.num_tool_calls,
+                    "searches": trajectory.num_searches,
+                    "backtracks": trajectory.num_backtracks,
+                    "batch_size": answered.batch_size,
+                    "seconds": round(answered.seconds, 6),
+                },
+            }
+        )
         return record
 
     def _label(self, entity: str | None, names: dict[str, str]) -> str | None:

@@ -26,7 +26,9 @@ float32 overflows to inf and the softmax gives NaN probabilities."""
 class RequestError(ValueError):
     """A request the service refuses; `param` names the field, `status` is the HTTP code to send."""
 
-    def __init__(self, param: str | None, message: str, status: int = 422, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, param: str | None, message: str, status: int = 422, kind: str = "invalid_request_error"
+    ) -> None:
         super().__init__(f"{param}: {message}" if param else message)
         self.param = param
         self.message = str(self)
@@ -72,8 +74,9 @@ class RequestValidator:
         self.kg = kg
         self._ids = itertools.count(1)
 
-    def prepare(self, question: Any, topic_entities: Any, options: AnswerOptions | None = None,
-                request_id: str | None = None) -> AnswerRequest:
+    def prepare(
+        self, question: Any, topic_entities: Any, options: AnswerOptions | None = None, request_id: str | None = None
+    ) -> AnswerRequest:
         """A validated request; raises `RequestError` naming the first bad field."""
         config = self.config
         if not isinstance(question, str):
@@ -107,8 +110,15 @@ class RequestValidator:
             raise RequestError("options", str(err)) from err
         topics = self.resolve_topics(topic_entities)  # last: it may query a remote KG
         now = time.monotonic()
-        return AnswerRequest(id=request_id or f"q{next(self._ids)}", question=question, topic_entities=topics,
-                             rollout=rollout, sampling=sampling, deadline=now + config.request_timeout, arrived=now)
+        return AnswerRequest(
+            id=request_id or f"q{next(self._ids)}",
+            question=question,
+            topic_entities=topics,
+            rollout=rollout,
+            sampling=sampling,
+            deadline=now + config.request_timeout,
+            arrived=now,
+        )
 
     def resolve_topics(self, items: Any) -> tuple[TopicEntity, ...]:
         """Topic entities given as names/ids (strings) or `{"id", "name"}` objects, checked in the KG.
@@ -122,7 +132,9 @@ class RequestValidator:
         if not items:
             raise RequestError("topic_entities", "is empty: name at least one topic entity")
         if len(items) > self.config.max_topic_entities:
-            raise RequestError("topic_entities", f"names {len(items)} entities; the limit is {self.config.max_topic_entities}")
+            raise RequestError(
+                "topic_entities", f"names {len(items)} entities; the limit is {self.config.max_topic_entities}"
+            )
         topics = []
         for i, item in enumerate(items):
             where = f"topic_entities[{i}]"
@@ -131,7 +143,9 @@ class RequestValidator:
             if isinstance(item, str):
                 item = {"name": item}
             if not isinstance(item, dict):
-                raise RequestError(where, f"must be a string or an object with 'id' and/or 'name', got {type(item).__name__}")
+                raise RequestError(
+                    where, f"must be a string or an object with 'id' and/or 'name', got {type(item).__name__}"
+                )
             entity_id, name = item.get("id"), item.get("name")
             for key, value in (("id", entity_id), ("name", name)):
                 if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -146,15 +160,20 @@ class RequestValidator:
                 if entity_id is not None:
                     entity_id = entity_id.strip()
                     if entity_id not in self.kg.resolve(entity_id):
-                        raise RequestError(f"{where}.id", f"{entity_id!r} is not an entity of the knowledge graph",
-                                           kind="unknown_entity")
+                        raise RequestError(
+                            f"{where}.id",
+                            f"{entity_id!r} is not an entity of the knowledge graph",
+                            kind="unknown_entity",
+                        )
                     topics.append(TopicEntity(entity_id, (name or "").strip() or self.kg.label(entity_id)))
                     continue
                 hits = self.kg.resolve(name.strip())
             except KGError as err:
                 raise kg_failure(where, err) from err
             if not hits:
-                raise RequestError(where, f"no entity named {name.strip()!r} in the knowledge graph", kind="unknown_entity")
+                raise RequestError(
+                    where, f"no entity named {name.strip()!r} in the knowledge graph", kind="unknown_entity"
+                )
             topics.append(TopicEntity(hits[0], name.strip()))
         return tuple(topics)
 
@@ -172,8 +191,9 @@ def check_unicode(param: str, text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise RequestError(param, f"is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} at "
-                           f"position {err.start}") from None
+        raise RequestError(
+            param, f"is not valid Unicode: a lone surrogate U+{ord(text[err.start]):04X} at position {err.start}"
+        ) from None
 
 
 def _capped(name: str, value: Any, low: int, cap: int) -> int:

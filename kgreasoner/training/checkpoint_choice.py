@@ -104,8 +104,9 @@ def apply_choice(root: Path, step_log: Path, last_episode: int, choose_final: st
     rows = read_rows(step_log)
     ends = episode_ends(rows)
     last_final = root / f"episode-{last_episode}" / "final"
-    last = next((r for r in candidates(rows) if (r["episode"], r["step"]) == (last_episode, ends.get(last_episode))),
-                None)
+    last = next(
+        (r for r in candidates(rows) if (r["episode"], r["step"]) == (last_episode, ends.get(last_episode))), None
+    )
     chosen, source = last, last_final
     if choose_final == "best_dev" and last is not None:
         available = {(episode, step) for episode, step in ends.items()}
@@ -114,8 +115,12 @@ def apply_choice(root: Path, step_log: Path, last_episode: int, choose_final: st
             available.add((record["episode"], record["step"]))
         best, chosen = choose(rows), choose(rows, available)
         if best is not chosen:
-            logger.warning("the best dev checkpoint (episode %d, step %d) was not kept (a run restarted without "
-                           "--resume?); choosing among the kept ones", best["episode"], best["step"])
+            logger.warning(
+                "the best dev checkpoint (episode %d, step %d) was not kept (a run restarted without "
+                "--resume?); choosing among the kept ones",
+                best["episode"],
+                best["step"],
+            )
         point = (chosen["episode"], chosen["step"])
         source = root / BEST_DIR if point not in ends.items() else root / f"episode-{point[0]}" / "final"
     if source != last_final:
@@ -125,12 +130,17 @@ def apply_choice(root: Path, step_log: Path, last_episode: int, choose_final: st
         shutil.copytree(source, staged)
         shutil.rmtree(last_final)
         staged.rename(last_final)
-    summary = {"choose_final": choose_final,
-               "episode": chosen["episode"] if chosen else last_episode,
-               "step": chosen["step"] if chosen else None,
-               "dev_hits1": chosen[HITS] if chosen else None,
-               "source": str(source),
-               "last": {"episode": last_episode, "step": last["step"] if last else None,
-                        "dev_hits1": last[HITS] if last else None}}
+    summary = {
+        "choose_final": choose_final,
+        "episode": chosen["episode"] if chosen else last_episode,
+        "step": chosen["step"] if chosen else None,
+        "dev_hits1": chosen[HITS] if chosen else None,
+        "source": str(source),
+        "last": {
+            "episode": last_episode,
+            "step": last["step"] if last else None,
+            "dev_hits1": last[HITS] if last else None,
+        },
+    }
     (root / CHOSEN).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary

@@ -33,8 +33,11 @@ class LoraSettings:
         from peft import LoraConfig
 
         return LoraConfig(
-            r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout,
-            target_modules=list(self.target_modules), task_type="CAUSAL_LM",
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=list(self.target_modules),
+            task_type="CAUSAL_LM",
         )
 
 
@@ -73,8 +76,11 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     folder = Path(output_dir)
     if not folder.is_dir():
         return None
-    steps = [(int(p.name.split("-")[1]), p) for p in folder.glob("checkpoint-*")
-             if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()]
+    steps = [
+        (int(p.name.split("-")[1]), p)
+        for p in folder.glob("checkpoint-*")
+        if p.name.split("-")[1].isdigit() and (p / "trainer_state.json").is_file()
+    ]
     return str(max(steps)[1]) if steps else None
 
 
@@ -109,8 +115,9 @@ def save_final(trainer, final: str | Path, base: str) -> Path:
             if adapter.exists():
                 shutil.rmtree(adapter)
             partial.rename(adapter)
-            merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype="auto"),
-                                               str(adapter)).merge_and_unload()
+            merged = PeftModel.from_pretrained(
+                AutoModelForCausalLM.from_pretrained(base, dtype="auto"), str(adapter)
+            ).merge_and_unload()
             merged.save_pretrained(str(partial))
         trainer.model.generation_config.save_pretrained(str(partial))
         trainer.processing_class.save_pretrained(str(partial))

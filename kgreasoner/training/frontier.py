@@ -73,12 +73,21 @@ def group_rows(rollouts: list[tuple[str, int, float]], num_generations: int, ste
         raise RuntimeError(f"{len(rollouts)} rollouts do not split into groups of {num_generations}")
     rows = []
     for start in range(0, len(rollouts), num_generations):
-        group = rollouts[start:start + num_generations]
+        group = rollouts[start : start + num_generations]
         if len({question for question, _, _ in group}) != 1:
-            raise RuntimeError(f"a rollout group holds several questions: {sorted({g[0] for g in group})}; "
-                               "TRL's sampler no longer keeps a group's rollouts together")
-        rows.append({"step": step, "id": group[0][0], "hops": group[0][1],
-                     "right": int(sum(r > 0 for _, _, r in group)), "of": len(group)})
+            raise RuntimeError(
+                f"a rollout group holds several questions: {sorted({g[0] for g in group})}; "
+                "TRL's sampler no longer keeps a group's rollouts together"
+            )
+        rows.append(
+            {
+                "step": step,
+                "id": group[0][0],
+                "hops": group[0][1],
+                "right": int(sum(r > 0 for _, _, r in group)),
+                "of": len(group),
+            }
+        )
     return rows
 
 
@@ -97,8 +106,12 @@ class FrontierSelection:
         def by_hops(ids: list[str]) -> dict[str, int]:
             return {str(h): n for h, n in sorted(Counter(self.hops[i] for i in ids).items())}
 
-        return {"frontier": len(self.frontier), "replay": len(self.replay),
-                "frontier_by_hops": by_hops(self.frontier), "replay_by_hops": by_hops(self.replay)}
+        return {
+            "frontier": len(self.frontier),
+            "replay": len(self.replay),
+            "frontier_by_hops": by_hops(self.frontier),
+            "replay_by_hops": by_hops(self.replay),
+        }
 
 
 def read_groups(path: Path) -> dict[str, dict]:
@@ -127,8 +140,9 @@ def select_frontier(path: Path, replay_share: float, seed: int, minimum: int = 0
     return FrontierSelection(frontier, replay, {i: g["hops"] for i, g in groups.items()})
 
 
-def frontier_examples(root: Path, number: int, train_examples: list, replay_share: float, seed: int,
-                      minimum: int) -> list:
+def frontier_examples(
+    root: Path, number: int, train_examples: list, replay_share: float, seed: int, minimum: int
+) -> list:
     """The training questions of frontier episode `number`, from episode 1's groups, at least `minimum`
     of them where episode 1 saw as many; the main process writes the selection's counts to
     `episode-<number>/frontier.json`.
@@ -141,14 +155,20 @@ def frontier_examples(root: Path, number: int, train_examples: list, replay_shar
     main = PartialState().is_main_process  # also sets up the state the logger reads
     path = root / "episode-1" / GROUPS_FILE
     if not path.is_file():
-        raise ValueError(f"episode {number} trains on the frontier, but {path} is missing: it is written while "
-                         "episode 1 trains, so a run from before it was recorded must train episode 1 again")
+        raise ValueError(
+            f"episode {number} trains on the frontier, but {path} is missing: it is written while "
+            "episode 1 trains, so a run from before it was recorded must train episode 1 again"
+        )
     selection = select_frontier(path, replay_share, seed, minimum)
     summary = selection.summary()
     ids = selection.ids()
     if not selection.frontier:
-        logger.warning("episode %d: no question of %s had some but not all rollouts right; it trains on every "
-                       "question episode 1 saw", number, path)
+        logger.warning(
+            "episode %d: no question of %s had some but not all rollouts right; it trains on every "
+            "question episode 1 saw",
+            number,
+            path,
+        )
         ids = set(selection.hops)
         summary["fallback"] = "all"
     examples = [e for e in train_examples if e.id in ids]
@@ -156,6 +176,5 @@ def frontier_examples(root: Path, number: int, train_examples: list, replay_shar
         raise ValueError(f"episode {number}: none of the {len(ids)} frontier ids of {path} is a training question")
     if main:
         (root / f"episode-{number}").mkdir(parents=True, exist_ok=True)
-        (root / f"episode-{number}" / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n",
-                                                                encoding="utf-8")
+        (root / f"episode-{number}" / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return examples

@@ -50,7 +50,11 @@ from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.checkpoint_choice import CHOSEN, BestKeeper, apply_choice
 from kgreasoner.training.common import (
-    LoraSettings, ddp_backend, is_saved_model, last_complete_checkpoint, save_final,
+    LoraSettings,
+    ddp_backend,
+    is_saved_model,
+    last_complete_checkpoint,
+    save_final,
 )
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
 from kgreasoner.training.hard_cases import read_hard_ids
@@ -58,9 +62,12 @@ from kgreasoner.training.plots import STEP_LOG
 
 EPISODE_DATA = ("all", "hard", "frontier")
 UNSUPPORTED_TRAINER = {
-    "vllm_enable_sleep_mode": (False, "the multi-turn rollout calls the engine's generate itself, and a sleeping "
-                                      "engine's KV cache is never woken for it; remove it and lower "
-                                      "vllm_gpu_memory_utilization if memory is short"),
+    "vllm_enable_sleep_mode": (
+        False,
+        "the multi-turn rollout calls the engine's generate itself, and a sleeping "
+        "engine's KV cache is never woken for it; remove it and lower "
+        "vllm_gpu_memory_utilization if memory is short",
+    ),
     "vllm_mode": ("colocate", "the multi-turn rollout drives TRL's colocated engine; remove vllm_mode"),
 }
 """GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
@@ -72,9 +79,13 @@ logger = get_logger(__name__)  # main process only unless a call says otherwise
 class Episode:
     """One pass of GRPO over a question set."""
 
-    data: str = field(default="all", metadata={
-        "help": "all: every training question; hard: the hard cases (paper); frontier: the questions with some "
-                "but not all rollouts right in episode 1, plus a replay share of the rest (frontier_replay)"})
+    data: str = field(
+        default="all",
+        metadata={
+            "help": "all: every training question; hard: the hard cases (paper); frontier: the questions with some "
+            "but not all rollouts right in episode 1, plus a replay share of the rest (frontier_replay)"
+        },
+    )
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over this episode's questions"})
     max_steps: int = field(default=-1, metadata={"help": "cap on optimiser steps in this episode (-1: epochs)"})
 
@@ -99,8 +110,12 @@ class GRPORecipe:
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
     output_dir: str = field(metadata={"help": "episodes, checkpoints, logs and the final model"})
-    kg: str | None = field(default=None, metadata={"help": "KG spec (open_kg); default: the dataset's own kb in memory"})
-    split_scheme: str = field(default="grouped", metadata={"help": "random or grouped, where the dataset has no split"})
+    kg: str | None = field(
+        default=None, metadata={"help": "KG spec (open_kg); default: the dataset's own kb in memory"}
+    )
+    split_scheme: str = field(
+        default="grouped", metadata={"help": "random or grouped, where the dataset has no split"}
+    )
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
     tool: ToolConfig = field(default_factory=ToolConfig, metadata={"help": "the KG search tool"})
     rollout: RolloutConfig = field(default_factory=RolloutConfig, metadata={"help": "rollout limits"})
@@ -116,25 +131,41 @@ class GRPORecipe:
         metadata={"help": "reference trajectories to mine hard cases from with `model` when hard_cases is unset"},
     )
     hard_case_quantile: float = field(default=0.5, metadata={"help": "epsilon = this quantile of the losses"})
-    guidance: str = field(default="none", metadata={
-        "help": "what a group with no right answer gets (kgreasoner.training.guidance): none; gold (its last row "
-                "becomes the question's warm-up trajectory, an off-policy row; at most one a group); gold_prefix "
-                "(its last row is rolled out again after the warm-up trajectory's first h-1 search turns, given "
-                "with no loss, so the model takes the last hop itself; 1-hop questions are left as they are)"})
-    guidance_trajectories: str | None = field(default=None, metadata={
-        "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
-                "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"})
-    frontier_replay: float = field(default=0.25, metadata={
-        "help": "share of a frontier episode's questions drawn (seeded) from those episode 1 got all right or all "
-                "wrong, so what the policy already answers is kept; guided groups teach the all-wrong ones"})
+    guidance: str = field(
+        default="none",
+        metadata={
+            "help": "what a group with no right answer gets (kgreasoner.training.guidance): none; gold (its last row "
+            "becomes the question's warm-up trajectory, an off-policy row; at most one a group); gold_prefix "
+            "(its last row is rolled out again after the warm-up trajectory's first h-1 search turns, given "
+            "with no loss, so the model takes the last hop itself; 1-hop questions are left as they are)"
+        },
+    )
+    guidance_trajectories: str | None = field(
+        default=None,
+        metadata={
+            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
+            "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"
+        },
+    )
+    frontier_replay: float = field(
+        default=0.25,
+        metadata={
+            "help": "share of a frontier episode's questions drawn (seeded) from those episode 1 got all right or all "
+            "wrong, so what the policy already answers is kept; guided groups teach the all-wrong ones"
+        },
+    )
     max_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
     learning_rate: float = field(default=1e-6, metadata={"help": "paper: 1e-6"})
     beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
     epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (paper: 0.2)"})
     loss_type: str = field(default="grpo", metadata={"help": "TRL loss_type: grpo, dapo, dr_grpo, bnpo, ..."})
-    scale_rewards: str = field(default="group", metadata={
-        "help": "TRL scale_rewards: advantages divided by the reward spread of each question's group (group), of "
-                "the whole batch (batch), or not at all (none)"})
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": "TRL scale_rewards: advantages divided by the reward spread of each question's group (group), of "
+            "the whole batch (batch), or not at all (none)"
+        },
+    )
     num_generations: int = field(default=16, metadata={"help": "rollouts per question (paper: 16)"})
     temperature: float = field(default=1.0, metadata={"help": "rollout temperature (paper: 1)"})
     top_p: float = field(default=1.0, metadata={"help": "rollout nucleus mass"})
@@ -145,29 +176,55 @@ class GRPORecipe:
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
     lr_scheduler_type: str = field(default="constant", metadata={"help": "transformers scheduler name"})
     rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
-    search_reward: str = field(default="paper", metadata={
-        "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
-                "the question's hop count); correct (paid only with a right answer); correct_hops (both); path "
-                "(0.8 x the share of the gold path the searches walked in order, or 0.8 once the answer is shown)"})
-    order: str = field(default="stratified", metadata={
-        "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
-                "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"})
-    dev_eval_steps: int = field(default=0, metadata={
-        "help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"})
-    dev_eval_questions: int = field(default=150, metadata={
-        "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too"})
-    choose_final: str | None = field(default=None, metadata={
-        "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole run "
-                "with the highest dev Hits@1, the later one on ties; OUTPUT/chosen.json says which) or last (the "
-                "last step's weights); default best_dev when dev evaluation is on, else last"})
-    trainer: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "further GRPOConfig fields passed to TRL as given (e.g. {shuffle_dataset: false, "
-                "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"})
+    search_reward: str = field(
+        default="paper",
+        metadata={
+            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
+            "the question's hop count); correct (paid only with a right answer); correct_hops (both); path "
+            "(0.8 x the share of the gold path the searches walked in order, or 0.8 once the answer is shown)"
+        },
+    )
+    order: str = field(
+        default="stratified",
+        metadata={
+            "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
+            "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"
+        },
+    )
+    dev_eval_steps: int = field(
+        default=0,
+        metadata={"help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"},
+    )
+    dev_eval_questions: int = field(
+        default=150,
+        metadata={
+            "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too"
+        },
+    )
+    choose_final: str | None = field(
+        default=None,
+        metadata={
+            "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole run "
+            "with the highest dev Hits@1, the later one on ties; OUTPUT/chosen.json says which) or last (the "
+            "last step's weights); default best_dev when dev evaluation is on, else last"
+        },
+    )
+    trainer: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "further GRPOConfig fields passed to TRL as given (e.g. {shuffle_dataset: false, "
+            "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"
+        },
+    )
     bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision"})
     gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
-    length_chunk_rows: int = field(default=4, metadata={
-        "help": "the loss's forward runs over chunks of this many rows of similar length, each cut to its own "
-                "tokens instead of the step's longest rollout (smaller: less padding, smaller matmuls)"})
+    length_chunk_rows: int = field(
+        default=4,
+        metadata={
+            "help": "the loss's forward runs over chunks of this many rows of similar length, each cut to its own "
+            "tokens instead of the step's longest rollout (smaller: less padding, smaller matmuls)"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of shuffling and of rollout sampling"})
     logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
     save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps"})
@@ -176,12 +233,19 @@ class GRPORecipe:
     deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
     rollout_backend: str = field(
-        default="hf", metadata={"help": "hf (our batched KV-cache loop on the training weights) or vllm "
-                                        "(TRL's colocated vLLM engine after its weight sync, driven from token ids)"}
+        default="hf",
+        metadata={
+            "help": "hf (our batched KV-cache loop on the training weights) or vllm "
+            "(TRL's colocated vLLM engine after its weight sync, driven from token ids)"
+        },
     )
-    max_prompt_tokens: int = field(default=512, metadata={
-        "help": "longest prompt in tokens; longer questions are left out of training (with a warning). With the "
-                "rollout limits it sizes vLLM's context (vllm_max_model_length) and TRL's max_completion_length"})
+    max_prompt_tokens: int = field(
+        default=512,
+        metadata={
+            "help": "longest prompt in tokens; longer questions are left out of training (with a warning). With the "
+            "rollout limits it sizes vLLM's context (vllm_max_model_length) and TRL's max_completion_length"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not self.episodes:
@@ -206,8 +270,10 @@ class GRPORecipe:
         if self.guidance not in GUIDANCE:
             raise ValueError(f"guidance must be one of {GUIDANCE}, got {self.guidance!r}")
         if self.guidance != "none" and not self.gold_trajectories:
-            raise ValueError(f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
-                             "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl")
+            raise ValueError(
+                f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
+                "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl"
+            )
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if not 0.0 <= self.frontier_replay < 1.0:
@@ -219,8 +285,10 @@ class GRPORecipe:
         if self.choose_final == "best_dev" and not self.dev_eval_steps:
             raise ValueError("choose_final: best_dev needs dev evaluation: set dev_eval_steps (or choose_final: last)")
         if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
-            raise ValueError(f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
-                             f"{self.dev_eval_steps} and {self.dev_eval_questions}")
+            raise ValueError(
+                f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
+                f"{self.dev_eval_steps} and {self.dev_eval_questions}"
+            )
         if self.length_chunk_rows < 1:
             raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
         if self.max_prompt_tokens < 1:
@@ -251,20 +319,24 @@ class KGRollout:
         self.group_log = None  # a frontier.GroupLog: each group's right answers, as sampled
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
-        from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
         from kgreasoner.rewards import answer_reward
+        from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
         from kgreasoner.training.trl_internals import log_metric
 
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
         # A different, reproducible stream per step and rank; resuming replays the same seeds.
         seed = self.recipe.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
-        sampling = SamplingParams(temperature=self.recipe.temperature, top_p=self.recipe.top_p,
-                                  top_k=self.recipe.top_k, seed=seed)
+        sampling = SamplingParams(
+            temperature=self.recipe.temperature, top_p=self.recipe.top_p, top_k=self.recipe.top_k, seed=seed
+        )
         trajectories = self.generate(prompts, examples, sampling, trainer)
-        correct = answer_reward([t.text for t in trajectories], answers=[e.answers for e in examples],
-                                resolved_answers=[t.resolved_answers for t in trajectories],
-                                tool_spans=[t.tool_spans for t in trajectories])
+        correct = answer_reward(
+            [t.text for t in trajectories],
+            answers=[e.answers for e in examples],
+            resolved_answers=[t.resolved_answers for t in trajectories],
+            tool_spans=[t.tool_spans for t in trajectories],
+        )
         if self.group_log is not None:  # on-policy counts: before any guided row replaces a rollout
             self.group_log.record(trainer, examples, correct)
         rows, group_figures = self.guide(trajectories, examples, correct, trainer, prompts, sampling)
@@ -319,10 +391,13 @@ class KGRollout:
         from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
 
         prefixed = self.recipe.guidance == "gold_prefix"
-        verdicts = [RowVerdict(bool(right), hop_count(e), self._guidable(e, prompt) if self.gold else False)
-                    for right, e, prompt in zip(correct, examples, prompts)]
-        group_plan, offset = gathered_plan(verdicts, self.recipe.num_generations, self.gold is not None,
-                                           trainer.accelerator.process_index)
+        verdicts = [
+            RowVerdict(bool(right), hop_count(e), self._guidable(e, prompt) if self.gold else False)
+            for right, e, prompt in zip(correct, examples, prompts)
+        ]
+        group_plan, offset = gathered_plan(
+            verdicts, self.recipe.num_generations, self.gold is not None, trainer.accelerator.process_index
+        )
         rows, figures = list(trajectories), dict(group_plan.figures)
         mine = held(group_plan.guided, offset, len(rows))
         if prefixed and group_plan.guided:  # every rank knows the plan: all generate, with rows or none
@@ -333,9 +408,16 @@ class KGRollout:
             continued = self.generate([prompts[i] for i in mine], picked, again, trainer, prefixes)
             for i, row in zip(mine, continued):
                 rows[i] = dataclasses.replace(row, index=i)
-            right = answer_reward([t.text for t in continued], answers=[e.answers for e in picked],
-                                  resolved_answers=[t.resolved_answers for t in continued],
-                                  tool_spans=[t.tool_spans for t in continued]) if continued else []
+            right = (
+                answer_reward(
+                    [t.text for t in continued],
+                    answers=[e.answers for e in picked],
+                    resolved_answers=[t.resolved_answers for t in continued],
+                    tool_spans=[t.tool_spans for t in continued],
+                )
+                if continued
+                else []
+            )
             everyone = gather_object(list(right))  # a collective: every rank is here
             figures["rollout/prefix_correct"] = sum(everyone) / len(everyone)
         elif not prefixed:
@@ -373,17 +455,19 @@ class KGRollout:
             figures[f"rollout/correct_hop{hops}"] = sum(p[1] for p in pairs) / len(pairs)
         model_tokens = sum(t.num_model_tokens for t in trajectories)
         all_tokens = sum(len(t.completion_ids) for t in trajectories)
-        figures.update({
-            "rollout/searches": sum(t.num_searches for t in trajectories) / n,
-            "rollout/tool_calls": sum(t.num_tool_calls for t in trajectories) / n,
-            "rollout/backtracks": sum(t.num_backtracks for t in trajectories) / n,
-            "rollout/model_tokens": model_tokens / n,
-            "rollout/tool_token_share": (all_tokens - model_tokens) / max(all_tokens, 1),
-            "rollout/format_valid": sum(check_format(t.text, t.tool_spans).valid for t in trajectories) / n,
-            "rollout/answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
-            "time/generation_s": elapsed - tool_seconds,
-            "time/tool_s": tool_seconds,
-        })
+        figures.update(
+            {
+                "rollout/searches": sum(t.num_searches for t in trajectories) / n,
+                "rollout/tool_calls": sum(t.num_tool_calls for t in trajectories) / n,
+                "rollout/backtracks": sum(t.num_backtracks for t in trajectories) / n,
+                "rollout/model_tokens": model_tokens / n,
+                "rollout/tool_token_share": (all_tokens - model_tokens) / max(all_tokens, 1),
+                "rollout/format_valid": sum(check_format(t.text, t.tool_spans).valid for t in trajectories) / n,
+                "rollout/answered": sum(t.finish_reason == "answer" for t in trajectories) / n,
+                "time/generation_s": elapsed - tool_seconds,
+                "time/tool_s": tool_seconds,
+            }
+        )
         return figures
 
 
@@ -403,8 +487,11 @@ class StepLog:
             return
         rows = [json.loads(line) for line in self.path.read_text(encoding="utf-8").splitlines() if line.strip()]
         # A fresh start (step 0) writes its step-0 rows (the dev evaluation before training) anew.
-        keep = [r for r in rows if r["episode"] < self.episode
-                or (r["episode"] == self.episode and r["step"] <= step and step > 0)]
+        keep = [
+            r
+            for r in rows
+            if r["episode"] < self.episode or (r["episode"] == self.episode and r["step"] <= step and step > 0)
+        ]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
 
     def append(self, step: int, logs: dict[str, Any]) -> None:
@@ -500,7 +587,7 @@ class DevEval(TrainerCallback):
         from kgreasoner.training.trl_internals import add_metric
 
         accelerator = self.trainer.accelerator
-        positions = list(range(len(self.examples)))[accelerator.process_index::accelerator.num_processes]
+        positions = list(range(len(self.examples)))[accelerator.process_index :: accelerator.num_processes]
         share = [self.examples[i] for i in positions]
         with unwrap_model_for_generation(self.trainer.model_wrapped, accelerator) as model:
             was_training = model.training
@@ -509,13 +596,19 @@ class DevEval(TrainerCallback):
             engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
             trajectories = engine.run(share, sessions, SamplingParams(temperature=0.0))
             model.train(was_training)
-        right = answer_reward([t.text for t in trajectories], answers=[e.answers for e in share],
-                              resolved_answers=[t.resolved_answers for t in trajectories],
-                              tool_spans=[t.tool_spans for t in trajectories]) if share else []
+        right = (
+            answer_reward(
+                [t.text for t in trajectories],
+                answers=[e.answers for e in share],
+                resolved_answers=[t.resolved_answers for t in trajectories],
+                tool_spans=[t.tool_spans for t in trajectories],
+            )
+            if share
+            else []
+        )
         verdicts = sorted(gather_object([(i, r, t.num_searches) for i, r, t in zip(positions, right, trajectories)]))
         right = [r for _, r, _ in verdicts]
-        logs = {"dev/hits1": sum(right) / len(right),
-                "dev/searches": sum(n for _, _, n in verdicts) / len(verdicts)}
+        logs = {"dev/hits1": sum(right) / len(right), "dev/searches": sum(n for _, _, n in verdicts) / len(verdicts)}
         for hops in sorted({hop_count(e) for e in self.examples}):
             picked = [r for r, e in zip(right, self.examples) if hop_count(e) == hops]
             logs[f"dev/hits1_hop{hops}"] = sum(picked) / len(picked)
@@ -534,9 +627,8 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
     (131,072 tokens for Llama-3.1, whose KV cache for one such sequence does not fit vLLM's share), and
     `max_completion_length` is the longest completion the rollout hands TRL (`dr_grpo` divides by it).
     """
-    from trl import GRPOConfig
-
     import torch
+    from trl import GRPOConfig
 
     from kgreasoner.rollout.types import completion_tokens, sequence_tokens
 
@@ -597,8 +689,14 @@ def _hard_ids(recipe: GRPORecipe) -> set[str]:
     output = Path(recipe.output_dir) / "hard_cases.jsonl"
     # Every rank sees the same answer: the file is written only after all ranks have scored.
     if not output.exists():
-        mine_hard_cases(HardCaseConfig(model=recipe.model, trajectories=recipe.hard_case_trajectories,
-                                       output=str(output), quantile=recipe.hard_case_quantile))
+        mine_hard_cases(
+            HardCaseConfig(
+                model=recipe.model,
+                trajectories=recipe.hard_case_trajectories,
+                output=str(output),
+                quantile=recipe.hard_case_quantile,
+            )
+        )
     return read_hard_ids(output)
 
 
@@ -637,8 +735,16 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_toke
     return Dataset.from_list(rows), by_prompt, dropped
 
 
-def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, model_path: str, tool,
-                  dev_examples=(), engine_from=None):
+def build_trainer(
+    recipe: GRPORecipe,
+    number: int,
+    episode: Episode,
+    examples,
+    model_path: str,
+    tool,
+    dev_examples=(),
+    engine_from=None,
+):
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks.
 
     With `engine_from` (the previous episode's trainer) a vLLM rollout drives that trainer's
@@ -653,19 +759,26 @@ def build_trainer(recipe: GRPORecipe, number: int, episode: Episode, examples, m
     root = Path(recipe.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
-    data, by_prompt, dropped = _episode_dataset(examples, tokenizer, recipe.order, recipe.seed,
-                                                recipe.max_prompt_tokens, chains)
+    data, by_prompt, dropped = _episode_dataset(
+        examples, tokenizer, recipe.order, recipe.seed, recipe.max_prompt_tokens, chains
+    )
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
     if len(data) < args.generation_batch_size // recipe.num_generations:
-        raise ValueError(f"episode {number}: {len(data)} questions, fewer than the "
-                         f"{args.generation_batch_size // recipe.num_generations} one generation batch takes "
-                         f"(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
-                         "TRL would train no step; lower per_device_train_batch_size or give the episode more")
+        raise ValueError(
+            f"episode {number}: {len(data)} questions, fewer than the "
+            f"{args.generation_batch_size // recipe.num_generations} one generation batch takes "
+            f"(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
+            "TRL would train no step; lower per_device_train_batch_size or give the episode more"
+        )
     if dropped:
-        logger.warning("episode %d: left out %d questions whose prompt is longer than max_prompt_tokens=%d",
-                       number, dropped, recipe.max_prompt_tokens)
+        logger.warning(
+            "episode %d: left out %d questions whose prompt is longer than max_prompt_tokens=%d",
+            number,
+            dropped,
+            recipe.max_prompt_tokens,
+        )
     rollout = KGRollout(recipe, tool, by_prompt)
     rollout.group_log = GroupLog(root / f"episode-{number}" / GROUPS_FILE, recipe.num_generations)
     step_log = StepLog(root / STEP_LOG, number)
@@ -756,8 +869,15 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         if trainer.is_world_process_zero():
             (root / CHOSEN).unlink(missing_ok=True)  # made before this episode changed
         checkpoint = last_complete_checkpoint(episode_dir) if resume else None
-        logger.info("episode %d/%d: %d %s questions from %s%s", number, len(recipe.episodes), len(examples),
-                    episode.data, model_path, f", resuming {checkpoint}" if checkpoint else "")
+        logger.info(
+            "episode %d/%d: %d %s questions from %s%s",
+            number,
+            len(recipe.episodes),
+            len(examples),
+            episode.data,
+            model_path,
+            f", resuming {checkpoint}" if checkpoint else "",
+        )
         trainer.train(resume_from_checkpoint=checkpoint)
         model_path = str(save_final(trainer, final, model_path))
         release_trainer(trainer)
@@ -765,7 +885,12 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     state = PartialState()  # set up by the trainers, or a bare single process when every episode was done
     if state.is_main_process and not (root / CHOSEN).is_file():
         chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final)
-        logger.info("final model: episode %s step %s (dev Hits@1 %s), %s", chosen["episode"], chosen["step"],
-                    chosen["dev_hits1"], root / CHOSEN)
+        logger.info(
+            "final model: episode %s step %s (dev Hits@1 %s), %s",
+            chosen["episode"],
+            chosen["step"],
+            chosen["dev_hits1"],
+            root / CHOSEN,
+        )
     state.wait_for_everyone()
     return Path(model_path)

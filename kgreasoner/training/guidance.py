@@ -55,9 +55,10 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 GUIDANCE = ("none", "gold", "gold_prefix")
 """What a group with no right answer gets: nothing, its question's gold trajectory as one row, or one row
@@ -90,12 +91,14 @@ def plan(verdicts: Sequence[RowVerdict], num_generations: int, guide: bool) -> G
     `rollout/answer_tied` and `rollout/answer_tied_hop<h>`: share whose rollouts all got one answer reward.
     """
     if len(verdicts) % num_generations:
-        raise ValueError(f"{len(verdicts)} rows do not make whole groups of {num_generations}: "
-                         "TRL's generation batch is a multiple of num_generations")
+        raise ValueError(
+            f"{len(verdicts)} rows do not make whole groups of {num_generations}: "
+            "TRL's generation batch is a multiple of num_generations"
+        )
     guided: list[int] = []
     counts: dict[int, list[int]] = {}  # hops -> [groups, guided, tied]
     for start in range(0, len(verdicts), num_generations):
-        group = verdicts[start:start + num_generations]
+        group = verdicts[start : start + num_generations]
         right = sum(v.correct for v in group)
         count = counts.setdefault(group[0].hops, [0, 0, 0])
         count[0] += 1
@@ -104,8 +107,10 @@ def plan(verdicts: Sequence[RowVerdict], num_generations: int, guide: bool) -> G
             guided.append(start + num_generations - 1)
             count[1] += 1
     groups = sum(c[0] for c in counts.values())
-    figures = {"rollout/guided": sum(c[1] for c in counts.values()) / groups,
-               "rollout/answer_tied": sum(c[2] for c in counts.values()) / groups}
+    figures = {
+        "rollout/guided": sum(c[1] for c in counts.values()) / groups,
+        "rollout/answer_tied": sum(c[2] for c in counts.values()) / groups,
+    }
     for hops, (total, hits, tied) in sorted(counts.items()):
         figures[f"rollout/guided_hop{hops}"] = hits / total
         figures[f"rollout/answer_tied_hop{hops}"] = tied / total
@@ -137,8 +142,10 @@ class GoldTrajectories:
 
         self.path = Path(path)
         if not self.path.is_file():
-            raise ValueError(f"guidance_trajectories: {self.path} is not a file (warm-up records: "
-                             "`warmup/all.jsonl` of data_gen.warmup)")
+            raise ValueError(
+                f"guidance_trajectories: {self.path} is not a file (warm-up records: "
+                "`warmup/all.jsonl` of data_gen.warmup)"
+            )
         self.records: dict[str, Any] = {}
         rank = {"gold": 0, "correction": 1}
         # A raw-prompt record is one pipeline step, not a trajectory of the protocol's prompt.
@@ -168,9 +175,9 @@ class GoldTrajectories:
             else:
                 turns.append(text)
                 text = ""
-        turns = turns[:max(0, min(hops - 1, len(turns) - 1, most))]
+        turns = turns[: max(0, min(hops - 1, len(turns) - 1, most))]
         if turns and opened_think(prompt) and turns[0].startswith(THINK_OPEN):
-            turns[0] = turns[0][len(THINK_OPEN):].lstrip()
+            turns[0] = turns[0][len(THINK_OPEN) :].lstrip()
         return turns
 
     def row(self, example, prompt_ids: Sequence[int], tokenizer, session, index: int = 0):
@@ -183,14 +190,17 @@ class GoldTrajectories:
         from kgreasoner.rollout.types import Trajectory
         from kgreasoner.training.warmup_data import encode_record
 
-        record = dataclasses.replace(self.records[example.id], question=example.question,
-                                     topic_entities=tuple(example.topic_entities))
+        record = dataclasses.replace(
+            self.records[example.id], question=example.question, topic_entities=tuple(example.topic_entities)
+        )
         encoded = encode_record(record, tokenizer)
         ids, mask = encoded["input_ids"], encoded["assistant_masks"]
-        if ids[:len(prompt_ids)] != list(prompt_ids):
-            raise ValueError(f"{self.path}: record {record.id!r} tokenises to a prompt other than the training "
-                             "prompt of its question; the rollout's prompt ids must be build_prompt's")
-        completion, env_mask = ids[len(prompt_ids):], mask[len(prompt_ids):]
+        if ids[: len(prompt_ids)] != list(prompt_ids):
+            raise ValueError(
+                f"{self.path}: record {record.id!r} tokenises to a prompt other than the training "
+                "prompt of its question; the rollout's prompt ids must be build_prompt's"
+            )
+        completion, env_mask = ids[len(prompt_ids) :], mask[len(prompt_ids) :]
         text, spans = _decode(tokenizer, completion, env_mask)
         lead = opened_think(tokenizer.decode(list(prompt_ids), skip_special_tokens=False))
         if lead:
@@ -202,10 +212,18 @@ class GoldTrajectories:
         if parsed.answer_text is not None and hasattr(session, "resolve_answer"):
             resolved = list(session.resolve_answer(parsed.answer_text))
         return Trajectory(
-            index=index, prompt_ids=list(prompt_ids), completion_ids=completion, env_mask=env_mask,
-            logprobs=[math.nan if m else 0.0 for m in env_mask], text=text, tool_calls=calls,
-            finish_reason="answer" if parsed.answer_text is not None else "eos", answers=parsed.answers,
-            resolved_answers=resolved, tool_spans=spans)
+            index=index,
+            prompt_ids=list(prompt_ids),
+            completion_ids=completion,
+            env_mask=env_mask,
+            logprobs=[math.nan if m else 0.0 for m in env_mask],
+            text=text,
+            tool_calls=calls,
+            finish_reason="answer" if parsed.answer_text is not None else "eos",
+            answers=parsed.answers,
+            resolved_answers=resolved,
+            tool_spans=spans,
+        )
 
 
 def _pieces(ids: Sequence[int], mask: Sequence[int]) -> list[tuple[int, int]]:
@@ -223,8 +241,9 @@ def _decode(tokenizer, ids: Sequence[int], mask: Sequence[int]) -> tuple[str, li
     without the final end-of-turn id."""
     text, spans = "", []
     for start, stop in _pieces(ids, mask):
-        piece = tokenizer.decode(list(ids[start:min(stop, len(ids) - 1)]), skip_special_tokens=False,
-                                 clean_up_tokenization_spaces=False)
+        piece = tokenizer.decode(
+            list(ids[start : min(stop, len(ids) - 1)]), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
         if not mask[start]:
             spans.append((len(text), len(text) + len(piece)))
         text += piece
@@ -241,8 +260,18 @@ def _replay(session, text: str, spans: Sequence[tuple[int, int]], block_tokens: 
         query = last_open_search(text[cursor:start]) or ""
         began = time.perf_counter()
         result = session.call(query)
-        calls.append(ToolCall(query=query, text=result.text, error=result.error, entity=result.entity,
-                              backtracked=bool(result.backtracked), num_edges=len(result.edges), truncated=False,
-                              num_tokens=tokens, seconds=time.perf_counter() - began))
+        calls.append(
+            ToolCall(
+                query=query,
+                text=result.text,
+                error=result.error,
+                entity=result.entity,
+                backtracked=bool(result.backtracked),
+                num_edges=len(result.edges),
+                truncated=False,
+                num_tokens=tokens,
+                seconds=time.perf_counter() - began,
+            )
+        )
         cursor = end
     return calls

@@ -21,7 +21,6 @@ import torch
 from tqdm import tqdm
 
 from kgreasoner.data.trajectories import WarmupRecord, read_warmup
-
 from kgreasoner.training.warmup_data import encode_record
 
 
@@ -48,8 +47,9 @@ class HardCaseConfig:
 
 
 @torch.no_grad()
-def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: int = 16,
-                     progress: bool = True) -> list[float]:
+def per_example_loss(
+    model, tokenizer, records: list[WarmupRecord], batch_size: int = 16, progress: bool = True
+) -> list[float]:
     """Mean next-token NLL over the model-written tokens of each trajectory (batched, see `batch_losses`)."""
     model.eval()
     device = next(model.parameters()).device
@@ -57,9 +57,10 @@ def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: 
     encoded = [encode_record(r, tokenizer) for r in records]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
     losses = [0.0] * len(encoded)
-    for start in tqdm(range(0, len(order), batch_size), desc="scoring trajectories", unit="batch",
-                      disable=not progress):
-        batch = [encoded[i] for i in order[start:start + batch_size]]
+    for start in tqdm(
+        range(0, len(order), batch_size), desc="scoring trajectories", unit="batch", disable=not progress
+    ):
+        batch = [encoded[i] for i in order[start : start + batch_size]]
         width = max(len(e["input_ids"]) for e in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         attention = torch.zeros_like(ids)
@@ -70,7 +71,9 @@ def per_example_loss(model, tokenizer, records: list[WarmupRecord], batch_size: 
             attention[row, :n] = 1
             mask = torch.tensor(e["assistant_masks"], dtype=torch.bool)
             labels[row, :n] = torch.where(mask, ids[row, :n], torch.tensor(-100))
-        for row, value in enumerate(batch_losses(model, ids.to(device), attention.to(device), labels.to(device)).tolist()):
+        for row, value in enumerate(
+            batch_losses(model, ids.to(device), attention.to(device), labels.to(device)).tolist()
+        ):
             losses[order[start + row]] = value
     return losses
 
@@ -89,8 +92,9 @@ def batch_losses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     return sums / mask.sum(dim=1).clamp(min=1)
 
 
-def select_hard(records: list[WarmupRecord], losses: list[float], epsilon: float | None, quantile: float,
-                min_hops: int) -> tuple[list[dict], float]:
+def select_hard(
+    records: list[WarmupRecord], losses: list[float], epsilon: float | None, quantile: float, min_hops: int
+) -> tuple[list[dict], float]:
     """The hard set and the threshold used."""
     multi_hop = [loss for r, loss in zip(records, losses) if r.hops >= min_hops]
     if epsilon is None:
@@ -116,12 +120,10 @@ def mine_hard_cases(config: HardCaseConfig) -> Path:
     # up only when told the run is CPU-only (a state made earlier, by a trainer, is reused as it is).
     state = PartialState(cpu=not torch.cuda.is_available())
     device = str(state.device)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=inference_dtype(state.device.type),
-                                                device=device)
+    model, tokenizer = load_model_and_tokenizer(config.model, dtype=inference_dtype(state.device.type), device=device)
     records = [r for r in read_warmup(config.trajectories) if r.kind == "gold" and r.split == "train"]
     rank, world = state.process_index, state.num_processes
-    shard = per_example_loss(model, tokenizer, records[rank::world], config.batch_size,
-                             progress=state.is_main_process)
+    shard = per_example_loss(model, tokenizer, records[rank::world], config.batch_size, progress=state.is_main_process)
     losses = _gather_strided(shard, len(records), world)
     output = Path(config.output)
     if state.is_main_process:
@@ -191,7 +193,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from kgreasoner.config import add_config_arguments, describe
 
     parser = subparsers.add_parser(
-        "hard-cases", help="score warm-up trajectories with a checkpoint and keep the hard multi-hop ones",
+        "hard-cases",
+        help="score warm-up trajectories with a checkpoint and keep the hard multi-hop ones",
         description=__doc__ + "\nFields (HardCaseConfig):\n" + describe(HardCaseConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -200,9 +203,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from kgreasoner.config import load_config
-
     from accelerate import PartialState
+
+    from kgreasoner.config import load_config
 
     output = mine_hard_cases(load_config(HardCaseConfig, args.config, args.overrides))
     if not PartialState().is_main_process:  # under torchrun, one report (the state mining set up)

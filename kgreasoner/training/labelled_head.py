@@ -22,14 +22,21 @@ from kgreasoner.training.trl_internals import FusedCausalLMOutput
 def logit_scaling(model) -> str | None:
     """The config field by which `model` scales or soft-caps its logits, or None for a plain `lm_head(hidden)`."""
     config = model.config.get_text_config()
-    for name in ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling"):
+    for name in (
+        "final_logit_softcapping",
+        "logit_scale",
+        "output_multiplier",
+        "lm_head_multiplier",
+        "logits_scaling",
+    ):
         if getattr(config, name, None) not in (None, 1.0):
             return name
     return None
 
 
-def labelled_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def labelled_logits(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Next-token logits (float32) at the labelled positions only, and the boolean mask of those positions.
 
     `labels` are aligned with `input_ids` (-100 where unlabelled); position t predicts labels[t + 1].
@@ -51,7 +58,9 @@ def add_labelled_lm_head(model) -> None:
     """
     scaling = logit_scaling(model)
     if scaling is not None:
-        raise ValueError(f"labelled LM head: {model.config.get_text_config().model_type} sets {scaling}, which this head does not apply")
+        raise ValueError(
+            f"labelled LM head: {model.config.get_text_config().model_type} sets {scaling}, which this head does not apply"
+        )
     previous_forward = model.forward
 
     @functools.wraps(type(model).forward)

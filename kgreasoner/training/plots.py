@@ -105,14 +105,14 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
                 label = name if len(keys) == 1 else f"{name}: {_short(key)}"
                 ax.plot(xs, ys, label=label, marker=None if smoothed else "o", markersize=3)
         for boundary in sorted({x[i] for i in range(1, len(rows)) if rows[i]["episode"] != rows[i - 1]["episode"]}):
-            for ax in axes[:len(PANELS)]:
+            for ax in axes[: len(PANELS)]:
                 ax.axvline(boundary - 0.5, color="grey", linestyle=":", linewidth=1)
     for ax, (title, _, _) in zip(axes, PANELS):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")
         if ax.lines:
             ax.legend(fontsize=7)
-    for ax in axes[len(PANELS):]:
+    for ax in axes[len(PANELS) :]:
         ax.axis("off")
     fig.tight_layout()
     output = Path(output)
@@ -123,7 +123,10 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("plot", help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and dev Hits@1 (PNG)")
+    parser = subparsers.add_parser(
+        "plot",
+        help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and dev Hits@1 (PNG)",
+    )
     parser.add_argument("runs", nargs="+", help="GRPO output_dir(s) holding steps.jsonl")
     parser.add_argument("--out", default="grpo_curves.png", help="PNG to write")
     parser.set_defaults(func=lambda args: print(f"wrote {plot_runs(args.runs, args.out)}") or 0)

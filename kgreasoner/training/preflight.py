@@ -57,7 +57,7 @@ from typing import Any
 
 from kgreasoner.config import resolve_recipe
 
-GIB = 1024 ** 3
+GIB = 1024**3
 OVERHEAD_BYTES = 2 * GIB
 KV_CACHE_FLOOR = 0.1
 """Share of vLLM's memory that must be left for its KV cache once the weights are in."""
@@ -180,8 +180,13 @@ def recipe_kind(path: str | Path, overrides: list[str]) -> str:
     raise ValueError(f"{path}: neither an SFT recipe (train_file) nor a GRPO recipe (dataset)")
 
 
-def preflight(config: str | Path, gpus: int, gpu_memory: float, model_config: str | Path | None = None,
-              overrides: list[str] | None = None) -> Report:
+def preflight(
+    config: str | Path,
+    gpus: int,
+    gpu_memory: float,
+    model_config: str | Path | None = None,
+    overrides: list[str] | None = None,
+) -> Report:
     """Run every check of a recipe; never raises for a problem of the recipe, it reports it."""
     from kgreasoner.config import load_config
 
@@ -200,8 +205,9 @@ def preflight(config: str | Path, gpus: int, gpu_memory: float, model_config: st
     return report
 
 
-def check_recipe(recipe, kind: str, gpus: int, gpu_memory: float, model_config: str | Path | None,
-                 report: Report) -> None:
+def check_recipe(
+    recipe, kind: str, gpus: int, gpu_memory: float, model_config: str | Path | None, report: Report
+) -> None:
     """The checks of `preflight` on a recipe object (`SFTRecipe` or `GRPORecipe`); the estimate lands in
     `report.estimate`. `bench/gpu_smoke.py` calls this on the recipes it trains."""
     # the meta model first: a ZeRO-3 TRL config, once built, makes `from_config` start `zero.Init`
@@ -226,7 +232,9 @@ def _trl_config(recipe, kind: str, report: Report):
     except Exception as err:  # TRL's own validation: the recipe cannot train as written
         report.problems.append(f"TRL's {'SFT' if kind == 'sft' else 'GRPO'}Config refuses the recipe: {err}")
         return None
-    report.checks.append(f"TRL {type(args).__name__} builds" + (f" with {recipe.deepspeed}" if recipe.deepspeed else ""))
+    report.checks.append(
+        f"TRL {type(args).__name__} builds" + (f" with {recipe.deepspeed}" if recipe.deepspeed else "")
+    )
     return args
 
 
@@ -267,8 +275,10 @@ def _meta_model(recipe, model_config: str | Path | None, report: Report):
         else:
             config = AutoConfig.from_pretrained(source)
     except (OSError, ValueError) as err:
-        report.problems.append(f"model config of {recipe.model!r} not found (on a machine without the hub, pass "
-                               f"--model-config PATH to a config.json or its folder): {err}")
+        report.problems.append(
+            f"model config of {recipe.model!r} not found (on a machine without the hub, pass "
+            f"--model-config PATH to a config.json or its folder): {err}"
+        )
         return None
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
@@ -276,8 +286,9 @@ def _meta_model(recipe, model_config: str | Path | None, report: Report):
         from peft import get_peft_model
 
         model = get_peft_model(model, recipe.lora.peft_config())
-    report.checks.append(f"{config.model_type} from {source} on the meta device: "
-                         f"{_count(model.parameters()) / 1e9:.2f}B parameters")
+    report.checks.append(
+        f"{config.model_type} from {source} on the meta device: {_count(model.parameters()) / 1e9:.2f}B parameters"
+    )
     return model
 
 
@@ -358,29 +369,55 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     shard3 = gpus if stage >= 3 else 1
     zero = f"ZeRO-{stage}" if stage else "no ZeRO"
     by = f" / {gpus}" if shard3 > 1 else ""
-    held = [("weights", ((total - trainable) * width + trainable * trained_width) / shard3,
-             f"{total / 1e9:.2f}B x {width} B" + (f" (adapters x {trained_width} B)" if trained_width != width else "")
-             + by)]
+    held = [
+        (
+            "weights",
+            ((total - trainable) * width + trainable * trained_width) / shard3,
+            f"{total / 1e9:.2f}B x {width} B"
+            + (f" (adapters x {trained_width} B)" if trained_width != width else "")
+            + by,
+        )
+    ]
     grad_shard = gpus if stage >= 2 else 1
-    held.append(("gradients", trainable * trained_width / grad_shard,
-                 f"{trainable / 1e9:.2f}B trainable x {trained_width} B" + (f" / {gpus}" if grad_shard > 1 else "")))
+    held.append(
+        (
+            "gradients",
+            trainable * trained_width / grad_shard,
+            f"{trainable / 1e9:.2f}B trainable x {trained_width} B" + (f" / {gpus}" if grad_shard > 1 else ""),
+        )
+    )
     if _offloaded(ds, "optimizer"):
         held.append(("optimiser", 0.0, "offloaded to the CPU by the DeepSpeed JSON"))
     elif ds:
         per = 8 + (4 if recipe.bf16 else 0)
         opt_shard = gpus if stage >= 1 else 1
-        held.append(("optimiser", trainable * per / opt_shard, f"DeepSpeed Adam: {per} B per trainable parameter"
-                     + (f" / {gpus} ({zero})" if opt_shard > 1 else "")))
+        held.append(
+            (
+                "optimiser",
+                trainable * per / opt_shard,
+                f"DeepSpeed Adam: {per} B per trainable parameter" + (f" / {gpus} ({zero})" if opt_shard > 1 else ""),
+            )
+        )
     else:
-        held.append(("optimiser", trainable * 2 * trained_width,
-                     f"torch Adam: two moments in the parameters' dtype ({2 * trained_width} B each)"))
+        held.append(
+            (
+                "optimiser",
+                trainable * 2 * trained_width,
+                f"torch Adam: two moments in the parameters' dtype ({2 * trained_width} B each)",
+            )
+        )
     if kind == "grpo" and recipe.beta > 0 and not recipe.lora.enabled:
         held.append(("reference model", total * width / shard3, f"beta {recipe.beta:g}: a frozen copy{by}"))
     if kind == "grpo" and args.use_vllm:
         share = args.vllm_gpu_memory_utilization
         context = vllm_max_model_len(args, config)
-        held.append(("vLLM (colocated)", share * gpu_memory,
-                     f"vllm_gpu_memory_utilization {share:g}: bf16 weights, KV cache for a {context}-token context"))
+        held.append(
+            (
+                "vLLM (colocated)",
+                share * gpu_memory,
+                f"vllm_gpu_memory_utilization {share:g}: bf16 weights, KV cache for a {context}-token context",
+            )
+        )
     for name, size, note in held:
         estimate.add(TRAINING, name, size, note, held=True)
 
@@ -391,14 +428,26 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
         estimate.add(TRAINING, "ZeRO-3 gathered", 2 * largest * width, f"largest layer ({largest / 1e6:.0f}M) twice")
     tokens = recipe.per_device_train_batch_size * sequence_tokens(recipe, kind)
     if recipe.gradient_checkpointing:
-        estimate.add(TRAINING, "activations", tokens * hidden * 2 * layers + tokens * per_token,
-                     f"{tokens} tokens: layer inputs kept, one layer recomputed (checkpointing)")
+        estimate.add(
+            TRAINING,
+            "activations",
+            tokens * hidden * 2 * layers + tokens * per_token,
+            f"{tokens} tokens: layer inputs kept, one layer recomputed (checkpointing)",
+        )
     else:
-        estimate.add(TRAINING, "activations", tokens * per_token * layers,
-                     f"{tokens} tokens x {layers} layers (no checkpointing)")
+        estimate.add(
+            TRAINING,
+            "activations",
+            tokens * per_token * layers,
+            f"{tokens} tokens x {layers} layers (no checkpointing)",
+        )
     vocab_tile = min(CHUNKED_LOGPROB_CHUNK_SIZE, config.vocab_size)
-    estimate.add(TRAINING, "LM head tile", 2 * min(TOKEN_CHUNK_SIZE, tokens) * vocab_tile * 4,
-                 f"TRL's fused head: {min(TOKEN_CHUNK_SIZE, tokens)} tokens x {vocab_tile} columns, fp32, with grad")
+    estimate.add(
+        TRAINING,
+        "LM head tile",
+        2 * min(TOKEN_CHUNK_SIZE, tokens) * vocab_tile * 4,
+        f"TRL's fused head: {min(TOKEN_CHUNK_SIZE, tokens)} tokens x {vocab_tile} columns, fp32, with grad",
+    )
     estimate.add(TRAINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
     if kind == "grpo" and not args.use_vllm:
@@ -408,8 +457,9 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     return estimate
 
 
-def _generation_rows(estimate: Estimate, recipe, args, config, held, full_weights: float, stage: int, gpus: int,
-                     per_token: int) -> None:
+def _generation_rows(
+    estimate: Estimate, recipe, args, config, held, full_weights: float, stage: int, gpus: int, per_token: int
+) -> None:
     """The hf rollouts of one step: the trainer's state, the whole generation batch's KV cache, and under
     ZeRO-3 the full weights, which `unwrap_model_for_generation` gathers for the whole generation."""
     for name, size, note in held:
@@ -421,14 +471,26 @@ def _generation_rows(estimate: Estimate, recipe, args, config, held, full_weight
     rows = generation_rows(recipe, args, gpus)
     columns = sequence_tokens(recipe, "grpo") + recipe.rollout.compact_slack
     kv = _kv_bytes(config)
-    estimate.add(GENERATION, "hf rollout KV cache", rows * columns * kv * KV_BUFFER_GROWTH,
-                 f"{rows} rows (the generation batch) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth")
+    estimate.add(
+        GENERATION,
+        "hf rollout KV cache",
+        rows * columns * kv * KV_BUFFER_GROWTH,
+        f"{rows} rows (the generation batch) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth",
+    )
     if recipe.rollout.max_turns and rows > 1:
-        estimate.add(GENERATION, "tool-block cache copy", (rows - 1) * columns * kv,
-                     "the calling rows' cache, copied to run a tool block")
+        estimate.add(
+            GENERATION,
+            "tool-block cache copy",
+            (rows - 1) * columns * kv,
+            "the calling rows' cache, copied to run a tool block",
+        )
     forward = rows * max(recipe.max_prompt_tokens, recipe.rollout.max_tool_tokens)
-    estimate.add(GENERATION, "rollout forward", forward * per_token + rows * config.vocab_size * 4 * 4,
-                 f"{forward} prompt tokens through one layer; sampling logits")
+    estimate.add(
+        GENERATION,
+        "rollout forward",
+        forward * per_token + rows * config.vocab_size * 4 * 4,
+        f"{forward} prompt tokens through one layer; sampling logits",
+    )
     estimate.add(GENERATION, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
 
@@ -440,10 +502,18 @@ def _mining_rows(estimate: Estimate, recipe, config, base: int, per_token: int) 
         return
     estimate.add(MINING, "scoring model", base * 2, f"{base / 1e9:.2f}B x 2 B, whole on every GPU")
     tokens = MINING_ROWS * longest
-    estimate.add(MINING, "scoring forward", tokens * (per_token + config.hidden_size * 2),
-                 f"{MINING_ROWS} trajectories of <= {longest} tokens through one layer (no grad)")
-    estimate.add(MINING, "scoring logits", MINING_ROWS * labelled * config.vocab_size * LOGIT_COPIES_BYTES,
-                 f"{MINING_ROWS} x <= {labelled} labelled tokens x {config.vocab_size} x {LOGIT_COPIES_BYTES} B")
+    estimate.add(
+        MINING,
+        "scoring forward",
+        tokens * (per_token + config.hidden_size * 2),
+        f"{MINING_ROWS} trajectories of <= {longest} tokens through one layer (no grad)",
+    )
+    estimate.add(
+        MINING,
+        "scoring logits",
+        MINING_ROWS * labelled * config.vocab_size * LOGIT_COPIES_BYTES,
+        f"{MINING_ROWS} x <= {labelled} labelled tokens x {config.vocab_size} x {LOGIT_COPIES_BYTES} B",
+    )
     estimate.add(MINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
 
@@ -485,8 +555,10 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
         peak = estimate.peak_phase
         if peak == GENERATION:
             rows = generation_rows(recipe, args, gpus)
-            hints.append(f"a smaller generation batch ({rows} rows a GPU: per_device_train_batch_size x "
-                         "gradient_accumulation_steps, or trainer.steps_per_generation)")
+            hints.append(
+                f"a smaller generation batch ({rows} rows a GPU: per_device_train_batch_size x "
+                "gradient_accumulation_steps, or trainer.steps_per_generation)"
+            )
             hints.append("rollout_backend: vllm")
         if peak == MINING:
             hints.append("hard_cases: a hard set mined beforehand (kgreasoner hard-cases)")
@@ -497,17 +569,22 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
         if peak == TRAINING and not recipe.gradient_checkpointing:
             hints.append("gradient_checkpointing: true")
         if peak == TRAINING and recipe.per_device_train_batch_size > 1:
-            hints.append(f"a smaller per_device_train_batch_size (now {recipe.per_device_train_batch_size}) with a "
-                         "larger gradient_accumulation_steps")
+            hints.append(
+                f"a smaller per_device_train_batch_size (now {recipe.per_device_train_batch_size}) with a "
+                "larger gradient_accumulation_steps"
+            )
         if peak != MINING and not recipe.lora.enabled:
             hints.append("lora.enabled: true")
         hints.append(f"more GPUs than {gpus}")
         report.problems.append(
             f"the recipe needs {estimate.total / GIB:.1f} GiB per GPU (peak: {estimate.peak_phase}) but a GPU has "
-            f"{gpu_memory / GIB:.1f} GiB ({gpus} GPUs); change one of: " + "; ".join(hints))
+            f"{gpu_memory / GIB:.1f} GiB ({gpus} GPUs); change one of: " + "; ".join(hints)
+        )
     else:
-        report.checks.append(f"fits: {estimate.total / GIB:.1f} of {gpu_memory / GIB:.1f} GiB per GPU on {gpus} GPUs "
-                             f"(peak: {estimate.peak_phase})")
+        report.checks.append(
+            f"fits: {estimate.total / GIB:.1f} of {gpu_memory / GIB:.1f} GiB per GPU on {gpus} GPUs "
+            f"(peak: {estimate.peak_phase})"
+        )
 
 
 def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
@@ -522,15 +599,19 @@ def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
         report.problems.append(
             f"vLLM's share ({share / GIB:.1f} GiB) cannot hold the bf16 weights ({weights / tp / GIB:.1f} GiB per "
             f"GPU at vllm_tensor_parallel_size {tp}) and a KV cache: raise trainer.vllm_gpu_memory_utilization "
-            f"to at least {need:g}, or raise trainer.vllm_tensor_parallel_size")
+            f"to at least {need:g}, or raise trainer.vllm_tensor_parallel_size"
+        )
         return
     context = vllm_max_model_len(args, config)
     rollout = sequence_tokens(recipe, "grpo")
     profile = VLLM_BATCHED_TOKENS * (12 * config.hidden_size + 3 * _mlp_width(config)) * 2 // tp
     room = share - weights / tp - profile
     one = context * _kv_bytes(config, tp)
-    unset = "" if getattr(args, "vllm_max_model_length", None) else \
-        " (vllm_max_model_length unset: vLLM takes the model's max_position_embeddings)"
+    unset = (
+        ""
+        if getattr(args, "vllm_max_model_length", None)
+        else " (vllm_max_model_length unset: vLLM takes the model's max_position_embeddings)"
+    )
     if one > room:
         need = math.ceil((weights / tp + profile + one) / gpu_memory * 100) / 100
         report.problems.append(
@@ -539,15 +620,19 @@ def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
             f"per GPU at vllm_tensor_parallel_size {tp}) and its {VLLM_BATCHED_TOKENS}-token profiling forward "
             f"({profile / GIB:.1f} GiB) leaves {room / GIB:.1f} GiB of KV cache, and one sequence of its "
             f"{context}-token context{unset} needs {one / GIB:.1f} GiB: give vLLM the rollout's {rollout}-token "
-            f"context (vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least {need:g}")
+            f"context (vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least {need:g}"
+        )
     elif context < rollout:
         report.problems.append(
             f"vLLM's context ({context} tokens, vllm_max_model_length) is shorter than a rollout may grow "
             f"({rollout} = max_prompt_tokens {recipe.max_prompt_tokens} + rollout.max_new_tokens + "
-            f"rollout.max_turns x rollout.max_tool_tokens + 1): those rollouts would end in an error")
+            f"rollout.max_turns x rollout.max_tool_tokens + 1): those rollouts would end in an error"
+        )
     else:
-        report.checks.append(f"vLLM: one {context}-token sequence ({one / GIB:.2f} GiB of KV) fits the "
-                             f"{room / GIB:.1f} GiB its share leaves after the weights")
+        report.checks.append(
+            f"vLLM: one {context}-token sequence ({one / GIB:.2f} GiB of KV) fits the "
+            f"{room / GIB:.1f} GiB its share leaves after the weights"
+        )
 
 
 def default_gpus() -> int:
@@ -565,28 +650,50 @@ def default_gpu_memory() -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpus", type=int, default=None,
-                        help="GPUs the run uses (default: WORLD_SIZE, else the GPUs here, else 1)")
-    parser.add_argument("--gpu-memory", default=None,
-                        help="memory of one GPU, e.g. 80GiB (default: this machine's first GPU, else 80GiB)")
-    parser.add_argument("--model-config", type=Path, default=None,
-                        help="config.json (or its folder) to build the model from instead of the recipe's model "
-                             "(for machines without the hub, or before the warm-up checkpoint exists)")
+    parser.add_argument(
+        "--gpus", type=int, default=None, help="GPUs the run uses (default: WORLD_SIZE, else the GPUs here, else 1)"
+    )
+    parser.add_argument(
+        "--gpu-memory",
+        default=None,
+        help="memory of one GPU, e.g. 80GiB (default: this machine's first GPU, else 80GiB)",
+    )
+    parser.add_argument(
+        "--model-config",
+        type=Path,
+        default=None,
+        help="config.json (or its folder) to build the model from instead of the recipe's model "
+        "(for machines without the hub, or before the warm-up checkpoint exists)",
+    )
 
 
 def run_preflight(config: str | Path, overrides: list[str], args: argparse.Namespace) -> int:
-    report = preflight(config, args.gpus or default_gpus(), parse_size(args.gpu_memory or default_gpu_memory()),
-                       args.model_config, overrides)
+    report = preflight(
+        config,
+        args.gpus or default_gpus(),
+        parse_size(args.gpu_memory or default_gpu_memory()),
+        args.model_config,
+        overrides,
+    )
     print(report.render(), file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "preflight", help="check a GPU recipe (TRL config, data, model, memory per GPU) before training",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "preflight",
+        help="check a GPU recipe (TRL config, data, model, memory per GPU) before training",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", type=Path, help="an SFT or GRPO recipe YAML (configs/*/sft.yaml, grpo.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a recipe field (dotted keys for nested ones)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field (dotted keys for nested ones)",
+    )
     add_arguments(parser)
     parser.set_defaults(func=lambda args: run_preflight(args.recipe, args.overrides, args))

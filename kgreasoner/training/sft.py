@@ -15,9 +15,9 @@ from typing import Any
 from accelerate.logging import get_logger
 
 from kgreasoner.config import resolve_recipe
+from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint, save_final
 from kgreasoner.training.labelled_head import add_labelled_lm_head
-from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.warmup_data import encode_record
 
 logger = get_logger(__name__)  # main process only unless a call says otherwise
@@ -65,9 +65,13 @@ class SFTRecipe:
     deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
     dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes for batching"})
-    trainer: dict[str, Any] = field(default_factory=dict, metadata={
-        "help": "further SFTConfig fields passed to TRL as given (e.g. {activation_offloading: true, "
-                "torch_compile: true}); a field this recipe sets itself is refused"})
+    trainer: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={
+            "help": "further SFTConfig fields passed to TRL as given (e.g. {activation_offloading: true, "
+            "torch_compile: true}); a field this recipe sets itself is refused"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0:

@@ -38,8 +38,10 @@ def check_trl_version(version: str | None = None) -> None:
     low, high = (Version(bound.lstrip("<>=")) for bound in TESTED_TRL)
     if not low <= Version(Version(version).base_version) < high:
         spec = ",".join(TESTED_TRL)
-        raise ImportError(f"kgreasoner overrides TRL internals read in trl{spec}, but trl {version} is installed: "
-                          f"pip install 'trl{spec}' (or pip install -c constraints-gpu.txt ...)")
+        raise ImportError(
+            f"kgreasoner overrides TRL internals read in trl{spec}, but trl {version} is installed: "
+            f"pip install 'trl{spec}' (or pip install -c constraints-gpu.txt ...)"
+        )
 
 
 check_trl_version()
@@ -48,9 +50,22 @@ from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE  # noqa: E402  (after t
 from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE as CHUNKED_LOGPROB_CHUNK_SIZE  # noqa: E402
 from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head  # noqa: E402
 
-__all__ = ["CHUNKED_LOGPROB_CHUNK_SIZE", "FusedCausalLMOutput", "TESTED_TRL", "TOKEN_CHUNK_SIZE", "add_fused_lm_head",
-           "add_metric", "check_trl_version", "length_chunks", "log_metric", "release_trainer", "reusing_vllm_engine",
-           "scoring_trainer_class", "send_unfused_experts", "vllm_engine"]
+__all__ = [
+    "CHUNKED_LOGPROB_CHUNK_SIZE",
+    "FusedCausalLMOutput",
+    "TESTED_TRL",
+    "TOKEN_CHUNK_SIZE",
+    "add_fused_lm_head",
+    "add_metric",
+    "check_trl_version",
+    "length_chunks",
+    "log_metric",
+    "release_trainer",
+    "reusing_vllm_engine",
+    "scoring_trainer_class",
+    "send_unfused_experts",
+    "vllm_engine",
+]
 
 
 def log_metric(trainer, name: str, value: float) -> None:
@@ -162,7 +177,7 @@ def length_chunks(attention_mask, rows_per_chunk: int):
     order = torch.argsort(ends, stable=True)
     chunks = []
     for offset in range(0, order.numel(), rows_per_chunk):
-        rows = order[offset:offset + rows_per_chunk]
+        rows = order[offset : offset + rows_per_chunk]
         end = int(ends[rows].max())
         chunks.append((rows, min(int(starts[rows].min()), end), end))
     return chunks
@@ -203,13 +218,28 @@ def scoring_trainer_class():
             finally:
                 self._scored = None
 
-        def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep,
-                                               batch_size=None, compute_entropy=False, compute_aux_loss=False,
-                                               **multimodal):
+        def _get_per_token_logps_and_entropies(
+            self,
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=None,
+            compute_entropy=False,
+            compute_aux_loss=False,
+            **multimodal,
+        ):
             if self._scored is None or compute_aux_loss or any(v is not None for v in multimodal.values()):
                 return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy,
-                    compute_aux_loss, **multimodal)
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    batch_size,
+                    compute_entropy,
+                    compute_aux_loss,
+                    **multimodal,
+                )
             prompt_width = input_ids.size(1) - logits_to_keep
             logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
             entropies = torch.zeros_like(logps) if compute_entropy else None

@@ -14,7 +14,7 @@ weight of a model without fused experts, passes as it is.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 
@@ -33,13 +33,16 @@ def check_unfusable(model_type: str, names: Iterable[str]) -> None:
     """Refuse (ValueError) a model with fused experts whose layout `vllm_named_weights` does not know."""
     fused = next((name for name in names if is_fused_expert(name)), None)
     if fused is not None and model_type not in UNFUSED_LAYOUTS:
-        raise ValueError(f"{fused}: model type {model_type!r} keeps its experts fused, and its layout for vLLM's "
-                         f"loader is not known here (known: {', '.join(UNFUSED_LAYOUTS)}); train a supported "
-                         "model or use rollout_backend: hf")
+        raise ValueError(
+            f"{fused}: model type {model_type!r} keeps its experts fused, and its layout for vLLM's "
+            f"loader is not known here (known: {', '.join(UNFUSED_LAYOUTS)}); train a supported "
+            "model or use rollout_backend: hf"
+        )
 
 
-def vllm_named_weights(weights: Iterable[tuple[str, torch.Tensor]],
-                       model_type: str) -> Iterator[tuple[str, torch.Tensor]]:
+def vllm_named_weights(
+    weights: Iterable[tuple[str, torch.Tensor]], model_type: str
+) -> Iterator[tuple[str, torch.Tensor]]:
     """The (name, tensor) pairs vLLM's loader takes for the trainer's `weights` of a `model_type` model.
 
     Fused experts come out one expert after the other, gate, up, then down for each; the tensors are

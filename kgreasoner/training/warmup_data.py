@@ -32,14 +32,17 @@ def end_of_turn_id(tokenizer) -> int:
     if getattr(tokenizer, "chat_template", None):
         marker = "\x00reply\x00"
         rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}], tokenize=False)
-        after = rendered[rendered.rindex(marker) + len(marker):]
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}], tokenize=False
+        )
+        after = rendered[rendered.rindex(marker) + len(marker) :]
         ids = tokenizer(after, add_special_tokens=False)["input_ids"]
         if ids:
             return int(ids[0])
     if tokenizer.eos_token_id is None:
-        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no chat template that ends a turn and no eos "
-                         "token: SFT records need an end-of-turn token")
+        raise ValueError(
+            f"tokenizer {tokenizer.name_or_path!r} has no chat template that ends a turn and no eos "
+            "token: SFT records need an end-of-turn token"
+        )
     return int(tokenizer.eos_token_id)
 
 
@@ -55,7 +58,7 @@ def encode_record(record: WarmupRecord, tokenizer) -> dict[str, list[int]]:
     segments = list(record.segments)
     if prompt is not None and opened_think(prompt) and segments[0].text.startswith(THINK_OPEN):
         # the prompt wrote `<think>\n`; the model starts with what follows it
-        segments[0] = Segment(segments[0].text[len(THINK_OPEN):].lstrip(), segments[0].train)
+        segments[0] = Segment(segments[0].text[len(THINK_OPEN) :].lstrip(), segments[0].train)
     mask = [0] * len(input_ids)
     for segment in segments:
         ids = tokenizer(segment.text, add_special_tokens=False)["input_ids"]

@@ -21,7 +21,12 @@ def gold_llm(kg: KnowledgeGraph, examples: list[QAExample], method: str, **optio
 def synthetic_data(tmp_path_factory):
     # Single-topic questions only: the pipeline baselines' gold LLMs follow one path (the oracle's multi-topic
     # walks are tested on their own KB).
-    folder = write_synthetic(tmp_path_factory.mktemp("baselines_synthetic"), seed=0, num_entities=150, num_questions=60,
-                             multi_topic_share=0.0)
+    folder = write_synthetic(
+        tmp_path_factory.mktemp("baselines_synthetic"),
+        seed=0,
+        num_entities=150,
+        num_questions=60,
+        multi_topic_share=0.0,
+    )
     dataset = load_dataset(folder)
     return dataset, open_dataset_kg(dataset)

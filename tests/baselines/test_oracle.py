@@ -8,14 +8,26 @@ from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
-TRIPLES = [("m.utah", "capital", "m.slc"), ("m.utah", "time_zone", "m.mtz"), ("m.utah", "gov.position", "m.cvt"),
-           ("m.cvt", "gov.holder", "m.gov"), ("m.slc", "mayor", "m.erin")]
+TRIPLES = [
+    ("m.utah", "capital", "m.slc"),
+    ("m.utah", "time_zone", "m.mtz"),
+    ("m.utah", "gov.position", "m.cvt"),
+    ("m.cvt", "gov.holder", "m.gov"),
+    ("m.slc", "mayor", "m.erin"),
+]
 NAMES = {"m.utah": "Utah", "m.slc": "Salt Lake City", "m.mtz": "Mountain Time Zone", "m.gov": "Gov", "m.erin": "Erin"}
 
 
 def ask(path, answer):
-    return QAExample.from_dict({"id": "q", "question": "q?", "topic_entities": [{"id": "m.utah", "name": "Utah"}],
-                                "answers": [{"id": answer, "name": NAMES[answer]}], "gold_paths": [path]})
+    return QAExample.from_dict(
+        {
+            "id": "q",
+            "question": "q?",
+            "topic_entities": [{"id": "m.utah", "name": "Utah"}],
+            "answers": [{"id": answer, "name": NAMES[answer]}],
+            "gold_paths": [path],
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +52,14 @@ def test_two_hops_and_a_mediator_expanded_by_the_tool(kg):
     assert [h["searched"] for h in mayor.trace["hops"]] == [["m.utah"], ["m.slc"]]
     governor = OracleMethod(tool).answer(ask(["gov.position", "gov.holder"], "m.gov"))
     assert governor.answers == ["Gov"] and governor.kg_queries == 1  # the mediator's edge was already shown
-    assert OracleMethod(tool).answer(QAExample.from_dict({
-        "id": "n", "question": "q?", "topic_entities": [{"id": "m.utah"}], "answers": ["x"]})).format_valid is False
+    assert (
+        OracleMethod(tool)
+        .answer(
+            QAExample.from_dict({"id": "n", "question": "q?", "topic_entities": [{"id": "m.utah"}], "answers": ["x"]})
+        )
+        .format_valid
+        is False
+    )
 
 
 def test_hits_at_1_is_1_wherever_the_gold_path_is_within_top_k(synthetic_data):
@@ -69,21 +87,37 @@ def hub_world():
     triples += [(f"q{i}", "citizen_of", "sylvania") for i in range(10)]
     triples += [("rovers", "based_in", "c_city"), ("c_city", "located_in", "sylvania"), ("rovers", "coach", "boss")]
     triples += [(f"p{i}", "plays_for", f"c{i % 15}") for i in range(30)]
-    names = {"fr": "Freedonia", "sylvania": "Sylvania", "rovers": "Rovers", "c_city": "Capital City", "boss": "Boss",
-             **{f"p{i}": f"Player {i}" for i in range(30)}, **{f"q{i}": f"Rover {i}" for i in range(15)},
-             **{f"c{i}": f"Club {i}" for i in range(15)}}
+    names = {
+        "fr": "Freedonia",
+        "sylvania": "Sylvania",
+        "rovers": "Rovers",
+        "c_city": "Capital City",
+        "boss": "Boss",
+        **{f"p{i}": f"Player {i}" for i in range(30)},
+        **{f"q{i}": f"Rover {i}" for i in range(15)},
+        **{f"c{i}": f"Club {i}" for i in range(15)},
+    }
     kg = MemoryKG.from_triples(triples, names)
 
     def ask_(n, topics, paths, answers, intersect=False):
-        return QAExample.from_dict({"id": f"h{n}", "question": "q?", "answers": [{"id": a, "name": names[a]} for a in answers],
-                                    "topic_entities": [{"id": t, "name": names[t]} for t in topics],
-                                    "gold_paths": paths, "intersect": intersect})
+        return QAExample.from_dict(
+            {
+                "id": f"h{n}",
+                "question": "q?",
+                "answers": [{"id": a, "name": names[a]} for a in answers],
+                "topic_entities": [{"id": t, "name": names[t]} for t in topics],
+                "gold_paths": paths,
+                "intersect": intersect,
+            }
+        )
 
     questions = [
         ask_(0, ["fr"], [["^based_in"]], [f"c{i}" for i in range(15)]),  # the clubs of Freedonia
         ask_(1, ["fr"], [["^based_in", "^plays_for"]], [f"p{i}" for i in range(30)]),  # who plays for its clubs
         ask_(2, ["rovers", "fr"], [["^plays_for"], ["^citizen_of"]], [f"q{i}" for i in range(10, 15)], intersect=True),
-        ask_(3, ["rovers", "sylvania"], [["^plays_for"], ["^citizen_of"]], [f"q{i}" for i in range(10)], intersect=True),
+        ask_(
+            3, ["rovers", "sylvania"], [["^plays_for"], ["^citizen_of"]], [f"q{i}" for i in range(10)], intersect=True
+        ),
         ask_(4, ["rovers"], [["based_in", "located_in"]], ["sylvania"]),  # no hub on the way
     ]
     return kg, questions
@@ -115,10 +149,20 @@ def many_relations_hub(relations: int = 400):
     triples += [("hub", "zz_gold", "mid"), ("mid", "leads_to", "end"), ("hub", "backtrack", "undo")]
     names = {"hub": "Hub", "mid": "Mid", "end": "End", "undo": "Undo"}
     kg = MemoryKG.from_triples(triples, names)
-    questions = [QAExample.from_dict({"id": f"h{n}", "question": "q?", "topic_entities": [{"id": "hub", "name": "Hub"}],
-                                      "answers": [{"id": answer, "name": names[answer]}], "gold_paths": [path]})
-                 for n, (path, answer) in enumerate([(["zz_gold"], "mid"), (["zz_gold", "leads_to"], "end"),
-                                                      (["backtrack"], "undo")])]
+    questions = [
+        QAExample.from_dict(
+            {
+                "id": f"h{n}",
+                "question": "q?",
+                "topic_entities": [{"id": "hub", "name": "Hub"}],
+                "answers": [{"id": answer, "name": names[answer]}],
+                "gold_paths": [path],
+            }
+        )
+        for n, (path, answer) in enumerate(
+            [(["zz_gold"], "mid"), (["zz_gold", "leads_to"], "end"), (["backtrack"], "undo")]
+        )
+    ]
     return kg, questions
 
 

@@ -12,12 +12,21 @@ from kgreasoner.llm import ScriptedLLM
 
 from .conftest import gold_llm
 
-TRIPLES = [("m.f1", "film.directed_by", "m.ann"), ("m.ann", "person.nationality", "m.fr"), ("m.f1", "film.genre", "m.g1"),
-           ("m.f1", "film.genre", "m.g2")]
+TRIPLES = [
+    ("m.f1", "film.directed_by", "m.ann"),
+    ("m.ann", "person.nationality", "m.fr"),
+    ("m.f1", "film.genre", "m.g1"),
+    ("m.f1", "film.genre", "m.g2"),
+]
 NAMES = {"m.f1": "Film One", "m.ann": "Ann", "m.fr": "France", "m.g1": "Drama", "m.g2": "Horror"}
-QUESTION = QAExample.from_dict({"id": "q", "question": "What is the nationality of the director of Film One?",
-                                "topic_entities": [{"id": "m.f1", "name": "Film One"}],
-                                "answers": [{"id": "m.fr", "name": "France"}]})
+QUESTION = QAExample.from_dict(
+    {
+        "id": "q",
+        "question": "What is the nationality of the director of Film One?",
+        "topic_entities": [{"id": "m.f1", "name": "Film One"}],
+        "answers": [{"id": "m.fr", "name": "France"}],
+    }
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +54,22 @@ def scripted(relations=("film.directed_by", "person.nationality"), refine=("Bob"
             counts["refine"] += 1
             return json.dumps({"A": refine[counts["refine"] - 1], "R": "because"})
         return final
+
     return ScriptedLLM([rule])
 
 
 def test_kg_evidence_wins_and_earlier_answers_seed_later_objectives(kg):
     llm = scripted()
     result = PaRoGMethod(kg).answer(QUESTION, llm)
-    assert [s["kind"] for s in result.trace["steps"]] == ["plan", "tentative", "relations", "refine", "relations", "refine", "final"]
+    assert [s["kind"] for s in result.trace["steps"]] == [
+        "plan",
+        "tentative",
+        "relations",
+        "refine",
+        "relations",
+        "refine",
+        "final",
+    ]
     first, second = result.trace["sub_answers"]
     assert first["tentative"] == ["Bob"] and first["answers"] == ["Ann"] and first["overruled"] is True
     assert first["evidence"] == [["Film One", "film.directed_by", "Ann"]]

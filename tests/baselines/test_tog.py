@@ -12,32 +12,52 @@ from kgreasoner.llm import ScriptedLLM
 from .conftest import gold_llm
 
 TRIPLES = [
-    ("m.f1", "film.directed_by", "m.ann"), ("m.ann", "person.nationality", "m.fr"),
-    ("m.f1", "film.genre", "m.g1"), ("m.f1", "film.genre", "m.g2"), ("m.f1", "film.genre", "m.g3"),
-    ("m.f1", "film.genre", "m.g4"), ("m.f1", "film.genre", "m.g5"),
+    ("m.f1", "film.directed_by", "m.ann"),
+    ("m.ann", "person.nationality", "m.fr"),
+    ("m.f1", "film.genre", "m.g1"),
+    ("m.f1", "film.genre", "m.g2"),
+    ("m.f1", "film.genre", "m.g3"),
+    ("m.f1", "film.genre", "m.g4"),
+    ("m.f1", "film.genre", "m.g5"),
 ]
-NAMES = {"m.f1": "Film One", "m.ann": "Ann", "m.fr": "France", "m.g1": "Drama", "m.g2": "Comedy",
-         "m.g3": "Horror", "m.g4": "Western", "m.g5": "Musical"}
+NAMES = {
+    "m.f1": "Film One",
+    "m.ann": "Ann",
+    "m.fr": "France",
+    "m.g1": "Drama",
+    "m.g2": "Comedy",
+    "m.g3": "Horror",
+    "m.g4": "Western",
+    "m.g5": "Musical",
+}
 
 
 def example(question, topic, answers):
-    return QAExample.from_dict({"id": question[:8], "question": question, "topic_entities": [{"id": topic, "name": NAMES[topic]}],
-                                "answers": [{"id": a, "name": NAMES[a]} for a in answers]})
+    return QAExample.from_dict(
+        {
+            "id": question[:8],
+            "question": question,
+            "topic_entities": [{"id": topic, "name": NAMES[topic]}],
+            "answers": [{"id": a, "name": NAMES[a]} for a in answers],
+        }
+    )
 
 
 def script(relation, answer):
     """Replies for one question: pick `relation`, score candidates by rank, stop when `answer` is shown."""
+
     def rule(prompt):
         end = prompt.rstrip().rsplit("\n", 1)[-1]
         if end == "Choices:":
             return f"{{{relation}}} (score: 1.0)"
         if end == "Scores:":
             candidates = prompt.rsplit("Candidates:\n", 1)[1].split("\nScores:")[0].splitlines()
-            return "\n".join(f"{{{c}}} (score: {0.5 ** i:.3f})" for i, c in enumerate(candidates))
+            return "\n".join(f"{{{c}}} (score: {0.5**i:.3f})" for i, c in enumerate(candidates))
         if end == "Enough?":
             return "{Yes}." if f", {answer})" in prompt or f"({answer}," in prompt else "{No}."
         shown = answer in prompt.split("Knowledge triplets:")[1]
         return "Answer: {" + (answer if shown else "unknown") + "}"
+
     return ScriptedLLM([rule])
 
 
@@ -54,8 +74,9 @@ def test_faithful_never_reaches_through_an_incoming_edge_and_fixed_does(kg):
     question = example("Which film did Ann direct?", "m.ann", ["m.f1"])
     faithful = ToGMethod(kg, ToGConfig(mode="faithful")).answer(question, script("film.directed_by", "Film One"))
     assert kinds(faithful) == ["relations", "answer"]  # one candidate would need no scoring call; none came
-    assert faithful.trace["expansions"] == [{"depth": 1, "entity": "m.ann", "relation": "film.directed_by",
-                                             "direction": "in", "tails": 0}]
+    assert faithful.trace["expansions"] == [
+        {"depth": 1, "entity": "m.ann", "relation": "film.directed_by", "direction": "in", "tails": 0}
+    ]
     assert faithful.trace["stop"] == "empty beam" and faithful.answers == ["unknown"]
     assert faithful.kg_queries == 3  # relations out, relations in, the (empty) entity query
 
@@ -101,7 +122,9 @@ def test_modes_differ_exactly_on_questions_that_need_an_incoming_edge(synthetic_
         method = ToGMethod(kg, ToGConfig(mode=mode, width=3, depth=3))
         llm = gold_llm(kg, examples, "tog")
         results = {e.id: method.answer(e, llm) for e in examples}
-        hits[mode] = {i for i, r in results.items() if hits_at_1(r.answers, next(e for e in examples if e.id == i).answers)}
+        hits[mode] = {
+            i for i, r in results.items() if hits_at_1(r.answers, next(e for e in examples if e.id == i).answers)
+        }
         incoming = [x for r in results.values() for x in r.trace["expansions"] if x["direction"] == "in"]
         if mode == "faithful":
             assert incoming and all(x["tails"] == 0 for x in incoming)

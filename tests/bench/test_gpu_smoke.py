@@ -19,9 +19,25 @@ MODELS = ROOT.parent / "shared" / "models"
 @pytest.mark.skipif(not (MODELS / "qwen3" / "tokenizer.json").is_file(), reason=f"{MODELS} (real tokenizers) absent")
 def test_the_smoke_run_trains_both_stages_at_cpu_size_and_reports_every_figure(tmp_path):
     out = tmp_path / "smoke.json"
-    command = [sys.executable, str(ROOT / "bench" / "gpu_smoke.py"), "--shrink", "--sft-steps", "2",
-               "--grpo-steps", "1", "--questions", "2", "--generations", "2", "--max-new-tokens", "8",
-               "--work", str(tmp_path / "work"), "--out", str(out)]
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "gpu_smoke.py"),
+        "--shrink",
+        "--sft-steps",
+        "2",
+        "--grpo-steps",
+        "1",
+        "--questions",
+        "2",
+        "--generations",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--work",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+    ]
     # this checkout's package, not another one installed in editable mode
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)

@@ -74,7 +74,7 @@ def test_repo_root_relative_shared_data(no_env, pathquestion_dir):
 
 def write_folder(folder, questions, names=True):
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "kb.tsv").write_text("m.utah\ttime_zone\tm.mst\nm.mst\tutc_offset\t\"-7\"\n", encoding="utf-8")
+    (folder / "kb.tsv").write_text('m.utah\ttime_zone\tm.mst\nm.mst\tutc_offset\t"-7"\n', encoding="utf-8")
     if names:
         (folder / "names.tsv").write_text("m.utah\tUtah\nm.mst\tMountain Time Zone\n", encoding="utf-8")
     lines = [json.dumps(q) for q in questions]

@@ -66,8 +66,12 @@ def test_labels_in_batches_escaped_and_never_from_a_malformed_id(freebase_spec, 
     monkeypatch.setattr(sparql_module, "LABEL_BATCH", 2)
     ids = ["m.06w2sn5", "m.05zppz", "m.0ghkd", "m.0hostile", "m.0nothing", '"42"']
     assert kg.labels(ids) == {
-        "m.06w2sn5": "Justin Bieber", "m.05zppz": "Male", "m.0ghkd": "m.0ghkd",
-        "m.0hostile": 'Say "hi" } ; DROP ALL >', "m.0nothing": "m.0nothing", '"42"': "42",
+        "m.06w2sn5": "Justin Bieber",
+        "m.05zppz": "Male",
+        "m.0ghkd": "m.0ghkd",
+        "m.0hostile": 'Say "hi" } ; DROP ALL >',
+        "m.0nothing": "m.0nothing",
+        '"42"': "42",
     }
     assert kg.queries_sent == 3  # five ids to ask, two a request; a literal is its own name
     assert kg.labels(ids) == {i: kg.label(i) for i in ids}  # what the search shows of each

@@ -37,8 +37,14 @@ def kg() -> MemoryKG:
 
 
 def example(topic: str, *answers: Answer, paths=(), hops: int = 0, qid: str = "q") -> QAExample:
-    return QAExample(id=qid, question=f"question about {topic}", topic_entities=(TopicEntity(topic, NAMES[topic]),),
-                     answers=answers, gold_paths=paths, hops=hops)
+    return QAExample(
+        id=qid,
+        question=f"question about {topic}",
+        topic_entities=(TopicEntity(topic, NAMES[topic]),),
+        answers=answers,
+        gold_paths=paths,
+        hops=hops,
+    )
 
 
 def test_one_hop_forward_and_backward(kg):
@@ -63,19 +69,26 @@ def test_precision_orders_paths_of_equal_length(kg):
     # Cy or Dee from France: (capital, ^born_in) reaches Dee only (1/1) and comes before
     # (^in_country, ^born_in), which reaches Ada, Cy and Dee (2/3).
     assert find_paths(kg, example("france", Answer("cy", "Cy"), Answer("dee", "Dee"))) == [
-        ("capital", "^born_in"), ("^in_country", "^born_in")]
+        ("capital", "^born_in"),
+        ("^in_country", "^born_in"),
+    ]
 
 
 def test_mediator_paths_literals_by_label_and_the_topic_only_when_it_is_an_answer(kg):
     # Four 2-hop paths through the mediator reach Bob only; forward first, then by name, three kept.
     assert find_paths(kg, example("ada", Answer("bob", "Bob"))) == [
-        ("spouse_s", "spouse"), ("^spouse", "spouse"), ("spouse_s", "^spouse_s")]
+        ("spouse_s", "spouse"),
+        ("^spouse", "spouse"),
+        ("spouse_s", "^spouse_s"),
+    ]
     # A literal answer named by its value (the id in the question file differs from the KG's).
     assert find_paths(kg, example("ada", Answer("y1987", "1987"))) == [("birth_year",)]
     # The topic as its own answer ("the spouse of Ada's spouse"): paths back to it count. Only
     # Ada has her birth year (1/1); the marriage reaches Ada and Bob (1/2).
     assert find_paths(kg, example("ada", Answer("ada", "Ada")), PathSearch(max_paths=2)) == [
-        ("birth_year", "^birth_year"), ("spouse_s", "spouse")]
+        ("birth_year", "^birth_year"),
+        ("spouse_s", "spouse"),
+    ]
 
 
 def test_nothing_found_within_max_hops(kg):
@@ -160,7 +173,11 @@ def test_prepare_keeps_given_paths_and_splits_and_refuses_a_kb_less_source(tmp_p
     source = write_synthetic(tmp_path / "syn", seed=0, num_entities=300, num_questions=60)
     summary = prepare_dataset(str(source), tmp_path / "out")
     assert summary["split_scheme"] == "given" and summary["gold_paths"] == {
-        "given": 60, "derived": 0, "not_found": 0, "derived_by_length": {}}
+        "given": 60,
+        "derived": 0,
+        "not_found": 0,
+        "derived_by_length": {},
+    }
     assert (tmp_path / "out" / "questions.jsonl").read_text() == (source / "questions.jsonl").read_text()
     with pytest.raises(ValueError, match="has no KB file"):
         prepare_dataset(str(source / "questions.jsonl"), tmp_path / "nokb")

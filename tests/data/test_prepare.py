@@ -15,9 +15,19 @@ NAMES = "e.utah\tUtah\ne.slc\tSalt Lake City\n"
 
 
 def _question(qid: str, path: list[str], split: str = "train") -> str:
-    return json.dumps({"id": qid, "question": "what is the capital of utah", "split": split,
-                       "topic_entities": [{"id": "e.utah", "name": "Utah"}],
-                       "answers": [{"id": "e.slc", "name": "Salt Lake City"}], "gold_paths": [path]}) + "\n"
+    return (
+        json.dumps(
+            {
+                "id": qid,
+                "question": "what is the capital of utah",
+                "split": split,
+                "topic_entities": [{"id": "e.utah", "name": "Utah"}],
+                "answers": [{"id": "e.slc", "name": "Salt Lake City"}],
+                "gold_paths": [path],
+            }
+        )
+        + "\n"
+    )
 
 
 def _folder(path, names: bool = True, gold: list[str] | None = None):
@@ -25,8 +35,9 @@ def _folder(path, names: bool = True, gold: list[str] | None = None):
     (path / "kb.tsv").write_text(KB, encoding="utf-8")
     if names:
         (path / "names.tsv").write_text(NAMES, encoding="utf-8")
-    (path / "questions.jsonl").write_text(_question("q1", gold or ["capital"]) + _question("q2", ["^contained_by"], "test"),
-                                          encoding="utf-8")
+    (path / "questions.jsonl").write_text(
+        _question("q1", gold or ["capital"]) + _question("q2", ["^contained_by"], "test"), encoding="utf-8"
+    )
     return path
 
 
@@ -34,8 +45,10 @@ def test_preparing_into_the_source_folder_is_refused_and_changes_nothing(tmp_pat
     source = _folder(tmp_path / "d")
     before = {p.name: p.read_bytes() for p in source.iterdir()}
     assert main(["prepare-data", str(source), "--out", str(source)]) == 1
-    assert capsys.readouterr().err == (f"kgreasoner prepare-data: error: --out {source} is the source dataset's own "
-                                       "folder; write the prepared dataset to another one\n")
+    assert capsys.readouterr().err == (
+        f"kgreasoner prepare-data: error: --out {source} is the source dataset's own "
+        "folder; write the prepared dataset to another one\n"
+    )
     assert {p.name: p.read_bytes() for p in source.iterdir()} == before
 
 
@@ -52,8 +65,10 @@ def test_a_gold_path_with_a_relation_the_kb_lacks_is_refused(tmp_path):
     source = _folder(tmp_path / "d", gold=["capital", "time_zone"])
     with pytest.raises(ValueError) as err:
         prepare_dataset(str(source), tmp_path / "out")
-    assert str(err.value) == (f"dataset 'd': example q1: gold path ['capital', 'time_zone'] uses relation 'time_zone', "
-                              f"which {source / 'kb.tsv'} does not have")
+    assert str(err.value) == (
+        f"dataset 'd': example q1: gold path ['capital', 'time_zone'] uses relation 'time_zone', "
+        f"which {source / 'kb.tsv'} does not have"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -67,9 +82,15 @@ def _write(folder, *records: dict):
 
 
 def _record(qid: str, **fields) -> dict:
-    return {"id": qid, "question": "which city", "split": "train",
-            "topic_entities": [{"id": "e.utah", "name": "Utah"}],
-            "answers": [{"id": "e.slc", "name": "Salt Lake City"}], "gold_paths": [["capital"]], **fields}
+    return {
+        "id": qid,
+        "question": "which city",
+        "split": "train",
+        "topic_entities": [{"id": "e.utah", "name": "Utah"}],
+        "answers": [{"id": "e.slc", "name": "Salt Lake City"}],
+        "gold_paths": [["capital"]],
+        **fields,
+    }
 
 
 def test_a_topic_entity_the_kb_lacks_is_refused(tmp_path, capsys):
@@ -77,14 +98,17 @@ def test_a_topic_entity_the_kb_lacks_is_refused(tmp_path, capsys):
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == (
         f"kgreasoner prepare-data: error: {source / 'questions.jsonl'}:2: field 'topic_entities[0].id': "
-        f"'e.nowhere' is not a node of {source / 'kb.tsv'}; no search could start there\n")
+        f"'e.nowhere' is not a node of {source / 'kb.tsv'}; no search could start there\n"
+    )
     assert not (tmp_path / "out").exists()
 
 
 def test_hops_that_no_gold_path_walks_are_refused(tmp_path, capsys):
     source = _write(tmp_path / "d", _record("q2", hops=3))
-    message = (f"{source / 'questions.jsonl'}:2: field 'hops' is 3, but the gold paths have 1 relation(s); "
-               "correct hops or the paths")
+    message = (
+        f"{source / 'questions.jsonl'}:2: field 'hops' is 3, but the gold paths have 1 relation(s); "
+        "correct hops or the paths"
+    )
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {message}\n"
     with pytest.raises(ValueError) as err:  # the dataset folder loader itself
@@ -101,18 +125,23 @@ def test_intersect_walks_that_never_meet_are_refused(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"kgreasoner prepare-data: error: {source / 'questions.jsonl'}:2: field 'gold_paths': the walks of this "
         "intersect question never meet (e.utah -> capital: 1 node(s); e.slc -> capital: 0 node(s)); an intersect "
-        "question's answers are the nodes every walk reaches\n")
+        "question's answers are the nodes every walk reaches\n"
+    )
 
 
 def test_an_answer_the_kb_lacks_is_a_warning_in_the_summary_and_an_error_with_strict(tmp_path, capsys):
-    source = _write(tmp_path / "d", _record("q2", answers=[{"id": "e.slc"}, {"id": "e.ogden", "name": "Ogden"}]),
-                    _record("q3", answers=["Salt Lake City"]))
+    source = _write(
+        tmp_path / "d",
+        _record("q2", answers=[{"id": "e.slc"}, {"id": "e.ogden", "name": "Ogden"}]),
+        _record("q3", answers=["Salt Lake City"]),
+    )
     first = f"{source / 'questions.jsonl'}:2: field 'answers[1].id': 'e.ogden' is not a node of {source / 'kb.tsv'}"
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
     assert json.loads((tmp_path / "out" / "prepare.json").read_text())["warnings"] == {"answers_not_in_kb": 2}
-    assert captured.err == (f"prepare-data: warning: {first} (and any others counted in prepare.json; "
-                            "--strict refuses them)\n")
+    assert captured.err == (
+        f"prepare-data: warning: {first} (and any others counted in prepare.json; --strict refuses them)\n"
+    )
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "strict"), "--strict"]) == 1
     assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {first} (--strict)\n"
     assert not (tmp_path / "strict").exists()

@@ -23,8 +23,11 @@ ROOT = Path(__file__).parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 GPU_RECIPES = ["configs/llama3.1-8b/grpo.yaml", "configs/qwen3-30b-a3b/grpo.yaml", "configs/qwen3-8b/grpo.yaml"]
 # The published file names of each JSONL fixture.
-PARQUET_NAMES = {"train.jsonl": "train-00000-of-00001.parquet", "validation.jsonl": "validation-00000-of-00001.parquet",
-                 "test.jsonl": "test-00000-of-00001.parquet"}
+PARQUET_NAMES = {
+    "train.jsonl": "train-00000-of-00001.parquet",
+    "validation.jsonl": "validation-00000-of-00001.parquet",
+    "test.jsonl": "test-00000-of-00001.parquet",
+}
 
 
 @pytest.fixture

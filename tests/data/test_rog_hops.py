@@ -32,8 +32,15 @@ def test_every_fixture_question_gets_its_hop_count():
 
 
 def _record(qid: str, topics: list[str], answers: list[str], graph: list[list[str]]) -> dict:
-    return {"id": qid, "question": f"question {qid}?", "answer": answers, "q_entity": topics,
-            "a_entity": answers, "graph": graph, "choices": []}
+    return {
+        "id": qid,
+        "question": f"question {qid}?",
+        "answer": answers,
+        "q_entity": topics,
+        "a_entity": answers,
+        "graph": graph,
+        "choices": [],
+    }
 
 
 # A chain a - b - c - d (edges pointing either way), a mediator-shaped detour, and questions on it.
@@ -52,7 +59,13 @@ def test_longer_paths_and_questions_without_a_path(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in EXTRA), encoding="utf-8")
     assert [(e.id, e.hops) for e in load_rog(path)] == [
-        ("three", 3), ("nearest", 2), ("absent", 0), ("stray", 2), ("itself", 2), ("no-graph", 0)]
+        ("three", 3),
+        ("nearest", 2),
+        ("absent", 0),
+        ("stray", 2),
+        ("itself", 2),
+        ("no-graph", 0),
+    ]
 
 
 def test_balanced_order_takes_rog_hop_counts_in_turn():
@@ -92,10 +105,15 @@ def _reference_hops(topics: list[str], answers: list[str], graph: list[list[str]
 
 
 NODES = st.sampled_from("abcdefgh")
-ROWS = st.lists(st.tuples(
-    st.lists(NODES, min_size=1, max_size=3), st.lists(NODES, min_size=1, max_size=2),
-    st.lists(st.tuples(NODES, st.sampled_from(["r", "s"]), NODES), max_size=12),
-), min_size=1, max_size=7)
+ROWS = st.lists(
+    st.tuples(
+        st.lists(NODES, min_size=1, max_size=3),
+        st.lists(NODES, min_size=1, max_size=2),
+        st.lists(st.tuples(NODES, st.sampled_from(["r", "s"]), NODES), max_size=12),
+    ),
+    min_size=1,
+    max_size=7,
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -103,10 +121,13 @@ ROWS = st.lists(st.tuples(
 def test_vectorised_search_matches_a_search_per_question(rows, batch_cells):
     """Rows share node names but never edges, in any batching."""
     names = pa.list_(pa.string())
-    table = pa.table({
-        "q_entity": pa.array([r[0] for r in rows], names), "answer": pa.array([r[1] for r in rows], names),
-        "graph": pa.array([[list(t) for t in r[2]] for r in rows], pa.list_(names)),
-    })
+    table = pa.table(
+        {
+            "q_entity": pa.array([r[0] for r in rows], names),
+            "answer": pa.array([r[1] for r in rows], names),
+            "graph": pa.array([[list(t) for t in r[2]] for r in rows], pa.list_(names)),
+        }
+    )
     expected = [_reference_hops(topics, answers, [list(t) for t in graph]) for topics, answers, graph in rows]
     assert subgraph_hops(table["graph"], table["q_entity"], table["answer"], batch_cells) == expected
 

@@ -7,8 +7,14 @@ from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 
 
 def _example(i: int, path: tuple[str, ...], hops: int | None = None) -> QAExample:
-    return QAExample(id=f"q{i}", question=f"question {i}", topic_entities=(TopicEntity("t", "t"),),
-                     answers=(Answer("a", "a"),), gold_paths=(path,), hops=len(path) if hops is None else hops)
+    return QAExample(
+        id=f"q{i}",
+        question=f"question {i}",
+        topic_entities=(TopicEntity("t", "t"),),
+        answers=(Answer("a", "a"),),
+        gold_paths=(path,),
+        hops=len(path) if hops is None else hops,
+    )
 
 
 def _examples() -> list[QAExample]:

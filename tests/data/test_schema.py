@@ -95,8 +95,10 @@ def test_normalize_answer_exact_outputs_and_distinctions():
 
 
 def test_a_repeated_id_names_both_lines(tmp_path):
-    path = write_lines(tmp_path / "q.jsonl", [json.dumps(GOOD), json.dumps({**GOOD, "id": "q2"}), "",
-                                              json.dumps({**GOOD, "question": "again?"})])
+    path = write_lines(
+        tmp_path / "q.jsonl",
+        [json.dumps(GOOD), json.dumps({**GOOD, "id": "q2"}), "", json.dumps({**GOOD, "question": "again?"})],
+    )
     with pytest.raises(SchemaError) as err:
         read_jsonl(path)
     assert str(err.value) == f"{path}:4: duplicate id 'q1' (first at {path}:1)"
@@ -132,12 +134,21 @@ def test_unreadable_lines_are_named_not_raised_as_tracebacks(tmp_path):
 
 def test_a_multi_topic_example_needs_two_topics_and_one_path_per_topic_or_none(tmp_path):
     def example(topics: int, paths: int) -> dict:
-        return {"id": "q", "question": "which player of club X is from Y?", "answers": [{"id": "p", "name": "P"}],
-                "topic_entities": [{"id": f"t{i}", "name": f"T{i}"} for i in range(topics)],
-                "gold_paths": [["plays_for"]] * paths, "intersect": True, "split": "train", "hops": 1}
+        return {
+            "id": "q",
+            "question": "which player of club X is from Y?",
+            "answers": [{"id": "p", "name": "P"}],
+            "topic_entities": [{"id": f"t{i}", "name": f"T{i}"} for i in range(topics)],
+            "gold_paths": [["plays_for"]] * paths,
+            "intersect": True,
+            "split": "train",
+            "hops": 1,
+        }
 
-    for topics, paths, message in [(1, 1, "'intersect' needs two or more topic entities"),
-                                   (2, 1, "'intersect' needs one gold path per topic entity, two or more")]:
+    for topics, paths, message in [
+        (1, 1, "'intersect' needs two or more topic entities"),
+        (2, 1, "'intersect' needs one gold path per topic entity, two or more"),
+    ]:
         path = tmp_path / f"{topics}-{paths}.jsonl"
         path.write_text(json.dumps(example(topics, paths)) + "\n")
         with pytest.raises(SchemaError, match=f"{path}:1: example q: {message}"):
@@ -152,8 +163,12 @@ def test_warm_up_records_go_through_the_one_jsonl_writer(tmp_path):
     from kgreasoner.data.trajectories import Segment, WarmupRecord, read_warmup, write_warmup
 
     block = Segment("\n<triples>\n(Gödel, né à, Brno)\n</triples>\n", False)
-    record = WarmupRecord(id="w1", question="où est né Gödel ?", topic_entities=(TopicEntity("e1", "Gödel"),),
-                          segments=(Segment("<think>", True), block))
+    record = WarmupRecord(
+        id="w1",
+        question="où est né Gödel ?",
+        topic_entities=(TopicEntity("e1", "Gödel"),),
+        segments=(Segment("<think>", True), block),
+    )
     path = write_warmup([record], tmp_path / "new" / "warmup.jsonl")
     assert path == tmp_path / "new" / "warmup.jsonl"
     assert "Gödel" in path.read_text(encoding="utf-8")  # written as it is, not \u-escaped

@@ -29,7 +29,10 @@ WEBQSP = {
         {
             "ParseId": "WebQTest-1472.P0",
             "TopicEntityMid": "m.0271_s",
-            "InferentialChain": ["government.politician.government_positions_held", "government.government_position_held.from"],
+            "InferentialChain": [
+                "government.politician.government_positions_held",
+                "government.government_position_held.from",
+            ],
             "Answers": [{"AnswerType": "Value", "AnswerArgument": "2003-01-02", "EntityName": None}],
         },
         {
@@ -102,9 +105,16 @@ def test_simpleqa_record_numbered_by_position():
 
 @pytest.mark.parametrize(
     "record, name, fmt",
-    [(CWQ, "x.json", "cwq"), (CWQ_ORIGINAL, "x.json", "cwq"), (WEBQSP, "x.json", "webqsp"),
-     (GRAILQA, "x.json", "grailqa"), (SIMPLEQA, "x.json", "simpleqa"),
-     (SIMPLEQA, "cwq.json", "cwq"), (GRAILQA, "graliqa.json", "grailqa"), (CWQ, "WebQSP.json", "webqsp")],
+    [
+        (CWQ, "x.json", "cwq"),
+        (CWQ_ORIGINAL, "x.json", "cwq"),
+        (WEBQSP, "x.json", "webqsp"),
+        (GRAILQA, "x.json", "grailqa"),
+        (SIMPLEQA, "x.json", "simpleqa"),
+        (SIMPLEQA, "cwq.json", "cwq"),
+        (GRAILQA, "graliqa.json", "grailqa"),
+        (CWQ, "WebQSP.json", "webqsp"),
+    ],
 )
 def test_format_from_file_name_then_shape(record, name, fmt):
     assert detect_tog_format(record, name) == fmt
@@ -113,18 +123,27 @@ def test_format_from_file_name_then_shape(record, name, fmt):
 @pytest.mark.parametrize(
     "record, fmt, message",
     [
-        ({k: v for k, v in CWQ.items() if k != "question"}, "cwq",
-         "missing field 'question' (or RawQuestion, ProcessedQuestion)"),
+        (
+            {k: v for k, v in CWQ.items() if k != "question"},
+            "cwq",
+            "missing field 'question' (or RawQuestion, ProcessedQuestion)",
+        ),
         ({k: v for k, v in CWQ.items() if k != "topic_entity"}, "cwq", "missing field 'topic_entity'"),
         ({**CWQ, "topic_entity": ["m.0f8l9c"]}, "cwq", "field 'topic_entity' must be a dict, got list"),
         ({**CWQ, "topic_entity": {}}, "cwq", "field 'topic_entity' is empty"),
         ({k: v for k, v in CWQ.items() if k != "answer"}, "cwq", "missing field 'answer'"),
         ({**CWQ, "question": 3}, "cwq", "field 'question' must be a non-empty string"),
         ({k: v for k, v in WEBQSP.items() if k != "Parses"}, "webqsp", "missing field 'Parses'"),
-        ({**WEBQSP, "Parses": [{"Answers": [{"EntityName": "x"}]}]}, "webqsp",
-         "missing field 'Parses[0].Answers[0].AnswerArgument'"),
-        ({**WEBQSP, "Parses": [{"Answers": [], "InferentialChain": "a.b"}]}, "webqsp",
-         "field 'Parses[0].InferentialChain' must be a list"),
+        (
+            {**WEBQSP, "Parses": [{"Answers": [{"EntityName": "x"}]}]},
+            "webqsp",
+            "missing field 'Parses[0].Answers[0].AnswerArgument'",
+        ),
+        (
+            {**WEBQSP, "Parses": [{"Answers": [], "InferentialChain": "a.b"}]},
+            "webqsp",
+            "field 'Parses[0].InferentialChain' must be a list",
+        ),
         ({**GRAILQA, "answer": [{"entity_name": "x"}]}, "grailqa", "missing field 'answer[0].answer_argument'"),
         ({**SIMPLEQA, "answer": ["x"]}, "simpleqa", "field 'answer' must be a str, got list"),
         ("just a string", "cwq", "expected a JSON object, got str"),

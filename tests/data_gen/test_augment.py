@@ -16,8 +16,15 @@ from kgreasoner.retrieval.tool import KGSearchTool
 
 
 def question(qid: str, text: str, topic: str, path=("spouse", "nationality"), split: str = "train") -> QAExample:
-    return QAExample(id=qid, question=text, topic_entities=(TopicEntity(topic, topic),), split=split,
-                     answers=(Answer("x", "x"),), gold_paths=(path,), hops=len(path))
+    return QAExample(
+        id=qid,
+        question=text,
+        topic_entities=(TopicEntity(topic, topic),),
+        split=split,
+        answers=(Answer("x", "x"),),
+        gold_paths=(path,),
+        hops=len(path),
+    )
 
 
 EXAMPLES = [
@@ -32,7 +39,10 @@ EXAMPLES = [
 def test_paraphrase_mixing_takes_wordings_of_the_same_path_from_other_topics():
     augment = QuestionAugmenter(EXAMPLES, AugmentConfig(paraphrase_mixing=1.0), seed=0)
     assert augment(EXAMPLES[0]).question == "the nation of the wife of ann ?"
-    assert augment(EXAMPLES[2]).question in {"which nationality is bob 's couple ?", "what is the nation of bob 's couple ?"}
+    assert augment(EXAMPLES[2]).question in {
+        "which nationality is bob 's couple ?",
+        "what is the nation of bob 's couple ?",
+    }
     # No other topic asks for `parents, gender`; a name occurring twice is left alone.
     assert augment(EXAMPLES[3]) is EXAMPLES[3]
     assert augment(EXAMPLES[4]) is EXAMPLES[4]
@@ -58,19 +68,52 @@ def test_shares_are_validated():
 
 
 def test_warm_up_records_carry_the_new_name_in_prompt_and_tool_blocks(tmp_path):
-    kg = MemoryKG(*zip(*[("ann", "spouse", "bob"), ("bob", "nationality", "france"), ("cy", "spouse", "dee"),
-                         ("dee", "nationality", "peru")]))
+    kg = MemoryKG(
+        *zip(
+            *[
+                ("ann", "spouse", "bob"),
+                ("bob", "nationality", "france"),
+                ("cy", "spouse", "dee"),
+                ("dee", "nationality", "peru"),
+            ]
+        )
+    )
     examples = [
-        QAExample(id="q1", question="what is the nationality of ann 's couple ?", topic_entities=(TopicEntity("ann", "ann"),),
-                  answers=(Answer("france", "france"),), gold_paths=(("spouse", "nationality"),), hops=2, split="train"),
-        QAExample(id="q2", question="the nation of the wife of cy ?", topic_entities=(TopicEntity("cy", "cy"),),
-                  answers=(Answer("peru", "peru"),), gold_paths=(("spouse", "nationality"),), hops=2, split="train"),
+        QAExample(
+            id="q1",
+            question="what is the nationality of ann 's couple ?",
+            topic_entities=(TopicEntity("ann", "ann"),),
+            answers=(Answer("france", "france"),),
+            gold_paths=(("spouse", "nationality"),),
+            hops=2,
+            split="train",
+        ),
+        QAExample(
+            id="q2",
+            question="the nation of the wife of cy ?",
+            topic_entities=(TopicEntity("cy", "cy"),),
+            answers=(Answer("peru", "peru"),),
+            gold_paths=(("spouse", "nationality"),),
+            hops=2,
+            split="train",
+        ),
     ]
     templates = tmp_path / "plan.yaml"
     templates.write_text((Path(__file__).parents[2] / "configs/tiny-cpu/templates-plan.yaml").read_text())
-    config = load_config(WarmupConfig, None, ["dataset=unused", f"output={tmp_path / 'w.jsonl'}", "progress=false",
-                                              f"templates={templates}", "tool.entity_handles=true", "correction_share=0",
-                                              "augment.name_dropout=1.0", "augment.paraphrase_mixing=1.0"])
+    config = load_config(
+        WarmupConfig,
+        None,
+        [
+            "dataset=unused",
+            f"output={tmp_path / 'w.jsonl'}",
+            "progress=false",
+            f"templates={templates}",
+            "tool.entity_handles=true",
+            "correction_share=0",
+            "augment.name_dropout=1.0",
+            "augment.paraphrase_mixing=1.0",
+        ],
+    )
     generator = WarmupGenerator(kg, KGSearchTool(kg, config.tool), config, load_templates(config.templates))
     records, skipped = generate_records(generator, examples, None)
     by_id = {r.id: r for r in records}

@@ -16,30 +16,46 @@ from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.config import load_config
 from kgreasoner.data import load_dataset, open_dataset_kg
+from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.evaluation.harness import evaluate_method
 from kgreasoner.llm import HFClient, ScriptedLLM
 from kgreasoner.models import TinyModelConfig, build_tiny, load_model_and_tokenizer
 from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 from kgreasoner.training.sft import SFTRecipe, train_sft
-from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.warmup_data import encode_record
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-cpu" / "pipeline_sft.yaml"
-TINY = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32, intermediate_size=128,
-                       max_position_embeddings=1024, tokenizer=TokenizerConfig(num_handles=0))
+TINY = TinyModelConfig(
+    hidden_size=64,
+    num_layers=2,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=32,
+    intermediate_size=128,
+    max_position_embeddings=1024,
+    tokenizer=TokenizerConfig(num_handles=0),
+)
 
 
 def make_config(method: str, dataset: Path, out: Path, *overrides: str) -> PipelineSFTConfig:
     """The repo's recipe (ToG without worked examples), pointed at the synthetic set."""
-    return load_config(PipelineSFTConfig, CONFIG, [f"method={method}", f"dataset={dataset}", f"output={out}",
-                                                    "progress=false", *overrides])
+    return load_config(
+        PipelineSFTConfig,
+        CONFIG,
+        [f"method={method}", f"dataset={dataset}", f"output={out}", "progress=false", *overrides],
+    )
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
     # single-topic questions: the gold teacher follows one path (it has no rule for intersecting two)
-    return write_synthetic(tmp_path_factory.mktemp("pipeline_sft") / "synthetic", seed=0, num_entities=300,
-                           num_questions=200, multi_topic_share=0.0)
+    return write_synthetic(
+        tmp_path_factory.mktemp("pipeline_sft") / "synthetic",
+        seed=0,
+        num_entities=300,
+        num_questions=200,
+        multi_topic_share=0.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +164,9 @@ def test_sft_encoding_is_what_the_hf_client_feeds_the_model(generated, tog_base,
             ids, mask = encoded["input_ids"], encoded["assistant_masks"]
             client.complete(record.prompt)
             prompt = seen[-1]
-            assert ids[:len(prompt)] == prompt and mask[:len(prompt)] == [0] * len(prompt)
-            assert mask[len(prompt):] == [1] * (len(ids) - len(prompt))
-            assert tokenizer.decode(ids[len(prompt):]) == record.completion + tokenizer.eos_token
+            assert ids[: len(prompt)] == prompt and mask[: len(prompt)] == [0] * len(prompt)
+            assert mask[len(prompt) :] == [1] * (len(ids) - len(prompt))
+            assert tokenizer.decode(ids[len(prompt) :]) == record.completion + tokenizer.eos_token
             assert tokenizer.decode(prompt).startswith("<|im_start|>user\n" + record.prompt[:40])
     finally:
         client.close()
@@ -164,12 +180,17 @@ def test_tokenizer_learns_the_prompt_words(generated, tog_base):
     tokenizer = AutoTokenizer.from_pretrained(tog_base)
     pre = tokenizer.backend_tokenizer.pre_tokenizer
     for record in data["tog"][0][:20]:
-        assert len(tokenizer(record.prompt, add_special_tokens=False)["input_ids"]) == len(pre.pre_tokenize_str(record.prompt))
+        assert len(tokenizer(record.prompt, add_special_tokens=False)["input_ids"]) == len(
+            pre.pre_tokenize_str(record.prompt)
+        )
 
 
 def test_max_length_drops_and_counts_long_records(synthetic, tog_base, tmp_path):
-    summary = run(make_config("tog", synthetic, tmp_path / "tog.jsonl", "dev_examples=0", f"tokenizer={tog_base}",
-                              "max_length=100"))
+    summary = run(
+        make_config(
+            "tog", synthetic, tmp_path / "tog.jsonl", "dev_examples=0", f"tokenizer={tog_base}", "max_length=100"
+        )
+    )
     counts = summary["by_split"]["train"]
     records = read_warmup(tmp_path / "tog.jsonl")
     assert sum(counts["too_long"].values()) > 0 and len(records) == sum(counts["records"].values())
@@ -179,11 +200,44 @@ def test_max_length_drops_and_counts_long_records(synthetic, tog_base, tmp_path)
 
 def test_cli_writes_records_and_names_bad_fields(synthetic, tmp_path, capsys):
     out = tmp_path / "sog.jsonl"
-    assert main(["--config", str(CONFIG), "--set", "method=sog", "--set", f"dataset={synthetic}", "--set", f"output={out}",
-                 "--set", "progress=false", "--set", "num_examples=5", "--set", "dev_examples=0"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                str(CONFIG),
+                "--set",
+                "method=sog",
+                "--set",
+                f"dataset={synthetic}",
+                "--set",
+                f"output={out}",
+                "--set",
+                "progress=false",
+                "--set",
+                "num_examples=5",
+                "--set",
+                "dev_examples=0",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(out.with_name("sog.summary.json").read_text())
     assert summary["by_split"]["train"]["questions"] == 5 and summary["records"] == len(read_warmup(out))
-    assert main(["--config", str(CONFIG), "--set", "method=parog", "--set", f"dataset={synthetic}", "--set", f"output={out}"]) == 1
+    assert (
+        main(
+            [
+                "--config",
+                str(CONFIG),
+                "--set",
+                "method=parog",
+                "--set",
+                f"dataset={synthetic}",
+                "--set",
+                f"output={out}",
+            ]
+        )
+        == 1
+    )
     assert "method must be one of ('tog', 'sog'), got 'parog'" in capsys.readouterr().err
 
 
@@ -196,14 +250,32 @@ def test_tiny_model_trained_on_tog_steps_runs_tog_end_to_end(generated, tog_base
     are asserted, and the format.
     """
     data, dataset, kg = generated
-    final = train_sft(SFTRecipe(model=str(tog_base), train_file=str(data["tog"][2].output), output_dir=str(tmp_path / "sft"),
-                                learning_rate=3e-3, max_steps=300, per_device_train_batch_size=8, warmup_ratio=0.0,
-                                eval_steps=0, save_steps=300, logging_steps=50, report_to=[]))
+    final = train_sft(
+        SFTRecipe(
+            model=str(tog_base),
+            train_file=str(data["tog"][2].output),
+            output_dir=str(tmp_path / "sft"),
+            learning_rate=3e-3,
+            max_steps=300,
+            per_device_train_batch_size=8,
+            warmup_ratio=0.0,
+            eval_steps=0,
+            save_steps=300,
+            logging_steps=50,
+            report_to=[],
+        )
+    )
     client = HFClient.load(final, max_tokens=64, batch_size=8)
     try:
         examples = dataset.split("test")[:8]
-        results = evaluate_method(ToGMethod(kg, ToGConfig(few_shot=False)), examples, tmp_path / "tog.jsonl", llm=client,
-                                  workers=8, progress=False)
+        results = evaluate_method(
+            ToGMethod(kg, ToGConfig(few_shot=False)),
+            examples,
+            tmp_path / "tog.jsonl",
+            llm=client,
+            workers=8,
+            progress=False,
+        )
     finally:
         client.close()
     assert [r["id"] for r in results] == [e.id for e in examples]

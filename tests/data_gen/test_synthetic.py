@@ -29,7 +29,13 @@ from kgreasoner.data.splits import assign_splits, group_key, overlap_stats
 from kgreasoner.kg.base import execute_path, is_literal_id, make_literal
 from kgreasoner.kg.memory import MemoryKG, read_names
 
-MEDIATOR_KINDS = ("people.marriage", "education.education", "film.performance", "award.award_honor", "sports.sports_team_roster")
+MEDIATOR_KINDS = (
+    "people.marriage",
+    "education.education",
+    "film.performance",
+    "award.award_honor",
+    "sports.sports_team_roster",
+)
 MID = re.compile(r"^m\.0[0-9bcdfghjklmnpqrstvwxyz_]{5}$")
 LITERAL = re.compile(r'^"[^"\\]*"\^\^<http://www\.w3\.org/2001/XMLSchema#(date|gYear|integer)>$')
 
@@ -137,7 +143,9 @@ def test_multi_topic_answers_are_the_intersection_and_narrower_than_either_path(
         assert {a.id for a in example.answers} == reached[0] & reached[1], example.id
         assert all(len(example.answers) < len(r) for r in reached)
         assert all(t.name in example.question and kg.resolve(t.name) == [t.id] for t in example.topic_entities)
-    assert not any(e.intersect for e in generate(seed=0, num_entities=300, num_questions=30, multi_topic_share=0.0).examples)
+    assert not any(
+        e.intersect for e in generate(seed=0, num_entities=300, num_questions=30, multi_topic_share=0.0).examples
+    )
 
 
 def test_hops_balanced_with_backward_and_mediator_steps(examples):
@@ -169,24 +177,41 @@ def test_patterns_come_from_the_package_yaml_in_file_order():
     assert load_patterns() == (PATTERNS, JOINT_PATTERNS)
     assert (len(PATTERNS), len(JOINT_PATTERNS)) == (126, 7)
     assert PATTERNS[0].path == ("people.person.nationality",) and PATTERNS[0].start == "person"
-    assert JOINT_PATTERNS[-1].paths == (("^film.film.production_companies",),
-                                         ("^film.performance.actor", "^film.film.starring"))
+    assert JOINT_PATTERNS[-1].paths == (
+        ("^film.film.production_companies",),
+        ("^film.performance.actor", "^film.film.starring"),
+    )
 
 
-@pytest.mark.parametrize("entry, message", [
-    ("{start: person, path: [people.person.nickname], templates: ['Who is {e}?']}",
-     "patterns.yaml: single[0]: unknown relation 'people.person.nickname' (`^` before a relation walks it backwards)"),
-    ("{start: planet, path: [people.person.gender], templates: ['Who is {e}?']}",
-     "patterns.yaml: single[0]: unknown entity type 'planet'; types: gender, continent"),
-    ("{start: person, path: [people.person.gender], templates: ['Who is it?']}",
-     "patterns.yaml: single[0]: template 'Who is it?' must name {e}"),
-    ("{start: person, path: [people.person.gender], templates: ['Is {e} {x}?']}",
-     "patterns.yaml: single[0]: template 'Is {e} {x}?' has an unknown slot 'x'; slots: e"),
-    ("{start: person, path: [], templates: ['Who is {e}?']}",
-     "patterns.yaml: single[0]: a path is a non-empty list of relation ids"),
-    ("{start: person, path: [people.person.gender]}",
-     "patterns.yaml: single[0]: a pattern has exactly the keys start, path, templates"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        (
+            "{start: person, path: [people.person.nickname], templates: ['Who is {e}?']}",
+            "patterns.yaml: single[0]: unknown relation 'people.person.nickname' (`^` before a relation walks it backwards)",
+        ),
+        (
+            "{start: planet, path: [people.person.gender], templates: ['Who is {e}?']}",
+            "patterns.yaml: single[0]: unknown entity type 'planet'; types: gender, continent",
+        ),
+        (
+            "{start: person, path: [people.person.gender], templates: ['Who is it?']}",
+            "patterns.yaml: single[0]: template 'Who is it?' must name {e}",
+        ),
+        (
+            "{start: person, path: [people.person.gender], templates: ['Is {e} {x}?']}",
+            "patterns.yaml: single[0]: template 'Is {e} {x}?' has an unknown slot 'x'; slots: e",
+        ),
+        (
+            "{start: person, path: [], templates: ['Who is {e}?']}",
+            "patterns.yaml: single[0]: a path is a non-empty list of relation ids",
+        ),
+        (
+            "{start: person, path: [people.person.gender]}",
+            "patterns.yaml: single[0]: a pattern has exactly the keys start, path, templates",
+        ),
+    ],
+)
 def test_a_bad_pattern_is_named_with_what_is_wrong(entry, message):
     with pytest.raises(ValueError) as raised:
         load_patterns(f"single:\n  - {entry}\njoint: []\n")
@@ -195,13 +220,22 @@ def test_a_bad_pattern_is_named_with_what_is_wrong(entry, message):
 
 def test_a_joint_pattern_needs_two_topics_and_both_slots():
     good = "{starts: [city, country], paths: [[^people.person.place_of_birth], [^people.person.nationality]], "
-    assert load_patterns(f"single: []\njoint:\n  - {good}templates: ['{{a}} and {{b}}?']}}\n") == ((), (
-        JointPattern(("city", "country"), (("^people.person.place_of_birth",), ("^people.person.nationality",)),
-                     ("{a} and {b}?",)),))
+    assert load_patterns(f"single: []\njoint:\n  - {good}templates: ['{{a}} and {{b}}?']}}\n") == (
+        (),
+        (
+            JointPattern(
+                ("city", "country"),
+                (("^people.person.place_of_birth",), ("^people.person.nationality",)),
+                ("{a} and {b}?",),
+            ),
+        ),
+    )
     with pytest.raises(ValueError, match=r"joint\[0\]: template 'Born in \{a\}\?' must name \{a\} and \{b\}"):
         load_patterns(f"single: []\njoint:\n  - {good}templates: ['Born in {{a}}?']}}\n")
     with pytest.raises(ValueError, match=r"joint\[0\]: `starts` and `paths` hold two entries each"):
-        load_patterns("single: []\njoint:\n  - {starts: [city], paths: [[people.person.gender]], templates: ['{a}{b}']}\n")
+        load_patterns(
+            "single: []\njoint:\n  - {starts: [city], paths: [[people.person.gender]], templates: ['{a}{b}']}\n"
+        )
 
 
 def test_literal_answers_carry_aliases(examples):
@@ -240,7 +274,10 @@ def test_same_seed_gives_identical_files_in_fresh_processes(folder, tmp_path):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         done = subprocess.run(
             [sys.executable, "-m", "data_gen.synthetic", "--out", str(out), "--seed", "0"],
-            env=env, capture_output=True, text=True, timeout=120,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0, done.stderr
         assert "questions_by_hops: {1: 1063, 2: 1037, 3: 900}" in done.stdout
@@ -251,10 +288,15 @@ def test_same_seed_gives_identical_files_in_fresh_processes(folder, tmp_path):
 def test_the_default_dataset_is_pinned_byte_for_byte(folder):
     """The seed-0 files of the default settings, as digests: any change to what the generator draws or writes
     shows here (update the digests only for an intended change of the dataset)."""
-    digests = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()[:16]
-               for name in ("kb.tsv", "names.tsv", "questions.jsonl")}
-    assert digests == {"kb.tsv": "7bdefc84ab237d88", "names.tsv": "deae0ab702a20592",
-                       "questions.jsonl": "abdb1d5799bceaf4"}
+    digests = {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest()[:16]
+        for name in ("kb.tsv", "names.tsv", "questions.jsonl")
+    }
+    assert digests == {
+        "kb.tsv": "7bdefc84ab237d88",
+        "names.tsv": "deae0ab702a20592",
+        "questions.jsonl": "abdb1d5799bceaf4",
+    }
 
 
 def test_other_seed_gives_another_graph(data):

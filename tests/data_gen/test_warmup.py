@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from data_gen.synthetic import write_synthetic
-from data_gen.warmup.writer import Skip
 from data_gen.warmup import (
     DEFAULT_TEMPLATES,
     Teacher,
@@ -27,23 +26,28 @@ from data_gen.warmup import (
     replay_tool_blocks,
     run,
 )
+from data_gen.warmup.writer import Skip
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import Answer, QAExample, TopicEntity
+from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, parse_trajectory
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.data.trajectories import read_warmup
 
 HANDLE = re.compile(r"^E[1-9][0-9]*$")
 HANDLE_TOKEN = re.compile(r"\bE[1-9][0-9]*\b")
-LABELLED = re.compile(r"(E\d+) ([^,()]+?)[,)]")  # a handle and the label after it in a triple (no commas in synthetic labels)
+LABELLED = re.compile(
+    r"(E\d+) ([^,()]+?)[,)]"
+)  # a handle and the label after it in a triple (no commas in synthetic labels)
 
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory) -> Path:
-    return write_synthetic(tmp_path_factory.mktemp("warmup") / "synthetic", seed=0, num_entities=200, num_questions=150)
+    return write_synthetic(
+        tmp_path_factory.mktemp("warmup") / "synthetic", seed=0, num_entities=200, num_questions=150
+    )
 
 
 def make_config(dataset: Path | str, out: Path, *overrides: str) -> WarmupConfig:
@@ -54,13 +58,19 @@ def make_config(dataset: Path | str, out: Path, *overrides: str) -> WarmupConfig
 def generated(request, synthetic, tmp_path_factory):
     """Every training (and dev) question of the synthetic set, 30% corrections; with and without handles."""
     out = tmp_path_factory.mktemp("out") / "warmup.jsonl"
-    config = make_config(synthetic, out, "num_examples=all", "dev_examples=all", f"tool.entity_handles={str(request.param).lower()}")
+    config = make_config(
+        synthetic, out, "num_examples=all", "dev_examples=all", f"tool.entity_handles={str(request.param).lower()}"
+    )
     summary = run(config)
     dataset = load_dataset(synthetic)
     kg = open_dataset_kg(dataset)
     return {
-        "config": config, "summary": summary, "records": read_warmup(out), "out": out,
-        "tool": KGSearchTool(kg, config.tool), "examples": {e.id: e for e in dataset.examples},
+        "config": config,
+        "summary": summary,
+        "records": read_warmup(out),
+        "out": out,
+        "tool": KGSearchTool(kg, config.tool),
+        "examples": {e.id: e for e in dataset.examples},
     }
 
 
@@ -83,7 +93,9 @@ def test_every_record_is_format_valid_with_masks_on_tool_blocks_only(generated):
                 assert segment.text.startswith(f"\n{TRIPLES_OPEN}\n") and segment.text.endswith(f"\n{TRIPLES_CLOSE}\n")
                 assert segment.text.count(TRIPLES_OPEN) == 1 and segments[index - 1].train
         # trained and masked spans alternate: one tool block per search
-        assert [s.train for s in segments] == [True, False] * len(parse_trajectory(record.completion).searches) + [True]
+        assert [s.train for s in segments] == [True, False] * len(parse_trajectory(record.completion).searches) + [
+            True
+        ]
 
 
 def test_replaying_the_searches_reproduces_every_tool_block(generated):
@@ -149,8 +161,14 @@ def test_handles_or_names_in_searches_and_answers(generated):
 def test_same_seed_same_bytes_other_seed_other_records(synthetic, tmp_path):
     paths = []
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        config = make_config(synthetic, tmp_path / f"{name}.jsonl", "num_examples=40", "dev_examples=0", f"seed={seed}",
-                             "tool.entity_handles=true")
+        config = make_config(
+            synthetic,
+            tmp_path / f"{name}.jsonl",
+            "num_examples=40",
+            "dev_examples=0",
+            f"seed={seed}",
+            "tool.entity_handles=true",
+        )
         run(config)
         paths.append(tmp_path / f"{name}.jsonl")
     assert paths[0].read_bytes() == paths[1].read_bytes()
@@ -159,10 +177,20 @@ def test_same_seed_same_bytes_other_seed_other_records(synthetic, tmp_path):
 
 
 def test_correction_share_zero_and_one(synthetic, tmp_path):
-    none = run(make_config(synthetic, tmp_path / "none.jsonl", "num_examples=30", "dev_examples=0", "correction_share=0"))
+    none = run(
+        make_config(synthetic, tmp_path / "none.jsonl", "num_examples=30", "dev_examples=0", "correction_share=0")
+    )
     assert none["by_kind"] == {"gold": 30}
-    every = run(make_config(synthetic, tmp_path / "all.jsonl", "num_examples=30", "dev_examples=0", "correction_share=1",
-                            "tool.entity_handles=true"))
+    every = run(
+        make_config(
+            synthetic,
+            tmp_path / "all.jsonl",
+            "num_examples=30",
+            "dev_examples=0",
+            "correction_share=1",
+            "tool.entity_handles=true",
+        )
+    )
     # questions where no hop allows a detour stay gold (and are counted)
     assert every["by_kind"].get("correction", 0) >= 20
     assert every["by_kind"].get("gold", 0) == every["notes"].get("correction_fell_back_to_gold", 0)
@@ -170,10 +198,16 @@ def test_correction_share_zero_and_one(synthetic, tmp_path):
 
 # --- a hand-made graph with a mediator hop: exact trajectories ---------------------------------------
 ONE_TEMPLATE = {
-    "start": "I need {need}.", "fact": "Here {fact}.", "next": "Next I need {need}.",
-    "again": "Again {entity} for {need}.", "final": "The answer is {answer}.", "detour": "Maybe {wrong}.",
-    "notice_relation": "{wrong} is {wrong_relation}, not {need}.", "notice_dead_end": "{wrong} has no {next_relation}.",
-    "notice_empty": "{wrong} leads nowhere.", "recover": "Back at {entity}: {fact}.",
+    "start": "I need {need}.",
+    "fact": "Here {fact}.",
+    "next": "Next I need {need}.",
+    "again": "Again {entity} for {need}.",
+    "final": "The answer is {answer}.",
+    "detour": "Maybe {wrong}.",
+    "notice_relation": "{wrong} is {wrong_relation}, not {need}.",
+    "notice_dead_end": "{wrong} has no {next_relation}.",
+    "notice_empty": "{wrong} leads nowhere.",
+    "recover": "Back at {entity}: {fact}.",
     "list": "List {entity} for {need}.",
 }
 
@@ -200,9 +234,18 @@ def templates_file(tmp_path) -> Path:
     return path
 
 
-def spouse_question(path=("people.person.spouse_s", "people.marriage.spouse", "people.person.nationality")) -> QAExample:
-    return QAExample(id="q1", question="what is the nationality of ann's spouse", topic_entities=(TopicEntity("ann", "Ann"),),
-                     answers=(Answer("france", "France"),), gold_paths=(path,), hops=len(path), split="train")
+def spouse_question(
+    path=("people.person.spouse_s", "people.marriage.spouse", "people.person.nationality"),
+) -> QAExample:
+    return QAExample(
+        id="q1",
+        question="what is the nationality of ann's spouse",
+        topic_entities=(TopicEntity("ann", "Ann"),),
+        answers=(Answer("france", "France"),),
+        gold_paths=(path,),
+        hops=len(path),
+        split="train",
+    )
 
 
 def tiny_generator(kg, templates_file, *overrides):
@@ -236,8 +279,11 @@ def test_correction_searches_a_shown_wrong_entity_and_backtracks(tiny_kg, templa
     assert "Back at Ann: Ann has person spouse s / marriage spouse Bob." in record.completion
     assert record.completion.endswith("<answer>France</answer>")
     # every neighbour of Ann was shown in the first block: the tool has nothing left to offer
-    assert "<search>Chef | backtrack</search>\n<triples>\nNothing left to backtrack to: every neighbour on the path from " \
-           "Chef back to the topic entity has been shown. Search another entity shown above, or answer.\n</triples>\n" in record.completion
+    assert (
+        "<search>Chef | backtrack</search>\n<triples>\nNothing left to backtrack to: every neighbour on the path from "
+        "Chef back to the topic entity has been shown. Search another entity shown above, or answer.\n</triples>\n"
+        in record.completion
+    )
     assert generator.stats["backtrack_output:error:backtrack_at_root"] == 1
 
 
@@ -245,12 +291,22 @@ def test_skips_are_counted_by_reason(tiny_kg, templates_file):
     generator = tiny_generator(tiny_kg, templates_file, "tool.top_k=1", "max_repeats=0")  # no filtered page allowed
     examples = [
         spouse_question(),  # top_k=1 shows the mediator pair, then Bob's nationality first: fine
-        QAExample(id="q2", question="who", topic_entities=(TopicEntity("ann", "Ann"),), answers=(Answer("france", "France"),),
-                  split="train"),
+        QAExample(
+            id="q2",
+            question="who",
+            topic_entities=(TopicEntity("ann", "Ann"),),
+            answers=(Answer("france", "France"),),
+            split="train",
+        ),
         spouse_question(("people.person.profession",)),  # Chef is not France
-        QAExample(id="q4", question="what is dan's nationality via his profession", topic_entities=(TopicEntity("dan", "Dan"),),
-                  answers=(Answer("france", "France"),), split="train",
-                  gold_paths=(("people.person.profession", "^people.person.profession", "people.person.nationality"),)),
+        QAExample(
+            id="q4",
+            question="what is dan's nationality via his profession",
+            topic_entities=(TopicEntity("dan", "Dan"),),
+            answers=(Answer("france", "France"),),
+            split="train",
+            gold_paths=(("people.person.profession", "^people.person.profession", "people.person.nationality"),),
+        ),
     ]
     examples[2] = QAExample(**{**examples[2].__dict__, "id": "q3"})
     records, skipped = generate_records(generator, examples, None)
@@ -261,9 +317,14 @@ def test_skips_are_counted_by_reason(tiny_kg, templates_file):
 
 def test_the_relation_filter_pages_when_the_page_cut_the_gold_entity(tiny_kg, templates_file):
     generator = tiny_generator(tiny_kg, templates_file, "tool.top_k=1", "max_repeats=2", "tool.entity_handles=true")
-    example = QAExample(id="q4", question="what is the nationality of someone with dan's profession",
-                        topic_entities=(TopicEntity("dan", "Dan"),), answers=(Answer("france", "France"),), split="train",
-                        gold_paths=(("people.person.profession", "^people.person.profession", "people.person.nationality"),))
+    example = QAExample(
+        id="q4",
+        question="what is the nationality of someone with dan's profession",
+        topic_entities=(TopicEntity("dan", "Dan"),),
+        answers=(Answer("france", "France"),),
+        split="train",
+        gold_paths=(("people.person.profession", "^people.person.profession", "people.person.nationality"),),
+    )
     record = generator.make(example, correction=False)
     # Chef's first page shows Ann (no nationality) and lists one more profession line: the filter shows Bob.
     assert record.completion == (
@@ -283,8 +344,15 @@ def test_the_relation_filter_pages_when_the_page_cut_the_gold_entity(tiny_kg, te
 
 def test_answer_mode_all_lists_every_shown_gold_answer(templates_file):
     kg = MemoryKG(["a", "a", "a"], ["r", "r", "s"], ["x", "y", "z"], names={"a": "A", "x": "X", "y": "Y", "z": "Z"})
-    example = QAExample(id="q", question="what r does a have", topic_entities=(TopicEntity("a", "A"),),
-                        answers=(Answer("y", "Y"), Answer("x", "X")), gold_paths=(("r",),), hops=1, split="train")
+    example = QAExample(
+        id="q",
+        question="what r does a have",
+        topic_entities=(TopicEntity("a", "A"),),
+        answers=(Answer("y", "Y"), Answer("x", "X")),
+        gold_paths=(("r",),),
+        hops=1,
+        split="train",
+    )
     first = tiny_generator(kg, templates_file).make(example, correction=False)
     every = tiny_generator(kg, templates_file, "answer_mode=all").make(example, correction=False)
     assert first.completion.endswith("<answer>X</answer>")
@@ -319,9 +387,18 @@ def closed_port() -> int:
 
 def test_unreachable_teacher_falls_back_to_templates_and_is_counted(synthetic, tmp_path):
     plain = run(make_config(synthetic, tmp_path / "plain.jsonl", "num_examples=10", "dev_examples=0"))
-    taught = run(make_config(synthetic, tmp_path / "taught.jsonl", "num_examples=10", "dev_examples=0", "teacher.enabled=true",
-                             f"teacher.base_url=http://127.0.0.1:{closed_port()}/v1", "teacher.model=m",
-                             "teacher.max_consecutive_failures=3"))
+    taught = run(
+        make_config(
+            synthetic,
+            tmp_path / "taught.jsonl",
+            "num_examples=10",
+            "dev_examples=0",
+            "teacher.enabled=true",
+            f"teacher.base_url=http://127.0.0.1:{closed_port()}/v1",
+            "teacher.model=m",
+            "teacher.max_consecutive_failures=3",
+        )
+    )
     assert (tmp_path / "plain.jsonl").read_bytes() == (tmp_path / "taught.jsonl").read_bytes()
     thoughts = sum(sum(s.train for s in r.segments) for r in read_warmup(tmp_path / "taught.jsonl"))
     teacher = taught["teacher"]
@@ -334,19 +411,24 @@ def test_unreachable_teacher_falls_back_to_templates_and_is_counted(synthetic, t
 def test_teacher_writes_the_thinking_and_replies_with_tags_are_rejected(tiny_kg, templates_file, openai_server):
     said = ["  I think\nabout it.  "]  # what the teacher endpoint says to every request
     teacher = openai_server(lambda request: (200, {"choices": [{"message": {"content": said[0]}}]}))
-    generator = tiny_generator(tiny_kg, templates_file, "teacher.enabled=true", f"teacher.base_url={teacher.base_url}",
-                               "teacher.model=m")
+    generator = tiny_generator(
+        tiny_kg, templates_file, "teacher.enabled=true", f"teacher.base_url={teacher.base_url}", "teacher.model=m"
+    )
     generator.teacher = Teacher(generator.config.teacher)
     record = generator.make(spouse_question(), correction=False)
     assert [s.text for s in record.segments if s.train] == [
-        "<think> I think about it. <search>Ann</search>", "I think about it. <search>Bob</search>",
-        "I think about it. </think>\n<answer>France</answer>"]
+        "<think> I think about it. <search>Ann</search>",
+        "I think about it. <search>Bob</search>",
+        "I think about it. </think>\n<answer>France</answer>",
+    ]
     prompt = teacher.bodies[-1]["messages"][0]["content"]
     assert "The next thought must convey: Here Bob has person nationality France. The answer is France." in prompt
     assert "The assistant's next action is: answer France" in prompt
     said[0] = "<search>Bob</search>"
     record = generator.make(spouse_question(), correction=False)
-    assert record.segments[0].text == "<think> I need the person spouse s / marriage spouse of Ann. <search>Ann</search>"
+    assert (
+        record.segments[0].text == "<think> I need the person spouse s / marriage spouse of Ann. <search>Ann</search>"
+    )
     assert generator.teacher.stats() == {"calls": 6, "used": 3, "fallbacks": 3, "failures": {"has_tags": 3}}
 
 
@@ -363,8 +445,25 @@ def test_config_errors_name_the_field():
 
 def test_command_line_and_subcommand(synthetic, tmp_path, capsys):
     out = tmp_path / "cli.jsonl"
-    assert main(["--config", "configs/tiny-cpu/warmup.yaml", "--set", f"dataset={synthetic}", "--set", f"output={out}",
-                 "--set", "num_examples=5", "--set", "dev_examples=2", "--set", "progress=false"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                "configs/tiny-cpu/warmup.yaml",
+                "--set",
+                f"dataset={synthetic}",
+                "--set",
+                f"output={out}",
+                "--set",
+                "num_examples=5",
+                "--set",
+                "dev_examples=2",
+                "--set",
+                "progress=false",
+            ]
+        )
+        == 0
+    )
     assert len(read_warmup(out)) == 7 and (tmp_path / "cli.summary.json").is_file()
     assert f"wrote {out}" in capsys.readouterr().out
     parser = argparse.ArgumentParser()
@@ -376,8 +475,20 @@ def test_command_line_and_subcommand(synthetic, tmp_path, capsys):
 
 
 def test_python_dash_m_runs_the_package_command_line(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "data_gen.warmup", "--set", "dataset=/nowhere", "--set",
-                           f"output={tmp_path / 'o.jsonl'}"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "data_gen.warmup",
+            "--set",
+            "dataset=/nowhere",
+            "--set",
+            f"output={tmp_path / 'o.jsonl'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.startswith("warmup: error: ") and "'/nowhere' is neither a known dataset" in done.stderr
 
@@ -408,8 +519,16 @@ def test_pathquestion_trajectories_reach_gold_answers(tmp_path):
 def test_shuffled_blocks_keep_the_triples_and_renumber_handles_in_order(synthetic, tmp_path):
     records = {}
     for shuffle in ("false", "true"):
-        run(make_config(synthetic, tmp_path / f"{shuffle}.jsonl", "num_examples=40", "dev_examples=0",
-                        "tool.entity_handles=true", f"shuffle_triples={shuffle}"))
+        run(
+            make_config(
+                synthetic,
+                tmp_path / f"{shuffle}.jsonl",
+                "num_examples=40",
+                "dev_examples=0",
+                "tool.entity_handles=true",
+                f"shuffle_triples={shuffle}",
+            )
+        )
         records[shuffle] = read_warmup(tmp_path / f"{shuffle}.jsonl")
     assert [r.id for r in records["false"]] == [r.id for r in records["true"]]
     changed = 0
@@ -424,23 +543,44 @@ def test_shuffled_blocks_keep_the_triples_and_renumber_handles_in_order(syntheti
             if a.train:  # the same text up to handle numbers
                 assert HANDLE_TOKEN.sub("E#", a.text) == HANDLE_TOKEN.sub("E#", b.text)
             else:  # the same triples, maybe in another order
-                assert sorted(HANDLE_TOKEN.sub("E#", a.text).split("\n")) == sorted(HANDLE_TOKEN.sub("E#", b.text).split("\n"))
+                assert sorted(HANDLE_TOKEN.sub("E#", a.text).split("\n")) == sorted(
+                    HANDLE_TOKEN.sub("E#", b.text).split("\n")
+                )
         answers = [parse_trajectory(r.completion).first_answer for r in (plain, shuffled)]
-        assert dict(LABELLED.findall(plain.completion))[answers[0]] == dict(LABELLED.findall(shuffled.completion))[answers[1]]
+        assert (
+            dict(LABELLED.findall(plain.completion))[answers[0]]
+            == dict(LABELLED.findall(shuffled.completion))[answers[1]]
+        )
         changed += plain.completion != shuffled.completion
     assert changed > len(records["true"]) / 2
 
 
 def test_random_handle_numbers_copy_each_training_record_with_its_own_numbers(synthetic, tmp_path):
-    run(make_config(synthetic, tmp_path / "plain.jsonl", "num_examples=30", "dev_examples=5", "tool.entity_handles=true"))
-    run(make_config(synthetic, tmp_path / "random.jsonl", "num_examples=30", "dev_examples=5", "tool.entity_handles=true",
-                    "handle_numbers=random", "copies=3", "handle_pool=64"))
+    run(
+        make_config(
+            synthetic, tmp_path / "plain.jsonl", "num_examples=30", "dev_examples=5", "tool.entity_handles=true"
+        )
+    )
+    run(
+        make_config(
+            synthetic,
+            tmp_path / "random.jsonl",
+            "num_examples=30",
+            "dev_examples=5",
+            "tool.entity_handles=true",
+            "handle_numbers=random",
+            "copies=3",
+            "handle_pool=64",
+        )
+    )
     plain, numbered = read_warmup(tmp_path / "plain.jsonl"), read_warmup(tmp_path / "random.jsonl")
     train = [r for r in plain if r.split == "train"]
-    assert [r.id for r in numbered] == [r.id for r in train for _ in range(3)] + [r.id for r in plain if r.split == "dev"]
+    assert [r.id for r in numbered] == [r.id for r in train for _ in range(3)] + [
+        r.id for r in plain if r.split == "dev"
+    ]
     assert [r.completion for r in numbered if r.split == "dev"] == [r.completion for r in plain if r.split == "dev"]
     for index, record in enumerate(train):
-        copies = numbered[3 * index:3 * index + 3]
+        copies = numbered[3 * index : 3 * index + 3]
         assert len({c.completion for c in copies}) == 3  # each copy numbers its handles anew
         for copy in copies:
             assert check_format(copy.completion).valid and copy.kind == record.kind
@@ -452,20 +592,35 @@ def test_random_handle_numbers_copy_each_training_record_with_its_own_numbers(sy
             pairs = set(zip(HANDLE_TOKEN.findall(record.completion), HANDLE_TOKEN.findall(copy.completion)))
             assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
             answers = [parse_trajectory(r.completion).first_answer for r in (record, copy)]
-            assert dict(LABELLED.findall(record.completion))[answers[0]] == dict(LABELLED.findall(copy.completion))[answers[1]]
+            assert (
+                dict(LABELLED.findall(record.completion))[answers[0]]
+                == dict(LABELLED.findall(copy.completion))[answers[1]]
+            )
 
 
 def test_random_handle_numbers_skip_a_record_the_pool_cannot_number(synthetic, tmp_path):
-    summary = run(make_config(synthetic, tmp_path / "w.jsonl", "num_examples=10", "dev_examples=0",
-                              "tool.entity_handles=true", "handle_numbers=random", "handle_pool=2"))
+    summary = run(
+        make_config(
+            synthetic,
+            tmp_path / "w.jsonl",
+            "num_examples=10",
+            "dev_examples=0",
+            "tool.entity_handles=true",
+            "handle_numbers=random",
+            "handle_pool=2",
+        )
+    )
     assert summary["records"] == 0 and summary["skipped"]["train"]["handle_pool_too_small"] > 0
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["copies=2"], "copies > 1 repeats identical records unless handle_numbers is `random`"),
-    (["handle_numbers=shuffled"], "handle_numbers must be one of ('appearance', 'random')"),
-    (["handle_numbers=random", "copies=0"], "copies and handle_pool must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["copies=2"], "copies > 1 repeats identical records unless handle_numbers is `random`"),
+        (["handle_numbers=shuffled"], "handle_numbers must be one of ('appearance', 'random')"),
+        (["handle_numbers=random", "copies=0"], "copies and handle_pool must be >= 1"),
+    ],
+)
 def test_handle_number_settings_are_checked(overrides, message, tmp_path):
     with pytest.raises(ValueError, match=re.escape(message)):
         make_config("PQ-2H", tmp_path / "w.jsonl", *overrides)
@@ -474,11 +629,20 @@ def test_handle_number_settings_are_checked(overrides, message, tmp_path):
 def test_summary_reports_mean_tokens_with_a_tokenizer(synthetic, tmp_path):
     from kgreasoner.tokenizer import TokenizerConfig, read_training_texts, train_tokenizer
 
-    tokenizer = train_tokenizer(read_training_texts([synthetic / "questions.jsonl", synthetic / "names.tsv"]),
-                                TokenizerConfig(num_handles=64))
+    tokenizer = train_tokenizer(
+        read_training_texts([synthetic / "questions.jsonl", synthetic / "names.tsv"]), TokenizerConfig(num_handles=64)
+    )
     tokenizer.save_pretrained(tmp_path / "tok")
-    summary = run(make_config(synthetic, tmp_path / "t.jsonl", "num_examples=8", "dev_examples=0",
-                              "tool.entity_handles=true", f"tokenizer={tmp_path / 'tok'}"))
+    summary = run(
+        make_config(
+            synthetic,
+            tmp_path / "t.jsonl",
+            "num_examples=8",
+            "dev_examples=0",
+            "tool.entity_handles=true",
+            f"tokenizer={tmp_path / 'tok'}",
+        )
+    )
     records = read_warmup(tmp_path / "t.jsonl")
     counts = [[len(tokenizer(s.text, add_special_tokens=False)["input_ids"]) for s in r.segments] for r in records]
     assert summary["mean_completion_tokens"] == round(sum(map(sum, counts)) / 8, 1)
@@ -501,8 +665,16 @@ def test_templates_that_name_no_relation_before_the_triples(tiny_kg, tmp_path):
 
 def test_plan_and_hop_slots_write_relation_ids_as_the_triples_print_them(tiny_kg, tmp_path):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(json.dumps({"start": ["Path: {plan}. I search {entity}."], "fact": ["{hop}."],
-                                "next": ["Next I search {entity}."], "final": ["So the answer is {answer}."]}))
+    plan.write_text(
+        json.dumps(
+            {
+                "start": ["Path: {plan}. I search {entity}."],
+                "fact": ["{hop}."],
+                "next": ["Next I search {entity}."],
+                "final": ["So the answer is {answer}."],
+            }
+        )
+    )
     record = tiny_generator(tiny_kg, plan, "tool.entity_handles=true").make(spouse_question(), correction=False)
     thoughts = [s.text.split("</triples>\n")[-1].split("<search>")[0] for s in record.segments if s.train]
     assert thoughts == [
@@ -514,8 +686,16 @@ def test_plan_and_hop_slots_write_relation_ids_as_the_triples_print_them(tiny_kg
 
 def test_plan_and_hop_slots_write_the_last_word_of_relations_printed_as_words(tiny_kg, tmp_path):
     plan = tmp_path / "plan.yaml"
-    plan.write_text(json.dumps({"start": ["Path: {plan}. I search {entity}."], "fact": ["{hop}."],
-                                "next": ["Next I search {entity}."], "final": ["So the answer is {answer}."]}))
+    plan.write_text(
+        json.dumps(
+            {
+                "start": ["Path: {plan}. I search {entity}."],
+                "fact": ["{hop}."],
+                "next": ["Next I search {entity}."],
+                "final": ["So the answer is {answer}."],
+            }
+        )
+    )
     generator = tiny_generator(tiny_kg, plan, "tool.entity_handles=true", "tool.relation_format=words")
     record = generator.make(spouse_question(), correction=False)
     thoughts = [s.text.split("</triples>\n")[-1].split("<search>")[0] for s in record.segments if s.train]
@@ -530,8 +710,16 @@ def test_plan_and_hop_slots_write_the_last_word_of_relations_printed_as_words(ti
 
 def test_line_slot_repeats_the_followed_triple_line_as_the_tool_printed_it(tiny_kg, tmp_path):
     lines = tmp_path / "line.yaml"
-    lines.write_text(json.dumps({"start": ["I search {entity}."], "fact": ["{line}."], "next": ["Next I search {entity}."],
-                                 "final": ["So the answer is {answer}."]}))
+    lines.write_text(
+        json.dumps(
+            {
+                "start": ["I search {entity}."],
+                "fact": ["{line}."],
+                "next": ["Next I search {entity}."],
+                "final": ["So the answer is {answer}."],
+            }
+        )
+    )
     generator = tiny_generator(tiny_kg, lines, "tool.entity_handles=true")
     record = generator.make(spouse_question(), correction=False)
     thoughts = [s.text.split("</triples>\n")[-1].split("<search>")[0] for s in record.segments if s.train]
@@ -540,20 +728,48 @@ def test_line_slot_repeats_the_followed_triple_line_as_the_tool_printed_it(tiny_
         "E1 people.person.spouse_s people.marriage.spouse E3. Next I search E3. ",  # through a mediator: as `hop`
         "(E3 Bob, people.person.nationality, E5 France). So the answer is E5. </think>\n<answer>E5</answer>",
     ]
-    assert "(E3 Bob, people.person.nationality, E5 France)\n" in "".join(s.text for s in record.segments if not s.train)
-    backwards = QAExample(id="q2", question="who is from france", topic_entities=(TopicEntity("france", "France"),),
-                          answers=(Answer("bob", "Bob"),), gold_paths=(("^people.person.nationality",),), hops=1, split="train")
-    record = tiny_generator(tiny_kg, lines, "tool.entity_handles=true", "tool.relation_format=words").make(backwards, correction=False)
-    assert [s.text for s in record.segments if s.train][-1].startswith("(E2 Bob, people person nationality, E1 France). So")
+    assert "(E3 Bob, people.person.nationality, E5 France)\n" in "".join(
+        s.text for s in record.segments if not s.train
+    )
+    backwards = QAExample(
+        id="q2",
+        question="who is from france",
+        topic_entities=(TopicEntity("france", "France"),),
+        answers=(Answer("bob", "Bob"),),
+        gold_paths=(("^people.person.nationality",),),
+        hops=1,
+        split="train",
+    )
+    record = tiny_generator(tiny_kg, lines, "tool.entity_handles=true", "tool.relation_format=words").make(
+        backwards, correction=False
+    )
+    assert [s.text for s in record.segments if s.train][-1].startswith(
+        "(E2 Bob, people person nationality, E1 France). So"
+    )
 
 
 def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
     # "born here" questions about a village in two regions: the first one shown has nobody born there
-    kg = MemoryKG(*zip(*[("vil", "containedby", "india"), ("vil", "containedby", "kerala"),
-                         ("kerala", "people_born_here", "ravi"), ("india", "capital", "delhi")]))
-    example = QAExample(id="q1", question="what is the people_born_here of vil 's containedby", split="train",
-                        topic_entities=(TopicEntity("vil", "vil"),), answers=(Answer("ravi", "ravi"),),
-                        gold_paths=(("containedby", "people_born_here"),), hops=2, extra={"path_entities": ["kerala"]})
+    kg = MemoryKG(
+        *zip(
+            *[
+                ("vil", "containedby", "india"),
+                ("vil", "containedby", "kerala"),
+                ("kerala", "people_born_here", "ravi"),
+                ("india", "capital", "delhi"),
+            ]
+        )
+    )
+    example = QAExample(
+        id="q1",
+        question="what is the people_born_here of vil 's containedby",
+        split="train",
+        topic_entities=(TopicEntity("vil", "vil"),),
+        answers=(Answer("ravi", "ravi"),),
+        gold_paths=(("containedby", "people_born_here"),),
+        hops=2,
+        extra={"path_entities": ["kerala"]},
+    )
     plan = tmp_path / "plan.yaml"
     plan.write_text((Path(__file__).parents[2] / "configs/tiny-cpu/templates-plan.yaml").read_text())
     witness = tiny_generator(kg, plan, "tool.entity_handles=true").make(example, correction=False)
@@ -575,9 +791,21 @@ def test_first_shown_pick_searches_a_dead_end_sibling_and_backtracks(tmp_path):
 
 
 def test_lookup_drills_follow_each_training_record_and_leave_trajectories_unchanged(synthetic, tmp_path):
-    plain = run(make_config(synthetic, tmp_path / "plain.jsonl", "num_examples=20", "dev_examples=5", "tool.entity_handles=true"))
-    drilled = run(make_config(synthetic, tmp_path / "drill.jsonl", "num_examples=20", "dev_examples=5",
-                              "tool.entity_handles=true", "lookup_drills=2"))
+    plain = run(
+        make_config(
+            synthetic, tmp_path / "plain.jsonl", "num_examples=20", "dev_examples=5", "tool.entity_handles=true"
+        )
+    )
+    drilled = run(
+        make_config(
+            synthetic,
+            tmp_path / "drill.jsonl",
+            "num_examples=20",
+            "dev_examples=5",
+            "tool.entity_handles=true",
+            "lookup_drills=2",
+        )
+    )
     records = read_warmup(tmp_path / "drill.jsonl")
     trajectories = [r for r in records if r.kind != "drill"]
     assert [r.to_dict() for r in trajectories] == [r.to_dict() for r in read_warmup(tmp_path / "plain.jsonl")]
@@ -588,8 +816,8 @@ def test_lookup_drills_follow_each_training_record_and_leave_trajectories_unchan
     for drill in drills:
         source = by_id[drill.id.split("#drill")[0]]
         block = int(drill.id.split("#drill")[1])
-        assert [s.text for s in drill.segments[:block + 1]] == [s.text for s in source.segments[:block + 1]]
-        for segment in drill.segments[block + 1:]:
+        assert [s.text for s in drill.segments[: block + 1]] == [s.text for s in source.segments[: block + 1]]
+        for segment in drill.segments[block + 1 :]:
             if segment.train:  # the tail of a line of that block
                 assert any(line.endswith(", " + segment.text) for line in source.segments[block].text.split("\n"))
     with pytest.raises(ValueError, match="lookup_drills probe handles: it needs tool.entity_handles true"):
@@ -599,13 +827,25 @@ def test_lookup_drills_follow_each_training_record_and_leave_trajectories_unchan
 def test_multi_topic_question_searches_each_topic_and_answers_what_both_showed(templates_file):
     triples = [(f"q{i}", "plays_for", "rovers") for i in range(4)]
     triples += [("p0", "citizen_of", "fr"), ("p1", "citizen_of", "fr"), ("q2", "citizen_of", "fr")]
-    names = {"rovers": "Rovers", "fr": "Freedonia", "p0": "Pat", "p1": "Kim", **{f"q{i}": f"Rover {i}" for i in range(4)}}
+    names = {
+        "rovers": "Rovers",
+        "fr": "Freedonia",
+        "p0": "Pat",
+        "p1": "Kim",
+        **{f"q{i}": f"Rover {i}" for i in range(4)},
+    }
     kg = MemoryKG(*zip(*triples), names=names)
     generator = tiny_generator(kg, templates_file, "tool.top_k=2", "tool.entity_handles=false")
-    example = QAExample(id="j", question="which player of Rovers is from Freedonia", split="train",
-                        topic_entities=(TopicEntity("rovers", "Rovers"), TopicEntity("fr", "Freedonia")),
-                        answers=(Answer("q2", "Rover 2"),), gold_paths=(("^plays_for",), ("^citizen_of",)), hops=1,
-                        intersect=True)
+    example = QAExample(
+        id="j",
+        question="which player of Rovers is from Freedonia",
+        split="train",
+        topic_entities=(TopicEntity("rovers", "Rovers"), TopicEntity("fr", "Freedonia")),
+        answers=(Answer("q2", "Rover 2"),),
+        gold_paths=(("^plays_for",), ("^citizen_of",)),
+        hops=1,
+        intersect=True,
+    )
     record = generator.make(example, correction=False)
     # Each topic's first page misses Rover 2; each filtered page shows it; the answer is the one both showed.
     assert record.completion == (
@@ -637,24 +877,37 @@ def test_a_hub_s_relations_are_listed_until_the_gold_one_is_named(templates_file
     triples = [("hub", f"rel_{r:02d}", f"n{r}_{i}") for r in range(30) for i in range(3)]
     triples += [("hub", "zz_gold", "mid"), ("mid", "leads_to", "end")]
     kg = MemoryKG(*zip(*triples), names={"hub": "Hub", "mid": "Mid", "end": "End"})
-    generator = tiny_generator(kg, templates_file, "tool.top_k=2", "tool.max_chars=200", "tool.entity_handles=false",
-                               "max_repeats=4")
-    example = QAExample(id="h", question="what does the hub's gold lead to", split="train",
-                        topic_entities=(TopicEntity("hub", "Hub"),), answers=(Answer("end", "End"),),
-                        gold_paths=(("zz_gold", "leads_to"),), hops=2)
+    generator = tiny_generator(
+        kg, templates_file, "tool.top_k=2", "tool.max_chars=200", "tool.entity_handles=false", "max_repeats=4"
+    )
+    example = QAExample(
+        id="h",
+        question="what does the hub's gold lead to",
+        split="train",
+        topic_entities=(TopicEntity("hub", "Hub"),),
+        answers=(Answer("end", "End"),),
+        gold_paths=(("zz_gold", "leads_to"),),
+        hops=2,
+    )
     record = generator.make(example, correction=False)
     searches = [s.raw for s in parse_trajectory(record.completion).searches]
     assert searches == ["Hub", "Hub | relations", "Hub | relations", "Hub | zz_gold", "Mid"]
     blocks = [s.text for s in record.segments if not s.train]
     assert all(len(block) <= 200 + len("\n<triples>\n\n</triples>\n") for block in blocks)
     # The first listing and the next name 25 relations by count; the third names the rest, the gold one last.
-    assert blocks[1] == ("\n<triples>\nmore: " + ", ".join(f"rel_{r:02d} (3)" for r in range(12, 26))
-                         + " and 17 more relations\n</triples>\n")
-    assert blocks[2] == ("\n<triples>\nmore: rel_26 (3), rel_27 (3), rel_28 (3), rel_29 (3), rel_00 (1), zz_gold (1) "
-                         "and 25 more relations\n</triples>\n")
+    assert blocks[1] == (
+        "\n<triples>\nmore: "
+        + ", ".join(f"rel_{r:02d} (3)" for r in range(12, 26))
+        + " and 17 more relations\n</triples>\n"
+    )
+    assert blocks[2] == (
+        "\n<triples>\nmore: rel_26 (3), rel_27 (3), rel_28 (3), rel_29 (3), rel_00 (1), zz_gold (1) "
+        "and 25 more relations\n</triples>\n"
+    )
     assert "List Hub for the zz gold of Hub." in record.completion
     assert generator.stats["repeated_searches"] == 3
-    few = tiny_generator(kg, templates_file, "tool.top_k=2", "tool.max_chars=200", "tool.entity_handles=false",
-                         "max_repeats=2")
+    few = tiny_generator(
+        kg, templates_file, "tool.top_k=2", "tool.max_chars=200", "tool.entity_handles=false", "max_repeats=2"
+    )
     with pytest.raises(Skip, match="gold_not_shown:max_repeats"):
         few.make(example, correction=False)

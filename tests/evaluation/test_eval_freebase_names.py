@@ -18,11 +18,32 @@ def test_eval_prompts_show_freebase_names_not_mids(tmp_path, oxigraph_server, ti
     out = tmp_path / "run"
     parser = argparse.ArgumentParser(prog="kgreasoner")
     commands.register(parser.add_subparsers())
-    args = parser.parse_args([
-        "eval", "--methods", "io,kgreasoner", "--dataset", str(CWQ_TRAIN), "--split", "train",
-        "--kg", f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}", "--llm", f"hf:{tiny_checkpoint}",
-        "--out", str(out), "--no-progress", "--set", "max_tokens=4", "--set", "rollout.max_new_tokens=8",
-        "--set", "rollout.max_turns=1", "--set", "tool.ranking=none"])
+    args = parser.parse_args(
+        [
+            "eval",
+            "--methods",
+            "io,kgreasoner",
+            "--dataset",
+            str(CWQ_TRAIN),
+            "--split",
+            "train",
+            "--kg",
+            f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}",
+            "--llm",
+            f"hf:{tiny_checkpoint}",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--set",
+            "max_tokens=4",
+            "--set",
+            "rollout.max_new_tokens=8",
+            "--set",
+            "rollout.max_turns=1",
+            "--set",
+            "tool.ranking=none",
+        ]
+    )
     assert args.func(args) == 0
     [io] = read_records(out / "io.jsonl")
     assert "Topic entities: Justin Bieber, Male\n" in io["trace"]["prompt"]

@@ -58,9 +58,28 @@ def test_interrupted_run_resumes_without_repeating(tmp_path, synthetic):
     ok = records[0]
     assert ok["hits1"] == 1.0 and ok["llm_calls"] == 1 and ok["prompt_tokens"] == 3 and ok["completion_tokens"] == 2
     assert ok["kg_queries"] == 2 and ok["format_valid"] is True and ok["wall_time"] >= 0
-    assert set(ok) == {"id", "method", "question", "hops", "gold", "answers", "hits1", "f1", "em", "precision", "recall",
-                       "format_valid", "llm_calls", "prompt_tokens", "completion_tokens", "kg_queries", "wall_time",
-                       "error", "trace", "failure"}
+    assert set(ok) == {
+        "id",
+        "method",
+        "question",
+        "hops",
+        "gold",
+        "answers",
+        "hits1",
+        "f1",
+        "em",
+        "precision",
+        "recall",
+        "format_valid",
+        "llm_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "kg_queries",
+        "wall_time",
+        "error",
+        "trace",
+        "failure",
+    }
     third = FirstGold()
     evaluate_method(third, examples, path, llm=llm, progress=False)
     assert third.seen == []
@@ -68,37 +87,96 @@ def test_interrupted_run_resumes_without_repeating(tmp_path, synthetic):
 
 def test_summary_and_markdown():
     records = [
-        {"hops": 1, "hits1": 1.0, "f1": 1.0, "em": 1.0, "format_valid": True, "error": None, "llm_calls": 2,
-         "prompt_tokens": 10, "completion_tokens": 4, "kg_queries": 1, "wall_time": 0.5},
-        {"hops": 2, "hits1": 0.0, "f1": 0.5, "em": 0.0, "format_valid": False, "error": "X", "llm_calls": 4,
-         "prompt_tokens": 30, "completion_tokens": 6, "kg_queries": 3, "wall_time": 1.5},
-        {"hops": 2, "hits1": 1.0, "f1": 1.0, "em": 0.0, "format_valid": True, "error": None, "llm_calls": 0,
-         "prompt_tokens": 20, "completion_tokens": 2, "kg_queries": 2, "wall_time": 1.0},
+        {
+            "hops": 1,
+            "hits1": 1.0,
+            "f1": 1.0,
+            "em": 1.0,
+            "format_valid": True,
+            "error": None,
+            "llm_calls": 2,
+            "prompt_tokens": 10,
+            "completion_tokens": 4,
+            "kg_queries": 1,
+            "wall_time": 0.5,
+        },
+        {
+            "hops": 2,
+            "hits1": 0.0,
+            "f1": 0.5,
+            "em": 0.0,
+            "format_valid": False,
+            "error": "X",
+            "llm_calls": 4,
+            "prompt_tokens": 30,
+            "completion_tokens": 6,
+            "kg_queries": 3,
+            "wall_time": 1.5,
+        },
+        {
+            "hops": 2,
+            "hits1": 1.0,
+            "f1": 1.0,
+            "em": 0.0,
+            "format_valid": True,
+            "error": None,
+            "llm_calls": 0,
+            "prompt_tokens": 20,
+            "completion_tokens": 2,
+            "kg_queries": 2,
+            "wall_time": 1.0,
+        },
     ]
     s = summarize(records)
     assert s["n"] == 3 and s["hits1"] == pytest.approx(2 / 3) and s["f1"] == pytest.approx(2.5 / 3)
     assert s["format_valid"] == pytest.approx(2 / 3) and s["errors"] == 1
-    assert s["cost"] == {"llm_calls": 2.0, "prompt_tokens": 20.0, "completion_tokens": 4.0, "kg_queries": 2.0,
-                         "wall_time": 1.0}
-    assert s["by_hops"] == {"1": {"n": 1, "hits1": 1.0, "f1": 1.0, "em": 1.0, "kg_queries": 1.0},
-                            "2": {"n": 2, "hits1": 0.5, "f1": 0.75, "em": 0.0, "kg_queries": 2.5}}
+    assert s["cost"] == {
+        "llm_calls": 2.0,
+        "prompt_tokens": 20.0,
+        "completion_tokens": 4.0,
+        "kg_queries": 2.0,
+        "wall_time": 1.0,
+    }
+    assert s["by_hops"] == {
+        "1": {"n": 1, "hits1": 1.0, "f1": 1.0, "em": 1.0, "kg_queries": 1.0},
+        "2": {"n": 2, "hits1": 0.5, "f1": 0.75, "em": 0.0, "kg_queries": 2.5},
+    }
     md = render_markdown(RunInfo("PQ-2H", "test", "grouped", 0, kg="memory:x"), {"tog": s})
     assert md.startswith("# Evaluation: PQ-2H, test split (grouped scheme, seed 0)\n")
     assert "| tog | 3 | 0.667 | 0.833 | 0.333 | 0.667 | 1 | 2.00 | 20 | 4 | 2.00 | 1.000 |" in md
     assert "| tog | 1.000 (1) | 0.500 (2) |" in md
-    assert "KG queries per question by hop count:\n\n| method | 1-hop | 2-hop |\n|---|---|---|\n| tog | 1.00 | 2.50 |" in md
+    assert (
+        "KG queries per question by hop count:\n\n| method | 1-hop | 2-hop |\n|---|---|---|\n| tog | 1.00 | 2.50 |"
+        in md
+    )
     assert s["distinct"] == 3 and "distinct texts" not in md
 
 
 def test_repeated_questions_are_also_scored_once_each():
-    row = {"hops": 2, "f1": 0.0, "em": 0.0, "format_valid": True, "error": None, "llm_calls": 1, "prompt_tokens": 1,
-           "completion_tokens": 1, "kg_queries": 1, "wall_time": 0.1}
-    records = ([{**row, "question": "q kerala", "hits1": 1.0}] * 4 + [{**row, "question": "q kerala", "hits1": 0.0}]
-               + [{**row, "question": "q other", "hits1": 0.0}])
+    row = {
+        "hops": 2,
+        "f1": 0.0,
+        "em": 0.0,
+        "format_valid": True,
+        "error": None,
+        "llm_calls": 1,
+        "prompt_tokens": 1,
+        "completion_tokens": 1,
+        "kg_queries": 1,
+        "wall_time": 0.1,
+    }
+    records = (
+        [{**row, "question": "q kerala", "hits1": 1.0}] * 4
+        + [{**row, "question": "q kerala", "hits1": 0.0}]
+        + [{**row, "question": "q other", "hits1": 0.0}]
+    )
     s = summarize(records)
     assert s["hits1"] == pytest.approx(4 / 6) and s["distinct"] == 2 and s["hits1_distinct"] == pytest.approx(0.4)
     md = render_markdown(RunInfo("PQL-2H", "test", "grouped", 0), {"kgreasoner": s})
-    assert "kgreasoner: the 6 questions hold 2 distinct texts; Hits@1 over distinct questions (each the mean of its rows) 0.400." in md
+    assert (
+        "kgreasoner: the 6 questions hold 2 distinct texts; Hits@1 over distinct questions (each the mean of its rows) 0.400."
+        in md
+    )
 
 
 def test_run_evaluation_writes_reports_and_refuses_another_split(tmp_path, synthetic):
@@ -129,10 +207,32 @@ def _cli(argv):
 def test_cli_io_and_kgreasoner_with_a_real_tiny_model(tmp_path, synthetic_dir, tiny_checkpoint):
     """End to end with an untrained model: it answers wrongly; the bookkeeping must be right."""
     out = tmp_path / "run"
-    argv = ["eval", "--methods", "io,kgreasoner,oracle", "--dataset", str(synthetic_dir), "--split", "test",
-            "--llm", f"hf:{tiny_checkpoint}", "--out", str(out), "--limit", "4", "--no-progress",
-            "--set", "max_tokens=8", "--set", "rollout.max_new_tokens=24", "--set", "rollout.max_turns=2",
-            "--set", "tool.entity_handles=true", "--set", "batch_size=4"]
+    argv = [
+        "eval",
+        "--methods",
+        "io,kgreasoner,oracle",
+        "--dataset",
+        str(synthetic_dir),
+        "--split",
+        "test",
+        "--llm",
+        f"hf:{tiny_checkpoint}",
+        "--out",
+        str(out),
+        "--limit",
+        "4",
+        "--no-progress",
+        "--set",
+        "max_tokens=8",
+        "--set",
+        "rollout.max_new_tokens=24",
+        "--set",
+        "rollout.max_turns=2",
+        "--set",
+        "tool.entity_handles=true",
+        "--set",
+        "batch_size=4",
+    ]
     assert _cli(argv) == 0
     io = read_records(out / "io.jsonl")
     ours = read_records(out / "kgreasoner.jsonl")

@@ -6,13 +6,18 @@ import concurrent.futures
 import pytest
 
 from kgreasoner.llm import (
-    HFClient, OpenAIClient, ScriptedLLM, cut_at_stop, open_llm,
+    HFClient,
+    OpenAIClient,
+    ScriptedLLM,
+    cut_at_stop,
+    open_llm,
 )
 
 
 def test_scripted_llm_rules_in_order_counts_and_stops():
-    llm = ScriptedLLM([lambda p: "first rule" if "a" in p else None, lambda p: "second Observation: hidden"],
-                      default="none")
+    llm = ScriptedLLM(
+        [lambda p: "first rule" if "a" in p else None, lambda p: "second Observation: hidden"], default="none"
+    )
     assert llm.complete("a b").text == "first rule"
     reply = llm.complete("x y z", stop=("Observation:",))
     assert reply.text == "second " and reply.prompt_tokens == 3 and reply.completion_tokens == 1
@@ -30,8 +35,11 @@ def test_cut_at_stop_takes_the_earliest():
 
 def test_text_clients_refuse_the_rollout_only_specs():
     for spec in ("vllm:/ckpt", "vllm:http://h:8000/v1"):
-        with pytest.raises(ValueError, match=r"names a rollout backend, not a text client: the pipeline methods "
-                                             r"take hf:PATH or openai:URL\[#MODEL\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"names a rollout backend, not a text client: the pipeline methods "
+            r"take hf:PATH or openai:URL\[#MODEL\]",
+        ):
             open_llm(spec)
     with pytest.raises(ValueError, match="unknown LLM spec 'nothing'"):
         open_llm("nothing")
@@ -59,12 +67,15 @@ def test_hf_client_batches_threads_and_matches_single_calls(tiny_checkpoint):
 @pytest.fixture
 def chat_server(openai_server):
     """Lists one model; answers a chat request with its first message echoed, then " STOP tail"."""
+
     def reply(request):
         if request.method == "GET":
             return 200, {"data": [{"id": "served-model"}]}
         text = "echo: " + request.body["messages"][0]["content"] + " STOP tail"
-        return 200, {"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 11, "completion_tokens": 7}}
+        return 200, {
+            "choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 7},
+        }
 
     return openai_server(reply)
 
@@ -76,8 +87,13 @@ def test_openai_client_over_http(chat_server):
     assert completion.text == "echo: hello " and completion.prompt_tokens == 11 and completion.completion_tokens == 7
     _, path, _, body = chat_server.requests[-1]
     assert path == "/v1/chat/completions"
-    assert body == {"model": "served-model", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 9,
-                    "temperature": 0.0, "stop": ["STOP"]}
+    assert body == {
+        "model": "served-model",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": 9,
+        "temperature": 0.0,
+        "stop": ["STOP"],
+    }
     assert llm.usage.as_dict() == {"llm_calls": 1, "prompt_tokens": 11, "completion_tokens": 7}
     assert open_llm(f"openai:{chat_server.base_url}#named").model == "named"
 
@@ -93,7 +109,7 @@ def test_hf_client_stops_at_a_stop_string(tiny_checkpoint):
         free = llm.complete("who directed the film")
         assert len(free.text) >= 4 and free.completion_tokens == 12 and free.finish_reason == "length"
         middle = len(free.text) // 2
-        stop = free.text[middle:middle + 2]  # the untrained model's text, whatever it is
+        stop = free.text[middle : middle + 2]  # the untrained model's text, whatever it is
         cut = llm.complete("who directed the film", stop=(stop,))
     finally:
         llm.close()
@@ -109,8 +125,9 @@ def test_kgreasoner_method_over_a_text_endpoint_renders_the_models_chat_template
 
     client = OpenAIClient("http://127.0.0.1:9/v1", "m", retries=0, timeout=2)
     example = synthetic.examples[0]
-    expected = build_prompt(example.question, list(example.topic_entities),
-                            AutoTokenizer.from_pretrained(str(tiny_checkpoint)))
+    expected = build_prompt(
+        example.question, list(example.topic_entities), AutoTokenizer.from_pretrained(str(tiny_checkpoint))
+    )
     assert expected.startswith("<|im_start|>system")
     backend = rollout_backend(client, str(tiny_checkpoint))
     assert build_prompt(example.question, list(example.topic_entities), backend.tokenizer) == expected

@@ -87,7 +87,16 @@ def assert_same_graph(expected: KnowledgeGraph, actual: KnowledgeGraph) -> None:
         )
         assert actual.label(entity) == expected.label(entity), entity
         assert actual.is_unnamed(entity) == expected.is_unnamed(entity), entity
-    for name in ["Utah", "utah", "united states", "Salt Lake City", "e.cox", "Nowhere", "3271616", 'Say "hi" {x} } ; DROP ALL >']:
+    for name in [
+        "Utah",
+        "utah",
+        "united states",
+        "Salt Lake City",
+        "e.cox",
+        "Nowhere",
+        "3271616",
+        'Say "hi" {x} } ; DROP ALL >',
+    ]:
         assert sorted(actual.resolve(name)) == sorted(expected.resolve(name)), name
 
 
@@ -95,4 +104,3 @@ def assert_same_graph(expected: KnowledgeGraph, actual: KnowledgeGraph) -> None:
 def same_graph():
     """The backend-agnostic comparison, as a fixture so every test module can use it."""
     return assert_same_graph
-

@@ -30,7 +30,20 @@ def read_line(process: subprocess.Popen, timeout: float) -> str:
 
 
 def test_load_prints_timing_and_builds_a_store(small_kb, tmp_path, capsys):
-    assert main(["kg", "load", str(small_kb.dir / "kb.tsv"), "--store", str(tmp_path / "s"), "--names", str(small_kb.dir / "names.tsv")]) == 0
+    assert (
+        main(
+            [
+                "kg",
+                "load",
+                str(small_kb.dir / "kb.tsv"),
+                "--store",
+                str(tmp_path / "s"),
+                "--names",
+                str(small_kb.dir / "names.tsv"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"kg load: {small_kb.dir / 'kb.tsv'} -> {tmp_path / 's'}"
     assert out[1].startswith(f"kg load: 15 triples into {tmp_path / 's'} in ") and out[1].endswith(" triples/s)")
@@ -76,13 +89,17 @@ def test_stats_agree_for_memory_and_oxigraph(small_kb, store, capsys):
     for spec in (str(small_kb.dir), f"oxigraph:{store}"):
         assert main(["kg", "stats", spec, "--top", "2"]) == 0
         outputs.append(capsys.readouterr().out)
-    assert outputs[0] == outputs[1] == (
-        "triples    15\n"
-        "nodes      14\n"
-        "relations  9\n"
-        "top 2 nodes by degree:\n"
-        "         8  e.utah  (Utah)\n"
-        "         3  cvt.1\n"  # ties broken by id; an unnamed node shows no label
+    assert (
+        outputs[0]
+        == outputs[1]
+        == (
+            "triples    15\n"
+            "nodes      14\n"
+            "relations  9\n"
+            "top 2 nodes by degree:\n"
+            "         8  e.utah  (Utah)\n"
+            "         3  cvt.1\n"  # ties broken by id; an unnamed node shows no label
+        )
     )
 
 
@@ -90,24 +107,44 @@ DATE = '"1815-13-45"^^<http://www.w3.org/2001/XMLSchema#date>'
 # (files of a dataset folder, the file and line at fault, the rest of the message): each case parses,
 # and each was loaded without a word before.
 BAD_KBS = {
-    "nul_in_relation": ({"kb.tsv": "e.a\tr\te.b\ne.w\tbo\x00rn\te.x\n"}, "kb.tsv:2",
-                        "field 'relation' holds a NUL byte (column 7); ids and labels cannot contain one"),
-    "nul_in_label": ({"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "e.a\tA\ne.b\tB\x00\n"}, "names.tsv:2",
-                     "field 'label' holds a NUL byte (column 6); ids and labels cannot contain one"),
-    "impossible_date": ({"kb.tsv": f"e.a\tr\te.b\ne.w\tborn_on\t{DATE}\n"}, "kb.tsv:2",
-                        f"field 'object' is {DATE}, which is not a valid xsd:date (month 13 does not exist)"),
-    "repeated_name": ({"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "e.a\tA\ne.b\tB\ne.a\tA again\n"}, "names.tsv:3",
-                      "field 'id': 'e.a' is named again (first at line 1); give each id one label, or the earlier one "
-                      "stops resolving"),
-    "header_line": ({"kb.tsv": "subject\trelation\tobject\ne.a\tr\te.b\n"}, "kb.tsv:1",
-                    "a header line ('subject relation object') would be loaded as a triple; the file has no header: "
-                    "remove the line"),
-    "names_header_line": ({"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "id\tlabel\ne.a\tA\n"}, "names.tsv:1",
-                          "a header line ('id label') would be loaded as a name; the file has no header: remove "
-                          "the line"),
-    "inverse_relation": ({"kb.tsv": "e.a\tr\te.b\ne.w\t^born_in\te.x\n"}, "kb.tsv:2",
-                         "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no "
-                         "path could name this relation; rename it"),
+    "nul_in_relation": (
+        {"kb.tsv": "e.a\tr\te.b\ne.w\tbo\x00rn\te.x\n"},
+        "kb.tsv:2",
+        "field 'relation' holds a NUL byte (column 7); ids and labels cannot contain one",
+    ),
+    "nul_in_label": (
+        {"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "e.a\tA\ne.b\tB\x00\n"},
+        "names.tsv:2",
+        "field 'label' holds a NUL byte (column 6); ids and labels cannot contain one",
+    ),
+    "impossible_date": (
+        {"kb.tsv": f"e.a\tr\te.b\ne.w\tborn_on\t{DATE}\n"},
+        "kb.tsv:2",
+        f"field 'object' is {DATE}, which is not a valid xsd:date (month 13 does not exist)",
+    ),
+    "repeated_name": (
+        {"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "e.a\tA\ne.b\tB\ne.a\tA again\n"},
+        "names.tsv:3",
+        "field 'id': 'e.a' is named again (first at line 1); give each id one label, or the earlier one "
+        "stops resolving",
+    ),
+    "header_line": (
+        {"kb.tsv": "subject\trelation\tobject\ne.a\tr\te.b\n"},
+        "kb.tsv:1",
+        "a header line ('subject relation object') would be loaded as a triple; the file has no header: "
+        "remove the line",
+    ),
+    "names_header_line": (
+        {"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "id\tlabel\ne.a\tA\n"},
+        "names.tsv:1",
+        "a header line ('id label') would be loaded as a name; the file has no header: remove the line",
+    ),
+    "inverse_relation": (
+        {"kb.tsv": "e.a\tr\te.b\ne.w\t^born_in\te.x\n"},
+        "kb.tsv:2",
+        "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no "
+        "path could name this relation; rename it",
+    ),
 }
 
 
@@ -125,13 +162,20 @@ def test_kb_files_that_parse_but_cannot_work_are_refused_naming_file_line_and_fi
     assert not (tmp_path / "store").exists()
 
 
-@pytest.mark.parametrize(("line", "message"), [
-    ('<http://x/a> <http://kgreasoner.local/relation/%5Eborn_in> <http://x/b> .',
-     "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no path could name "
-     "this relation; rename it"),
-    (f'<http://x/a> <http://x/born_on> {DATE} .',
-     f"field 'object' is {DATE}, which is not a valid xsd:date (month 13 does not exist)"),
-])
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            "<http://x/a> <http://kgreasoner.local/relation/%5Eborn_in> <http://x/b> .",
+            "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no path could name "
+            "this relation; rename it",
+        ),
+        (
+            f"<http://x/a> <http://x/born_on> {DATE} .",
+            f"field 'object' is {DATE}, which is not a valid xsd:date (month 13 does not exist)",
+        ),
+    ],
+)
 def test_n_triples_are_held_to_the_same_rules(line, message, tmp_path, capsys):
     path = tmp_path / "kb.nt"
     path.write_text(f"<http://x/a> <http://x/r> <http://x/b> .\n{line}\n", encoding="utf-8")
@@ -140,10 +184,20 @@ def test_n_triples_are_held_to_the_same_rules(line, message, tmp_path, capsys):
         assert capsys.readouterr().err == f"kgreasoner kg: error: {path}:2: {message}\n"
 
 
-@pytest.mark.parametrize(("value", "datatype"), [
-    ("1815-06-18", "date"), ("2000-02-29", "date"), ("1815-06-18T24:00:00Z", "dateTime"), ("-0044", "gYear"),
-    ("1815-06", "gYearMonth"), ("-12", "integer"), ("1.5e3", "double"), ("true", "boolean"), ("13-45", "string"),
-])
+@pytest.mark.parametrize(
+    ("value", "datatype"),
+    [
+        ("1815-06-18", "date"),
+        ("2000-02-29", "date"),
+        ("1815-06-18T24:00:00Z", "dateTime"),
+        ("-0044", "gYear"),
+        ("1815-06", "gYearMonth"),
+        ("-12", "integer"),
+        ("1.5e3", "double"),
+        ("true", "boolean"),
+        ("13-45", "string"),
+    ],
+)
 def test_valid_typed_literals_still_load(value, datatype, tmp_path, capsys):
     path = tmp_path / "kb.tsv"
     path.write_text(f'e.a\tr\t"{value}"^^<http://www.w3.org/2001/XMLSchema#{datatype}>\n', encoding="utf-8")

@@ -13,8 +13,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_bench_prints_a_row_per_backend_and_caches_its_inputs(tmp_path):
-    command = [sys.executable, str(ROOT / "bench" / "kg_bench.py"), "--work", str(tmp_path), "--sizes", "10k",
-               "--calls", "30", "--warmup", "5", "--hubs", "3"]
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "kg_bench.py"),
+        "--work",
+        str(tmp_path),
+        "--sizes",
+        "10k",
+        "--calls",
+        "30",
+        "--warmup",
+        "5",
+        "--hubs",
+        "3",
+    ]
     first = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     rows = [line for line in first.stdout.splitlines() if line.startswith("| 1")]
@@ -24,7 +36,11 @@ def test_bench_prints_a_row_per_backend_and_caches_its_inputs(tmp_path):
         for workload in ("uniform", "top-3 hubs", "top-3 hubs, one relation, 64 edges")
     ]
     assert "# bulk-loaded" in first.stdout
-    for workload in ("uniform", "top-3 hubs", "top-3 hubs, one relation, 64 edges"):  # every backend returned the same edges
+    for workload in (
+        "uniform",
+        "top-3 hubs",
+        "top-3 hubs, one relation, 64 edges",
+    ):  # every backend returned the same edges
         assert len({row.rstrip(" |").rsplit(" | ", 1)[1] for row in rows if f"| {workload} |" in row}) == 1
     per_call = {row.split(" | ")[2]: float(row.rstrip(" |").rsplit(" | ", 1)[1]) for row in rows}
     assert per_call["top-3 hubs, one relation, 64 edges"] == 64 < per_call["top-3 hubs"]
@@ -36,7 +52,14 @@ def test_bench_prints_a_row_per_backend_and_caches_its_inputs(tmp_path):
 
 @pytest.mark.slow
 def test_memory_scale_reports_bytes_and_load_time_per_size_and_the_freebase_projection(tmp_path):
-    command = [sys.executable, str(ROOT / "bench" / "kg_bench.py"), "--work", str(tmp_path), "--memory-scale", "10k,20k"]
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "kg_bench.py"),
+        "--work",
+        str(tmp_path),
+        "--memory-scale",
+        "10k,20k",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith("| ") and line[2].isdigit()]

@@ -138,12 +138,15 @@ def test_negative_limit_is_refused_like_the_other_backends(kg):
         kg.neighbors("e.utah", limit=True)  # an int to Python, a slip to the caller
 
 
-@pytest.mark.parametrize("text, line, detail", [
-    ("a\tr\tb\tx\nc\tr\td\ty\n", 1, "got 4 field(s)"),  # pandas would take column 1 as an index
-    ("a\tr\tb\tx\nc\tr\td\n", 1, "got 4 field(s)"),
-    ("a\tr\tb\n\nc\tr\td\tx\n", 3, "got 4 field(s)"),
-    ("a\tr\tb\nc\t\td\n", 2, "got 3 field(s), some empty"),
-])
+@pytest.mark.parametrize(
+    "text, line, detail",
+    [
+        ("a\tr\tb\tx\nc\tr\td\ty\n", 1, "got 4 field(s)"),  # pandas would take column 1 as an index
+        ("a\tr\tb\tx\nc\tr\td\n", 1, "got 4 field(s)"),
+        ("a\tr\tb\n\nc\tr\td\tx\n", 3, "got 4 field(s)"),
+        ("a\tr\tb\nc\t\td\n", 2, "got 3 field(s), some empty"),
+    ],
+)
 def test_a_line_without_exactly_three_fields_is_named(tmp_path, text, line, detail):
     path = tmp_path / "kb.tsv"
     path.write_text(text, encoding="utf-8")
@@ -153,15 +156,18 @@ def test_a_line_without_exactly_three_fields_is_named(tmp_path, text, line, deta
     assert str(err.value) == message
 
 
-@pytest.mark.parametrize("text, line", [("Utah \tr\tb\n", 1), ("a\tr\tb\nc\tr\t Utah\n", 2), ("a\tr \tb\n", 1),
-                                        ("a\tr\tb\nc\tr\td  \r\n", 2)])
+@pytest.mark.parametrize(
+    "text, line",
+    [("Utah \tr\tb\n", 1), ("a\tr\tb\nc\tr\t Utah\n", 2), ("a\tr \tb\n", 1), ("a\tr\tb\nc\tr\td  \r\n", 2)],
+)
 def test_spaces_at_a_field_edge_are_refused(tmp_path, text, line):
     path = tmp_path / "kb.tsv"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ValueError) as err:
         MemoryKG.from_file(path)
-    assert str(err.value) == (f"{path}:{line}: a field starts or ends with a space, which would make it a different "
-                              "id; remove the space")
+    assert str(err.value) == (
+        f"{path}:{line}: a field starts or ends with a space, which would make it a different id; remove the space"
+    )
 
 
 def test_empty_kb_and_bytes_that_are_not_utf8_are_named(tmp_path):
@@ -183,8 +189,10 @@ def test_an_id_with_an_edge_space_in_names_tsv_is_refused(tmp_path):
     (tmp_path / "names.tsv").write_text("a\tA\nb \tB\n", encoding="utf-8")
     with pytest.raises(ValueError) as err:
         MemoryKG.from_file(tmp_path / "kb.tsv")
-    assert str(err.value) == (f"{tmp_path / 'names.tsv'}:2: the id starts or ends with a space, which would make it a "
-                              "different id; remove the space")
+    assert str(err.value) == (
+        f"{tmp_path / 'names.tsv'}:2: the id starts or ends with a space, which would make it a "
+        "different id; remove the space"
+    )
 
 
 def test_a_utf8_bom_is_not_part_of_the_first_id(tmp_path):
@@ -199,9 +207,13 @@ def test_malformed_literals_are_refused_as_kg_load_refuses_them(tmp_path):
     path = tmp_path / "kb.tsv"
     for literal in ['"unterminated', '"x"^^<not an iri>', '"x"@', '"a"b"']:
         path.write_text(f'a\tr\t"ok"\nb\tr\t{literal}\n', encoding="utf-8")
-        with pytest.raises(ValueError, match=rf"^{path}:2: {re.escape(repr(literal))} is not a valid N-Triples literal \("):
+        with pytest.raises(
+            ValueError, match=rf"^{path}:2: {re.escape(repr(literal))} is not a valid N-Triples literal \("
+        ):
             MemoryKG.from_file(path)
-        with pytest.raises(ValueError, match=rf"^{path}:2: {re.escape(repr(literal))} is not a valid N-Triples literal \("):
+        with pytest.raises(
+            ValueError, match=rf"^{path}:2: {re.escape(repr(literal))} is not a valid N-Triples literal \("
+        ):
             OxigraphKG.build(path, tmp_path / "store")
 
 
@@ -211,8 +223,11 @@ def test_a_repeated_line_is_one_triple_in_every_backend(tmp_path, capsys):
     kg = MemoryKG.from_file(path)
     assert kg.num_triples == 2 and [e.object for e in kg.neighbors("a")] == ["b", "c"] and kg.degree("b") == 1
     assert main(["kg", "load", str(path), "--store", str(tmp_path / "store")]) == 0
-    assert capsys.readouterr().out.splitlines()[1].startswith(
-        f"kg load: 2 triples (1 repeated lines counted once) into {tmp_path / 'store'} in ")
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[1]
+        .startswith(f"kg load: 2 triples (1 repeated lines counted once) into {tmp_path / 'store'} in ")
+    )
     store = OxigraphKG(tmp_path / "store")
     assert graph_stats(store)["triples"] == 2 == graph_stats(kg)["triples"] and len(store.neighbors("a")) == 2
     store.close()
@@ -224,7 +239,8 @@ def test_both_stores_read_an_ntriples_file_alike_and_take_names_given_beside_it(
     nt.write_text(f'{a} <{RELATION_NS}r.x> {b} .\n{a} <{RDFS_LABEL}> "Alpha" .\n', encoding="utf-8")
     for kg in (MemoryKG.from_file(nt), OxigraphKG.build(nt, tmp_path / "store")):
         assert [(e.subject, e.relation, e.object, e.subject_label) for e in kg.neighbors("m.a")] == [
-            ("m.a", "r.x", "m.b", "Alpha")]
+            ("m.a", "r.x", "m.b", "Alpha")
+        ]
     given = {"m.a": "Aleph", "m.b": "Beth"}
     for kg in (MemoryKG.from_file(nt, names=given), OxigraphKG.build(nt, tmp_path / "store2", names=given)):
         assert (kg.label("m.a"), kg.label("m.b")) == ("Aleph", "Beth")

@@ -29,10 +29,16 @@ def walk(triples, names, entity, direction, relations=None, limit=None) -> list[
     label = lambda x: names.get(x, x.strip('"'))
     lit = lambda x: x.startswith('"')
     unnamed = lambda x: not lit(x) and x not in names
-    out = [Edge(s, r, o, label(s), label(o), "out", lit(o), unnamed(s), unnamed(o))
-           for s, r, o in distinct if s == entity and (relations is None or r in relations)]
-    inc = [Edge(s, r, o, label(s), label(o), "in", lit(o), unnamed(s), unnamed(o))
-           for s, r, o in distinct if o == entity and (relations is None or r in relations)]
+    out = [
+        Edge(s, r, o, label(s), label(o), "out", lit(o), unnamed(s), unnamed(o))
+        for s, r, o in distinct
+        if s == entity and (relations is None or r in relations)
+    ]
+    inc = [
+        Edge(s, r, o, label(s), label(o), "in", lit(o), unnamed(s), unnamed(o))
+        for s, r, o in distinct
+        if o == entity and (relations is None or r in relations)
+    ]
     edges = {"out": out, "in": inc, "both": out + inc}[direction]
     return edges if limit is None else edges[:limit]
 
@@ -47,17 +53,31 @@ def test_every_fetch_equals_the_walk_edge_for_edge_in_order(seed):
         for direction in ("out", "in", "both"):
             for relations in filters:
                 for limit in (None, 0, 1, 37, 10_000):
-                    assert kg.neighbors(entity, direction, relations, limit) == \
-                        walk(triples, names, entity, direction, relations, limit), (entity, direction, relations, limit)
+                    assert kg.neighbors(entity, direction, relations, limit) == walk(
+                        triples, names, entity, direction, relations, limit
+                    ), (entity, direction, relations, limit)
                     checked += 1
     assert checked == 6 * 3 * 6 * 5
     assert min(kg.degree("hub"), kg.degree("hub2")) > 100  # the hubs are big enough to have several edges per relation
 
 
 def test_relation_counts_come_in_first_edge_order_and_sum_to_the_degree():
-    triples = [("a", "r2", "x"), ("a", "r1", "y"), ("a", "r2", "z"), ("b", "r1", "a"), ("a", "r3", "a"), ("a", "r2", "x")]
+    triples = [
+        ("a", "r2", "x"),
+        ("a", "r1", "y"),
+        ("a", "r2", "z"),
+        ("b", "r1", "a"),
+        ("a", "r3", "a"),
+        ("a", "r2", "x"),
+    ]
     kg = MemoryKG.from_triples(triples)
-    assert kg.relation_counts("a") == [("r2", "out", 2), ("r1", "out", 1), ("r3", "out", 1), ("r1", "in", 1), ("r3", "in", 1)]
+    assert kg.relation_counts("a") == [
+        ("r2", "out", 2),
+        ("r1", "out", 1),
+        ("r3", "out", 1),
+        ("r1", "in", 1),
+        ("r3", "in", 1),
+    ]
     assert kg.relation_counts("a", "in") == [("r1", "in", 1), ("r3", "in", 1)]
     assert kg.relation_counts("nobody") == [] and kg.relation_counts("x", "out") == []
     # the generic count over every edge (what the other backends do) agrees

@@ -38,7 +38,9 @@ def test_sparql_spec_against_live_server(oxigraph_server, small_kb):
 
 
 def test_bad_specs():
-    with pytest.raises(ValueError, match=r"unknown KG spec scheme 'neo4j' in 'neo4j:bolt://x'; use one of memory, oxigraph"):
+    with pytest.raises(
+        ValueError, match=r"unknown KG spec scheme 'neo4j' in 'neo4j:bolt://x'; use one of memory, oxigraph"
+    ):
         open_kg("neo4j:bolt://x")
     with pytest.raises(ValueError, match=r"write sparql:http://localhost:8890/sparql"):
         open_kg("http://localhost:8890/sparql")

@@ -78,7 +78,9 @@ def test_bad_input_errors_name_the_source(tmp_path):
     with pytest.raises(FileNotFoundError, match="no oxigraph store at"):
         OxigraphKG(tmp_path / "missing")
     (tmp_path / "kb.tsv").write_text('a\tr\t"unterminated\n', encoding="utf-8")
-    with pytest.raises(ValueError, match=rf"^{tmp_path / 'kb.tsv'}:1: '\"unterminated' is not a valid N-Triples literal"):
+    with pytest.raises(
+        ValueError, match=rf"^{tmp_path / 'kb.tsv'}:1: '\"unterminated' is not a valid N-Triples literal"
+    ):
         OxigraphKG.build(tmp_path / "kb.tsv", tmp_path / "s")
     assert not (tmp_path / "s").exists()  # refused before any store was made
     (tmp_path / "empty").mkdir()

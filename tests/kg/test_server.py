@@ -50,7 +50,9 @@ def test_the_probe_asks_until_the_server_answers_2xx(alive_process):
 
 def test_a_server_that_never_answers_is_named_after_the_timeout(alive_process):
     url = f"http://127.0.0.1:{free_port()}/query"  # nothing listens there
-    with pytest.raises(KGError, match=rf"^oxigraph server at {url} did not answer within 1 s: \(output went to the terminal\)$"):
+    with pytest.raises(
+        KGError, match=rf"^oxigraph server at {url} did not answer within 1 s: \(output went to the terminal\)$"
+    ):
         _wait_until_ready(OxigraphServer(url, alive_process), timeout=1.0)
 
 
@@ -63,5 +65,8 @@ def test_a_server_that_exits_is_named_with_its_output(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        with pytest.raises(KGError, match=rf"^oxigraph server for http://127.0.0.1:{port}/query exited with code \d+: .*Address already in use"):
+        with pytest.raises(
+            KGError,
+            match=rf"^oxigraph server for http://127.0.0.1:{port}/query exited with code \d+: .*Address already in use",
+        ):
             start_oxigraph_server(store, port=port)

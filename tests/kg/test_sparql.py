@@ -9,16 +9,15 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
-
 import pyoxigraph as ox
 import pytest
 
 from kgreasoner.data.schema import TopicEntity
+from kgreasoner.kg import sparql as sparql_module
 from kgreasoner.kg.base import KGError, KGQueryRejected
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS, to_iri
 from kgreasoner.kg.server import free_port
-from kgreasoner.kg import sparql as sparql_module
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
 from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
 
@@ -293,14 +292,38 @@ def test_lone_surrogates_match_nothing_and_name_the_field(url, dialect):
     with pytest.raises(ValueError, match=r"^entity: '\\ud800x' is not valid Unicode \(it holds a lone surrogate\)$"):
         kg.neighbors("\ud800x", "both")
     with pytest.raises(ValueError, match=r"^relation: 'r\\udc00' is not valid Unicode"):
-        kg.neighbors({"generic": "e.utah", "freebase": "m.0utah", "wikidata": "Q829"}[dialect], "out",
-                     relations=["r\udc00"])
+        kg.neighbors(
+            {"generic": "e.utah", "freebase": "m.0utah", "wikidata": "Q829"}[dialect], "out", relations=["r\udc00"]
+        )
 
 
-HOSTILE_FRAGMENTS = ['"', "'", "\\", "\n", "\r\n", ">", "<", "\ud800", "\udfff", "\x00", "x" * 10_000, " ", "{}", "#",
-                     '"x"^^<bad iri>', '"unterminated', "http://a b", "_:b0", '"x"@', "%00", "é" * 1000]
-HOSTILE_IDS = sorted({p + f for f in HOSTILE_FRAGMENTS for p in ("", "e.utah", "m.0utah", "Q829", '"lit')}
-                     | {f + p for f in HOSTILE_FRAGMENTS for p in ("", "e.utah", "m.0utah", "Q829", '"lit')})
+HOSTILE_FRAGMENTS = [
+    '"',
+    "'",
+    "\\",
+    "\n",
+    "\r\n",
+    ">",
+    "<",
+    "\ud800",
+    "\udfff",
+    "\x00",
+    "x" * 10_000,
+    " ",
+    "{}",
+    "#",
+    '"x"^^<bad iri>',
+    '"unterminated',
+    "http://a b",
+    "_:b0",
+    '"x"@',
+    "%00",
+    "é" * 1000,
+]
+HOSTILE_IDS = sorted(
+    {p + f for f in HOSTILE_FRAGMENTS for p in ("", "e.utah", "m.0utah", "Q829", '"lit')}
+    | {f + p for f in HOSTILE_FRAGMENTS for p in ("", "e.utah", "m.0utah", "Q829", '"lit')}
+)
 
 
 @pytest.mark.parametrize("dialect", ["generic", "freebase"])
@@ -327,8 +350,14 @@ class _Flaky(BaseHTTPRequestHandler):
         if self.server.seen <= self.server.failures:
             status, headers, content = self.server.status, {"Content-Type": "text/plain"}, b"try later"
         else:
-            reply = httpx.get(self.server.upstream + self.path[len("/query"):], headers={"Accept": self.headers["Accept"]})
-            status, headers, content = reply.status_code, {"Content-Type": reply.headers["content-type"]}, reply.content
+            reply = httpx.get(
+                self.server.upstream + self.path[len("/query") :], headers={"Accept": self.headers["Accept"]}
+            )
+            status, headers, content = (
+                reply.status_code,
+                {"Content-Type": reply.headers["content-type"]},
+                reply.content,
+            )
         self.send_response(status)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -374,7 +403,9 @@ def test_a_lasting_5xx_or_429_is_an_outage_naming_the_endpoint_after_the_configu
     with pytest.raises(KGError) as caught:
         kg.resolve("Utah")
     assert not isinstance(caught.value, KGQueryRejected)
-    assert str(caught.value).startswith(f"SPARQL endpoint {server.endpoint} failed after 4 attempts: <HTTPError {status}")
+    assert str(caught.value).startswith(
+        f"SPARQL endpoint {server.endpoint} failed after 4 attempts: <HTTPError {status}"
+    )
     assert server.seen == kg.queries_sent == 4
 
 
@@ -409,13 +440,16 @@ def test_the_context_edges_of_many_entities_come_in_one_request_as_neighbors_giv
 def test_context_edges_where_a_neighbour_has_two_labels_match_neighbors(oxigraph_server):
     """A node with two labels gives two rows for one edge: `neighbors` fills the incoming side's
     room with rows, not edges, and so must the batch."""
+
     def iri(node: str) -> str:
         return f"<{to_iri(node, ENTITY_NS)}>"
 
     labels = {"e.d": ["Dee", "D"], "e.e": ["Ee", "E"], "e.c": ["Cee"]}
     text = "".join(f'{iri(node)} <{RDFS_LABEL}> "{label}" .\n' for node, names in labels.items() for label in names)
-    text += "".join(f"{iri(s)} <{to_iri(r, RELATION_NS)}> {iri(o)} .\n"
-                    for s, r, o in [("e.a", "knows", "e.c"), ("e.d", "knows", "e.a"), ("e.e", "knows", "e.a")])
+    text += "".join(
+        f"{iri(s)} <{to_iri(r, RELATION_NS)}> {iri(o)} .\n"
+        for s, r, o in [("e.a", "knows", "e.c"), ("e.d", "knows", "e.a"), ("e.e", "knows", "e.a")]
+    )
     kg = SparqlKG(oxigraph_server(raw_ntriples=text))
     entities = ["e.a", "e.c", "e.d", "e.e"]
     for limit in (1, 2, 3, 4):
@@ -440,19 +474,26 @@ class _Capped(BaseHTTPRequestHandler):
     answers at most `server.cap` rows, naming the cap in X-SPARQL-MaxRows when a result reaches it."""
 
     def do_GET(self):  # noqa: N802 (http.server's name)
-        self._answer(httpx.get(self.server.upstream + self.path[len("/query"):], headers={"Accept": self.headers["Accept"]}))
+        self._answer(
+            httpx.get(self.server.upstream + self.path[len("/query") :], headers={"Accept": self.headers["Accept"]})
+        )
 
     def do_POST(self):  # noqa: N802
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self._answer(httpx.post(self.server.upstream, content=body, headers={
-            "Accept": self.headers["Accept"], "Content-Type": self.headers["Content-Type"]}))
+        self._answer(
+            httpx.post(
+                self.server.upstream,
+                content=body,
+                headers={"Accept": self.headers["Accept"], "Content-Type": self.headers["Content-Type"]},
+            )
+        )
 
     def _answer(self, reply: httpx.Response) -> None:
         self.server.seen += 1
         result = reply.json()
         rows = result["results"]["bindings"]
         reached = len(rows) >= self.server.cap
-        result["results"]["bindings"] = rows[:self.server.cap]
+        result["results"]["bindings"] = rows[: self.server.cap]
         content = json.dumps(result).encode()
         self.send_response(reply.status_code)
         self.send_header("Content-Type", "application/sparql-results+json")
@@ -483,8 +524,9 @@ def test_a_context_batch_cut_at_the_row_cap_is_asked_again_in_batches_under_it(u
         per_batch = (cap - 1) // (2 * limit)
         # the cap is remembered: later batches fit under it; at cap 5 not one entity's rows do, and
         # each entity is asked as `neighbors` asks it, a side at a time (only "in" for a literal)
-        asked_each = sum(1 if e.startswith('"') or len(direct.neighbors(e, "out", limit=limit)) == limit else 2
-                         for e in entities)
+        asked_each = sum(
+            1 if e.startswith('"') or len(direct.neighbors(e, "out", limit=limit)) == limit else 2 for e in entities
+        )
         assert server.seen - first == (-(-len(entities) // per_batch) if per_batch else asked_each)
     finally:
         server.shutdown()
@@ -515,8 +557,12 @@ def test_an_empty_or_invalid_topic_id_is_answered_as_the_memory_store_answers_it
             answers = []
             for tool in (memory, sparql):
                 session = tool.session("q?", [TopicEntity(entity, name)])
-                answers.append([(r.error, r.text) for r in map(session.call, ("E1", "E1 | backtrack", "E1 | r",
-                                                                                "E1 | relations", entity))])
+                answers.append(
+                    [
+                        (r.error, r.text)
+                        for r in map(session.call, ("E1", "E1 | backtrack", "E1 | r", "E1 | relations", entity))
+                    ]
+                )
             assert answers[0] == answers[1], (entity, name)
             assert all(error != "kg_error" for error, _ in answers[1])
     empty = sparql.session("q?", [TopicEntity("", "")])

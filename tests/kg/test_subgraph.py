@@ -63,11 +63,19 @@ def test_one_question_cannot_see_another_questions_triples(kg):
 def test_the_whole_store_gives_names_but_no_triples(kg):
     assert kg.label("Utah") == "Utah" and kg.is_unnamed("m.0k5s9k") and not kg.is_unnamed("Utah")
     for call in (lambda: kg.neighbors("Canada"), lambda: kg.degree("Canada"), lambda: kg.resolve("Canada")):
-        with pytest.raises(KGError, match=r"every question has its own subgraph; call it on for_example\(example_id\)"):
+        with pytest.raises(
+            KGError, match=r"every question has its own subgraph; call it on for_example\(example_id\)"
+        ):
             call()
-    with pytest.raises(ValueError, match=r"^a subgraph KG answers one question at a time: open the search session with the example's id"):
+    with pytest.raises(
+        ValueError,
+        match=r"^a subgraph KG answers one question at a time: open the search session with the example's id",
+    ):
         kg.for_example(None)
-    with pytest.raises(KeyError, match=f"question 'WebQTrn-9' has no subgraph in {ROG_WEBQSP / 'test.jsonl'}, {ROG_WEBQSP / 'train.jsonl'}"):
+    with pytest.raises(
+        KeyError,
+        match=f"question 'WebQTrn-9' has no subgraph in {ROG_WEBQSP / 'test.jsonl'}, {ROG_WEBQSP / 'train.jsonl'}",
+    ):
         kg.for_example("WebQTrn-9")
 
 
@@ -89,7 +97,9 @@ def test_an_id_in_two_files_is_refused(tmp_path):
         (tmp_path / name).write_text((ROG_WEBQSP / "test.jsonl").read_text(), encoding="utf-8")
     with pytest.raises(ValueError) as err:
         SubgraphKG.from_path(tmp_path)
-    assert str(err.value) == f"{tmp_path / 'train.jsonl'}:1: question id 'WebQTest-0' also at {tmp_path / 'test.jsonl'}:1"
+    assert (
+        str(err.value) == f"{tmp_path / 'train.jsonl'}:1: question id 'WebQTest-0' also at {tmp_path / 'test.jsonl'}:1"
+    )
 
 
 def test_open_kg_spec_and_dataset_kg(kg):
@@ -112,8 +122,11 @@ def test_tool_session_searches_the_questions_own_graph(kg):
     )
     assert session.call("Canada").text == "(Canada, location.country.official_language, English Language)"
     assert session.resolve_answer("jaxon bieber") == ["Jaxon Bieber"]
-    other = tool.session("what character did natalie portman play in star wars",
-                         [TopicEntity("Natalie Portman", "Natalie Portman")], example_id="WebQTrn-1")
+    other = tool.session(
+        "what character did natalie portman play in star wars",
+        [TopicEntity("Natalie Portman", "Natalie Portman")],
+        example_id="WebQTrn-1",
+    )
     assert other.call("Justin Bieber").error == "unknown_entity"
     assert other.call("Natalie Portman").text.startswith("(Natalie Portman, film.actor.film, m.0k5s9k)\n")
     with pytest.raises(ValueError, match="open the search session with the example's id"):
@@ -123,9 +136,12 @@ def test_tool_session_searches_the_questions_own_graph(kg):
 def test_evaluation_and_oracle_open_the_questions_graph(kg):
     tool = KGSearchTool(kg, ToolConfig())
     example = QAExample(
-        id="WebQTrn-0", question="what is the name of justin bieber brother", topic_entities=tuple(BIEBER),
+        id="WebQTrn-0",
+        question="what is the name of justin bieber brother",
+        topic_entities=tuple(BIEBER),
         answers=(Answer("Jaxon Bieber", "Jaxon Bieber"),),
-        gold_paths=(("people.person.sibling_s", "people.sibling_relationship.sibling"),), split="train",
+        gold_paths=(("people.person.sibling_s", "people.sibling_relationship.sibling"),),
+        split="train",
     )
     recording = RecordingSession(tool, example.question, example.topic_entities, example.id)
     assert [e.neighbor for e in recording.call("Justin Bieber").edges] == ["m.0gxnnwc", "Jaxon Bieber", "Canada"]
@@ -133,17 +149,40 @@ def test_evaluation_and_oracle_open_the_questions_graph(kg):
     assert (result.answers, result.trace["recall"], result.trace["answers_total"]) == (["Jaxon Bieber"], 1.0, 1)
     # A wrong answer that the gold path reaches in this question's graph (the failure categories
     # run the gold path on the same graph the model searched).
-    trace = {"text": "<think> <search>Justin Bieber</search> </think><answer>Jaxon Bieber</answer>",
-             "finish_reason": "answer", "answers": ["Jaxon Bieber"],
-             "tool_calls": [{"query": "Justin Bieber", "error": None, "entity": "Justin Bieber", "backtracked": False,
-                             "shown": [["Justin Bieber", "people.person.sibling_s", "m.0gxnnwc"],
-                                       ["m.0gxnnwc", "people.sibling_relationship.sibling", "Jaxon Bieber"]]}],
-             "entities": [["Justin Bieber", "", "Justin Bieber"], ["m.0gxnnwc", "", "m.0gxnnwc"],
-                          ["Jaxon Bieber", "", "Jaxon Bieber"]]}
+    trace = {
+        "text": "<think> <search>Justin Bieber</search> </think><answer>Jaxon Bieber</answer>",
+        "finish_reason": "answer",
+        "answers": ["Jaxon Bieber"],
+        "tool_calls": [
+            {
+                "query": "Justin Bieber",
+                "error": None,
+                "entity": "Justin Bieber",
+                "backtracked": False,
+                "shown": [
+                    ["Justin Bieber", "people.person.sibling_s", "m.0gxnnwc"],
+                    ["m.0gxnnwc", "people.sibling_relationship.sibling", "Jaxon Bieber"],
+                ],
+            }
+        ],
+        "entities": [
+            ["Justin Bieber", "", "Justin Bieber"],
+            ["m.0gxnnwc", "", "m.0gxnnwc"],
+            ["Jaxon Bieber", "", "Jaxon Bieber"],
+        ],
+    }
     wrong = QAExample(**{**example.__dict__, "answers": (Answer("Jazmyn Bieber", "Jazmyn Bieber"),)})
-    assert classify_failure(wrong, trace, False, kg) == {"category": "data_ambiguity", "detail": {
-        "kind": "other_object", "path": list(example.gold_paths[0]), "answer": "Jaxon Bieber", "answer_id": "Jaxon Bieber",
-        "gold_path_reaches": 1, "reached_by_gold_path": True}}
+    assert classify_failure(wrong, trace, False, kg) == {
+        "category": "data_ambiguity",
+        "detail": {
+            "kind": "other_object",
+            "path": list(example.gold_paths[0]),
+            "answer": "Jaxon Bieber",
+            "answer_id": "Jaxon Bieber",
+            "gold_path_reaches": 1,
+            "reached_by_gold_path": True,
+        },
+    }
 
 
 def test_gat_ranking_reads_context_from_the_questions_graph(kg):
@@ -156,7 +195,9 @@ def test_gat_ranking_reads_context_from_the_questions_graph(kg):
     encoder = build_encoder(EncoderConfig(kind="hashing", hashing_dim=32))
     ranker = GATRanker(RankerModelConfig(dim=32, hidden=8, head_hidden=8, dropout=0.0)).eval()
     tool = KGSearchTool(kg, ToolConfig(ranking="gat"), ranker=ranker, encoder=encoder)
-    result = tool.session("what is the name of justin bieber brother", BIEBER, example_id="WebQTrn-0").call("Justin Bieber")
+    result = tool.session("what is the name of justin bieber brother", BIEBER, example_id="WebQTrn-0").call(
+        "Justin Bieber"
+    )
     assert result.error is None
     assert sorted(e.key() for e in result.edges) == [
         ("Justin Bieber", "people.person.nationality", "Canada"),
@@ -170,8 +211,23 @@ def test_eval_command_runs_on_a_rog_folder(tmp_path):
 
     from kgreasoner.cli import main
 
-    assert main(["eval", "--methods", "oracle", "--dataset", str(ROG_WEBQSP), "--split", "train",
-                 "--out", str(tmp_path), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--methods",
+                "oracle",
+                "--dataset",
+                str(ROG_WEBQSP),
+                "--split",
+                "train",
+                "--out",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["kg"] == f"subgraph:{ROG_WEBQSP.resolve()}"
     rows = [json.loads(line) for line in (tmp_path / "oracle.jsonl").read_text().splitlines()]
@@ -179,4 +235,5 @@ def test_eval_command_runs_on_a_rog_folder(tmp_path):
     # one search of the topic shows the mediator's edge too.
     assert [(r["id"], r["hops"], r["answers"], r["trace"]["path"], r["kg_queries"]) for r in rows] == [
         ("WebQTrn-0", 2, ["Jaxon Bieber"], ["people.person.sibling_s", "people.sibling_relationship.sibling"], 1),
-        ("WebQTrn-1", 2, ["Padmé Amidala"], ["film.actor.film", "film.performance.character"], 1)]
+        ("WebQTrn-1", 2, ["Padmé Amidala"], ["film.actor.film", "film.performance.character"], 1),
+    ]

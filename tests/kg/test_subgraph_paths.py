@@ -6,28 +6,58 @@ import json
 
 import pytest
 
-from kgreasoner.retrieval.labels import label_groups
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.labels import label_groups
 
 # The same two people in every record. q-cvt's graph has the marriage through a mediator (a mid,
 # so an unnamed node); q-direct's has a direct edge as well, which q-cvt must not see; q-lost's
 # graph does not hold the answer; q-two asks for one of Ada's two children, whom one backward
 # edge names alone.
 RECORDS = [
-    {"id": "q-cvt", "question": "who is ada's husband", "answer": ["Bob"], "q_entity": ["Ada"],
-     "graph": [["Ada", "people.person.spouse_s", "m.01"], ["m.01", "people.marriage.spouse", "Bob"],
-               ["Ada", "people.person.place_of_birth", "Lyon"]]},
-    {"id": "q-direct", "question": "who did ada marry", "answer": ["Bob"], "q_entity": ["Ada"],
-     "graph": [["Ada", "people.person.married_to", "Bob"], ["Ada", "people.person.spouse_s", "m.01"],
-               ["m.01", "people.marriage.spouse", "Bob"]]},
-    {"id": "q-lost", "question": "where was bob born", "answer": ["Paris"], "q_entity": ["Bob"],
-     "graph": [["Bob", "people.person.nationality", "France"], ["France", "location.country.capital", "Lyon"]]},
-    {"id": "q-two", "question": "who is a child of ada", "answer": ["Cy"], "q_entity": ["Ada"],
-     "graph": [["Ada", "people.person.children", "Cy"], ["Ada", "people.person.children", "Dee"],
-               ["Cy", "people.person.parents", "Ada"], ["Ada", "people.person.place_of_birth", "Lyon"]]},
+    {
+        "id": "q-cvt",
+        "question": "who is ada's husband",
+        "answer": ["Bob"],
+        "q_entity": ["Ada"],
+        "graph": [
+            ["Ada", "people.person.spouse_s", "m.01"],
+            ["m.01", "people.marriage.spouse", "Bob"],
+            ["Ada", "people.person.place_of_birth", "Lyon"],
+        ],
+    },
+    {
+        "id": "q-direct",
+        "question": "who did ada marry",
+        "answer": ["Bob"],
+        "q_entity": ["Ada"],
+        "graph": [
+            ["Ada", "people.person.married_to", "Bob"],
+            ["Ada", "people.person.spouse_s", "m.01"],
+            ["m.01", "people.marriage.spouse", "Bob"],
+        ],
+    },
+    {
+        "id": "q-lost",
+        "question": "where was bob born",
+        "answer": ["Paris"],
+        "q_entity": ["Bob"],
+        "graph": [["Bob", "people.person.nationality", "France"], ["France", "location.country.capital", "Lyon"]],
+    },
+    {
+        "id": "q-two",
+        "question": "who is a child of ada",
+        "answer": ["Cy"],
+        "q_entity": ["Ada"],
+        "graph": [
+            ["Ada", "people.person.children", "Cy"],
+            ["Ada", "people.person.children", "Dee"],
+            ["Cy", "people.person.parents", "Ada"],
+            ["Ada", "people.person.place_of_birth", "Lyon"],
+        ],
+    },
 ]
 
 
@@ -60,23 +90,51 @@ def test_given_paths_and_shared_kgs_are_left_alone(dataset):
     assert with_derived_paths(given, kg) is given
     # One KG for every question (a KB file, Freebase): paths come from `kgreasoner prepare-data`, not here.
     shared = MemoryKG.from_triples([("Ada", "people.person.married_to", "Bob")])
-    example = QAExample(id="q", question="who did ada marry", topic_entities=(TopicEntity("Ada", "Ada"),),
-                        answers=(Answer("Bob", "Bob"),))
+    example = QAExample(
+        id="q",
+        question="who did ada marry",
+        topic_entities=(TopicEntity("Ada", "Ada"),),
+        answers=(Answer("Bob", "Bob"),),
+    )
     assert with_derived_paths(example, shared) is example
 
 
 def test_ranker_labels_derive_paths_and_read_each_questions_own_subgraph(dataset):
     groups = label_groups(open_dataset_kg(dataset), dataset.examples, negative_ratio=None)
-    assert [(g.question_id, g.entity, g.hop, [(c.path_relations, c.target) for c in g.candidates], g.labels)
-            for g in groups] == [
+    assert [
+        (g.question_id, g.entity, g.hop, [(c.path_relations, c.target) for c in g.candidates], g.labels)
+        for g in groups
+    ] == [
         # Ada's candidates in q-cvt's graph: the marriage through the mediator, and her birthplace.
-        ("q-cvt", "Ada", 0, [(("people.person.spouse_s", "people.marriage.spouse"), "Bob"),
-                             (("people.person.place_of_birth",), "Lyon")], [1, 0]),
+        (
+            "q-cvt",
+            "Ada",
+            0,
+            [
+                (("people.person.spouse_s", "people.marriage.spouse"), "Bob"),
+                (("people.person.place_of_birth",), "Lyon"),
+            ],
+            [1, 0],
+        ),
         # In q-direct's graph the direct edge, which q-cvt's candidates above do not have.
-        ("q-direct", "Ada", 0, [(("people.person.married_to",), "Bob"),
-                                (("people.person.spouse_s", "people.marriage.spouse"), "Bob")], [1, 0]),
+        (
+            "q-direct",
+            "Ada",
+            0,
+            [(("people.person.married_to",), "Bob"), (("people.person.spouse_s", "people.marriage.spouse"), "Bob")],
+            [1, 0],
+        ),
         # q-lost has no path, so no group; q-two's Ada is labelled once, along its first path.
-        ("q-two", "Ada", 0, [(("people.person.children",), "Cy"), (("people.person.children",), "Dee"),
-                             (("people.person.place_of_birth",), "Lyon"), (("^people.person.parents",), "Cy")],
-         [0, 0, 0, 1]),
+        (
+            "q-two",
+            "Ada",
+            0,
+            [
+                (("people.person.children",), "Cy"),
+                (("people.person.children",), "Dee"),
+                (("people.person.place_of_birth",), "Lyon"),
+                (("^people.person.parents",), "Cy"),
+            ],
+            [0, 0, 0, 1],
+        ),
     ]

@@ -19,11 +19,11 @@ import pytest
 from kgreasoner.baselines.sog import SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.data.schema import QAExample, TopicEntity
-from kgreasoner.llm import ScriptedLLM
 from kgreasoner.kg.base import KGQueryRejected
 from kgreasoner.kg.open import open_kg
 from kgreasoner.kg.server import LOOPBACK, free_port
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
+from kgreasoner.llm import ScriptedLLM
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.serving.validation import kg_failure
 
@@ -33,29 +33,37 @@ RESULT_SET_MAX_ROWS = 100
 HUB_SIZE = 250
 LONG_NAME = "Ünïcödé " * 500  # 15 KB percent-encoded: Virtuoso cuts a GET URL near 8 KB (then: a 400)
 
-KB = "\n".join([
-    f'<{NS}m.0utah> <{NS}type.object.name> "Utah"@en .',
-    f'<{NS}m.0utah> <{NS}type.object.name> "Utah (État)"@fr .',
-    f'<{NS}m.0utah> <{NS}type.object.type> <{NS}location.us_state> .',
-    f'<{NS}m.0utah> <{NS}common.topic.notable_for> <{NS}g.1abc> .',
-    f'<{NS}m.0utah> <http://www.w3.org/2002/07/owl#sameAs> <http://dbpedia.org/resource/Utah> .',
-    f'<{NS}m.0utah> <{NS}location.location.time_zones> <{NS}m.0mtz> .',
-    f'<{NS}m.0utah> <{NS}government.governmental_jurisdiction.governing_officials> <{NS}m.0cvt> .',
-    f'<{NS}m.0utah> <{NS}location.statistical_region.population> "3271616"^^<{XSD}integer> .',
-    # a CVT: no name of its own, a person and a date beyond it
-    f'<{NS}m.0cvt> <{NS}government.government_position_held.office_holder> <{NS}m.0cox> .',
-    f'<{NS}m.0cvt> <{NS}government.government_position_held.from> "2021-01-20"^^<{XSD}date> .',
-    f'<{NS}m.0mtz> <{NS}type.object.name> "Mountain Time Zone"@en .',
-    f'<{NS}m.0cox> <{NS}type.object.name> "Spencer Cox"@en .',
-    f'<{NS}m.0idaho> <{NS}type.object.name> "Idaho"@en .',
-    f'<{NS}m.0idaho> <{NS}location.location.time_zones> <{NS}m.0mtz> .',
-    f'<{NS}m.0long> <{NS}type.object.name> "{LONG_NAME}"@en .',
-    f'<{NS}m.0long> <{NS}location.location.time_zones> <{NS}m.0utc> .',
-    f'<{NS}m.0hub> <{NS}type.object.name> "Hub County"@en .',
-    f'<{NS}m.0utah> <{NS}location.location.contains> <{NS}m.0hub> .',
-    *(f'<{NS}m.0hub> <{NS}location.location.contains> <{NS}m.0t{i:03d}> .\n'
-      f'<{NS}m.0t{i:03d}> <{NS}type.object.name> "Town {i:03d}"@en .' for i in range(HUB_SIZE)),
-]) + "\n"
+KB = (
+    "\n".join(
+        [
+            f'<{NS}m.0utah> <{NS}type.object.name> "Utah"@en .',
+            f'<{NS}m.0utah> <{NS}type.object.name> "Utah (État)"@fr .',
+            f"<{NS}m.0utah> <{NS}type.object.type> <{NS}location.us_state> .",
+            f"<{NS}m.0utah> <{NS}common.topic.notable_for> <{NS}g.1abc> .",
+            f"<{NS}m.0utah> <http://www.w3.org/2002/07/owl#sameAs> <http://dbpedia.org/resource/Utah> .",
+            f"<{NS}m.0utah> <{NS}location.location.time_zones> <{NS}m.0mtz> .",
+            f"<{NS}m.0utah> <{NS}government.governmental_jurisdiction.governing_officials> <{NS}m.0cvt> .",
+            f'<{NS}m.0utah> <{NS}location.statistical_region.population> "3271616"^^<{XSD}integer> .',
+            # a CVT: no name of its own, a person and a date beyond it
+            f"<{NS}m.0cvt> <{NS}government.government_position_held.office_holder> <{NS}m.0cox> .",
+            f'<{NS}m.0cvt> <{NS}government.government_position_held.from> "2021-01-20"^^<{XSD}date> .',
+            f'<{NS}m.0mtz> <{NS}type.object.name> "Mountain Time Zone"@en .',
+            f'<{NS}m.0cox> <{NS}type.object.name> "Spencer Cox"@en .',
+            f'<{NS}m.0idaho> <{NS}type.object.name> "Idaho"@en .',
+            f"<{NS}m.0idaho> <{NS}location.location.time_zones> <{NS}m.0mtz> .",
+            f'<{NS}m.0long> <{NS}type.object.name> "{LONG_NAME}"@en .',
+            f"<{NS}m.0long> <{NS}location.location.time_zones> <{NS}m.0utc> .",
+            f'<{NS}m.0hub> <{NS}type.object.name> "Hub County"@en .',
+            f"<{NS}m.0utah> <{NS}location.location.contains> <{NS}m.0hub> .",
+            *(
+                f"<{NS}m.0hub> <{NS}location.location.contains> <{NS}m.0t{i:03d}> .\n"
+                f'<{NS}m.0t{i:03d}> <{NS}type.object.name> "Town {i:03d}"@en .'
+                for i in range(HUB_SIZE)
+            ),
+        ]
+    )
+    + "\n"
+)
 
 INI = """\
 [Database]
@@ -88,8 +96,12 @@ MaxQueryExecutionTime = 30
 
 
 def _isql(port: int, statement: str) -> str:
-    done = subprocess.run(["isql-vt", f"{LOOPBACK}:{port}", "dba", "dba", f"exec={statement}"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["isql-vt", f"{LOOPBACK}:{port}", "dba", "dba", f"exec={statement}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if done.returncode != 0 or "*** Error" in done.stdout + done.stderr:
         raise RuntimeError(f"isql-vt failed on {statement!r}: {done.stdout}{done.stderr}")
     return done.stdout
@@ -103,11 +115,13 @@ def endpoint(tmp_path_factory):
     folder: Path = tmp_path_factory.mktemp("virtuoso")
     sql_port, http_port = free_port(), free_port()
     (folder / "virtuoso.ini").write_text(
-        INI.format(host=LOOPBACK, sql_port=sql_port, http_port=http_port, max_rows=RESULT_SET_MAX_ROWS))
+        INI.format(host=LOOPBACK, sql_port=sql_port, http_port=http_port, max_rows=RESULT_SET_MAX_ROWS)
+    )
     (folder / "kb.nt").write_text(KB, encoding="utf-8")
     log = open(folder / "stdout.log", "wb")
-    process = subprocess.Popen(["virtuoso-t", "+foreground", "+configfile", "virtuoso.ini"], cwd=folder,
-                               stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        ["virtuoso-t", "+foreground", "+configfile", "virtuoso.ini"], cwd=folder, stdout=log, stderr=subprocess.STDOUT
+    )
     url = f"http://{LOOPBACK}:{http_port}/sparql"
     try:
         deadline = time.monotonic() + 60
@@ -184,29 +198,44 @@ def test_search_tool_session_over_virtuoso(kg):
     session = tool.session("who governs utah?", [TopicEntity("m.0utah", "")])  # the name comes from the KG
     first = session.call("Utah")
     # Virtuoso's own edge order (ranking "none"); the CVT is shown through to what lies beyond it
-    assert (first.error, first.text) == (None, "\n".join([
-        "(E1 Utah, location.location.contains, E2 Hub County)",
-        "(E1 Utah, location.location.time_zones, E3 Mountain Time Zone)",
-        "(E1 Utah, government.governmental_jurisdiction.governing_officials, E4 m.0cvt)",
-        "(E4 m.0cvt, government.government_position_held.office_holder, E5 Spencer Cox)",
-        "(E4 m.0cvt, government.government_position_held.from, E6 2021-01-20)",
-        "(E1 Utah, location.statistical_region.population, E7 3271616)",
-    ]))
+    assert (first.error, first.text) == (
+        None,
+        "\n".join(
+            [
+                "(E1 Utah, location.location.contains, E2 Hub County)",
+                "(E1 Utah, location.location.time_zones, E3 Mountain Time Zone)",
+                "(E1 Utah, government.governmental_jurisdiction.governing_officials, E4 m.0cvt)",
+                "(E4 m.0cvt, government.government_position_held.office_holder, E5 Spencer Cox)",
+                "(E4 m.0cvt, government.government_position_held.from, E6 2021-01-20)",
+                "(E1 Utah, location.statistical_region.population, E7 3271616)",
+            ]
+        ),
+    )
     second = session.call("E3")  # resolved by its handle; the edge back to Utah was shown already
     assert (second.error, second.text) == (None, "(E8 Idaho, location.location.time_zones, E3 Mountain Time Zone)")
     hub = session.call("hub county")  # resolved by its normalised name; a paged hub, so in ORDER BY order
-    assert (hub.error, hub.text.splitlines()) == (None, [
-        *(f"(E2 Hub County, location.location.contains, E{9 + i} Town {i:03d})" for i in range(20)),
-        "more: location.location.contains (230)"])  # counted on the server, past ResultSetMaxRows
+    assert (hub.error, hub.text.splitlines()) == (
+        None,
+        [
+            *(f"(E2 Hub County, location.location.contains, E{9 + i} Town {i:03d})" for i in range(20)),
+            "more: location.location.contains (230)",
+        ],
+    )  # counted on the server, past ResultSetMaxRows
     assert session.call("Town 001 | backtrack").text.splitlines()[0] == (
-        "(E2 Hub County, location.location.contains, E29 Town 020)")
+        "(E2 Hub County, location.location.contains, E29 Town 020)"
+    )
     assert session.call("Nowhere").error == "unknown_entity"
 
 
 def test_tog_and_sog_kg_calls_over_virtuoso(kg):
-    example = QAExample.from_dict({"id": "q1", "question": "What time zone is Utah in?",
-                                   "topic_entities": [{"id": "m.0utah", "name": "Utah"}],
-                                   "answers": [{"id": "m.0mtz", "name": "Mountain Time Zone"}]})
+    example = QAExample.from_dict(
+        {
+            "id": "q1",
+            "question": "What time zone is Utah in?",
+            "topic_entities": [{"id": "m.0utah", "name": "Utah"}],
+            "answers": [{"id": "m.0mtz", "name": "Mountain Time Zone"}],
+        }
+    )
 
     def tog_reply(prompt: str) -> str:
         end = prompt.rstrip().rsplit("\n", 1)[-1]
@@ -221,26 +250,41 @@ def test_tog_and_sog_kg_calls_over_virtuoso(kg):
     assert result.answers == ["Mountain Time Zone"]
     assert result.trace["triplets"] == [["Utah", "location.location.time_zones", "Mountain Time Zone"]]
     listed = llm.prompts[0].rsplit("Relations:\n", 1)[1].split("\nChoices:", 1)[0].splitlines()
-    assert sorted(listed) == ["government.governmental_jurisdiction.governing_officials", "location.location.contains",
-                              "location.location.time_zones", "location.statistical_region.population"]
+    assert sorted(listed) == [
+        "government.governmental_jurisdiction.governing_officials",
+        "location.location.contains",
+        "location.location.time_zones",
+        "location.statistical_region.population",
+    ]
     assert result.kg_queries == 3  # relations out, relations in, the tails of the chosen relation
 
-    replies = ['Action: search("Hub County", "outgoing", [])',
-               'Action: search("m.0hub", "outgoing", ["location.location.contains"])', "Final answer: {Town 007}"]
+    replies = [
+        'Action: search("Hub County", "outgoing", [])',
+        'Action: search("m.0hub", "outgoing", ["location.location.contains"])',
+        "Final answer: {Town 007}",
+    ]
     sog_llm = ScriptedLLM([lambda p: replies[min(p.count("\nObservation:\n"), 2)]])
-    hub = QAExample.from_dict({"id": "q2", "question": "Which towns are in Hub County?",
-                               "topic_entities": [{"id": "m.0hub", "name": "Hub County"}],
-                               "answers": [{"id": "m.0t007", "name": "Town 007"}]})
+    hub = QAExample.from_dict(
+        {
+            "id": "q2",
+            "question": "Which towns are in Hub County?",
+            "topic_entities": [{"id": "m.0hub", "name": "Hub County"}],
+            "answers": [{"id": "m.0t007", "name": "Town 007"}],
+        }
+    )
     sog = SoGMethod(kg).answer(hub, sog_llm)
     assert sog.answers == ["Town 007"] and sog.kg_queries == 2
     distinct = sog_llm.prompts[1].rsplit("Observation:\n", 1)[1].rstrip("\n")
-    assert distinct == (f"{HUB_SIZE} results, more than 50: only the distinct properties are listed. Search again with "
-                        "properties_to_filter_for.\n| property | propertyLabel |\n|---|---|\n"
-                        "| location.location.contains | location contains |")
+    assert distinct == (
+        f"{HUB_SIZE} results, more than 50: only the distinct properties are listed. Search again with "
+        "properties_to_filter_for.\n| property | propertyLabel |\n|---|---|\n"
+        "| location.location.contains | location contains |"
+    )
     table = sog_llm.prompts[2].rsplit("Observation:\n", 1)[1].rstrip("\n").splitlines()
     assert table[:2] == ["| property | propertyLabel | value | valueLabel |", "|---|---|---|---|"]
-    assert sorted(table[2:]) == [f"| location.location.contains | location contains | m.0t{i:03d} | Town {i:03d} |"
-                                 for i in range(HUB_SIZE)]
+    assert sorted(table[2:]) == [
+        f"| location.location.contains | location contains | m.0t{i:03d} | Town {i:03d} |" for i in range(HUB_SIZE)
+    ]
 
 
 def test_a_long_name_goes_by_post(kg):
@@ -254,7 +298,9 @@ def test_a_long_name_goes_by_post(kg):
 def test_a_4xx_from_virtuoso_is_a_rejection_not_retried_nor_an_outage(kg, endpoint):
     broken = SparqlKG(endpoint, dialect="freebase", retries=3, backoff=0.5)
     start = time.monotonic()
-    with pytest.raises(KGQueryRejected, match=r"rejected a query: QueryBadFormed.*Virtuoso 37000 Error SP030: SPARQL compiler") as err:
+    with pytest.raises(
+        KGQueryRejected, match=r"rejected a query: QueryBadFormed.*Virtuoso 37000 Error SP030: SPARQL compiler"
+    ) as err:
         broken._select("SELECT ?s WHERE { ?s ?p ", None)  # Virtuoso: 400 Bad Request
     assert broken.queries_sent == 1 and time.monotonic() - start < 0.5
     failure = kg_failure("question", err.value)

@@ -11,8 +11,10 @@ import tenacity
 from kgreasoner.llm import OpenAIClient
 from kgreasoner.llm.http import EndpointError, EndpointRejected, EndpointUnavailable, JSONEndpoint, retry_policy
 
-CHAT = {"choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 4, "completion_tokens": 1}}
+CHAT = {
+    "choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 4, "completion_tokens": 1},
+}
 
 
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
@@ -77,8 +79,12 @@ def test_the_api_key_goes_as_a_bearer_token_only_when_set(scripted_server, monke
     monkeypatch.delenv("KG_TEST_KEY")
     OpenAIClient(server.base_url, "m", api_key_env="KG_TEST_KEY").complete("q")
     assert [r[2] for r in server.requests] == ["Bearer secret", None]
-    assert server.requests[0][3] == {"model": "m", "messages": [{"role": "user", "content": "q"}], "max_tokens": 256,
-                                     "temperature": 0.0}
+    assert server.requests[0][3] == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "q"}],
+        "max_tokens": 256,
+        "temperature": 0.0,
+    }
 
 
 def test_a_reply_that_is_not_json_is_an_endpoint_error_not_retried(scripted_server):

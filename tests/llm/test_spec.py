@@ -7,16 +7,19 @@ from kgreasoner.llm import SPEC_FORMS, LLMSpec, check_backend_spec, parse_llm_sp
 UNKNOWN = r"expected hf:PATH, vllm:PATH, vllm:URL\[#MODEL\] or openai:URL\[#MODEL\]$"
 
 
-@pytest.mark.parametrize("spec, parsed", [
-    ("hf:/ckpt/final", LLMSpec("hf", "/ckpt/final")),
-    ("hf:checkpoints/run#3", LLMSpec("hf", "checkpoints/run#3")),  # a path keeps its '#'
-    ("vllm:/ckpt/final", LLMSpec("vllm", "/ckpt/final")),
-    ("vllm:http://127.0.0.1:8000/v1", LLMSpec("vllm", "http://127.0.0.1:8000/v1")),
-    ("vllm:https://h/v1#qwen3-8b", LLMSpec("vllm", "https://h/v1", "qwen3-8b")),
-    ("openai:http://h:8000/v1", LLMSpec("openai", "http://h:8000/v1")),
-    ("openai:http://h:8000/v1#served", LLMSpec("openai", "http://h:8000/v1", "served")),
-    ("openai:https://h/v1#", LLMSpec("openai", "https://h/v1")),  # an empty name: the server's first
-])
+@pytest.mark.parametrize(
+    "spec, parsed",
+    [
+        ("hf:/ckpt/final", LLMSpec("hf", "/ckpt/final")),
+        ("hf:checkpoints/run#3", LLMSpec("hf", "checkpoints/run#3")),  # a path keeps its '#'
+        ("vllm:/ckpt/final", LLMSpec("vllm", "/ckpt/final")),
+        ("vllm:http://127.0.0.1:8000/v1", LLMSpec("vllm", "http://127.0.0.1:8000/v1")),
+        ("vllm:https://h/v1#qwen3-8b", LLMSpec("vllm", "https://h/v1", "qwen3-8b")),
+        ("openai:http://h:8000/v1", LLMSpec("openai", "http://h:8000/v1")),
+        ("openai:http://h:8000/v1#served", LLMSpec("openai", "http://h:8000/v1", "served")),
+        ("openai:https://h/v1#", LLMSpec("openai", "https://h/v1")),  # an empty name: the server's first
+    ],
+)
 def test_every_accepted_form(spec, parsed):
     assert parse_llm_spec(spec) == parsed
     assert parse_llm_spec(parsed) is parsed
@@ -28,11 +31,20 @@ def test_the_accepted_forms_are_the_four_documented():
     assert SPEC_FORMS == ("hf:PATH", "vllm:PATH", "vllm:URL[#MODEL]", "openai:URL[#MODEL]")
 
 
-@pytest.mark.parametrize("spec", [
-    "gpt:thing", "nothing", "hf:", "vllm:", "openai:", ":/ckpt", "HF:/ckpt",
-    "hf:http://h:8000/v1",  # a server is not a checkpoint for transformers
-    "openai:/ckpt",  # an OpenAI-compatible client needs a server URL
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "gpt:thing",
+        "nothing",
+        "hf:",
+        "vllm:",
+        "openai:",
+        ":/ckpt",
+        "HF:/ckpt",
+        "hf:http://h:8000/v1",  # a server is not a checkpoint for transformers
+        "openai:/ckpt",  # an OpenAI-compatible client needs a server URL
+    ],
+)
 def test_an_unknown_spec_names_every_accepted_form(spec):
     with pytest.raises(ValueError, match=rf"^unknown LLM spec {spec!r}: {UNKNOWN}"):
         parse_llm_spec(spec)

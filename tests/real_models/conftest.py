@@ -22,14 +22,27 @@ from kgreasoner.data.paths import repo_root
 
 ARCHITECTURES = {"qwen3": "qwen3/configs/Qwen3-0.6B/config.json", "llama3.1": "llama3.1/config.json"}
 END_OF_TURN = {"qwen3": ("<|im_end|>", 151645), "llama3.1": ("<|eot_id|>", 128009)}
-SHRUNK = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-          "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 2048}
+SHRUNK = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 2048,
+}
 QWEN3_THINK, QWEN3_THINK_END = 151667, 151668
 
-KB = [("Utah", "time zone", "Mountain Time Zone"), ("Utah", "capital", "Salt Lake City"),
-      ("France", "capital", "Paris"), ("France", "currency", "Euro")]
-QUESTIONS = [("q1", "what time zone is utah in", "Utah", "Mountain Time Zone"),
-             ("q2", "what is the capital of france", "France", "Paris")]
+KB = [
+    ("Utah", "time zone", "Mountain Time Zone"),
+    ("Utah", "capital", "Salt Lake City"),
+    ("France", "capital", "Paris"),
+    ("France", "currency", "Euro"),
+]
+QUESTIONS = [
+    ("q1", "what time zone is utah in", "Utah", "Mountain Time Zone"),
+    ("q2", "what is the capital of france", "France", "Paris"),
+]
 TOOL = {"entity_handles": False, "top_k": 5}
 SFT_STEPS = 100
 
@@ -46,8 +59,10 @@ MODELS = models_dir()
 def pytest_collection_modifyitems(config, items):
     if MODELS is not None:
         return
-    skip = pytest.mark.skip(reason=f"the shared models folder {repo_root().parent / 'shared' / 'models'} "
-                                   "(released Qwen3 and Llama 3.1 tokenizers and configs) is not on this machine")
+    skip = pytest.mark.skip(
+        reason=f"the shared models folder {repo_root().parent / 'shared' / 'models'} "
+        "(released Qwen3 and Llama 3.1 tokenizers and configs) is not on this machine"
+    )
     for item in items:
         if "real_models" in str(item.fspath):
             item.add_marker(skip)
@@ -73,9 +88,11 @@ def build_random_checkpoint(name: str, out: Path) -> Path:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     generation = json.loads((MODELS / name / "generation_config.json").read_text())
-    model.generation_config = GenerationConfig(eos_token_id=generation["eos_token_id"],
-                                               pad_token_id=generation.get("pad_token_id"),
-                                               bos_token_id=generation.get("bos_token_id"))
+    model.generation_config = GenerationConfig(
+        eos_token_id=generation["eos_token_id"],
+        pad_token_id=generation.get("pad_token_id"),
+        bos_token_id=generation.get("bos_token_id"),
+    )
     model.save_pretrained(out)
     tokenizer_of(name).save_pretrained(out)
     return out
@@ -94,9 +111,18 @@ def world(tmp_path_factory) -> Path:
     rows = []
     for split in ("train", "dev", "test"):
         for qid, question, topic, answer in QUESTIONS:
-            rows.append({"id": f"{qid}-{split}", "question": question, "topic_entities": [{"id": topic, "name": topic}],
-                         "answers": [{"id": answer, "name": answer, "aliases": []}], "gold_paths": [],
-                         "hops": 1, "source": "test", "split": split})
+            rows.append(
+                {
+                    "id": f"{qid}-{split}",
+                    "question": question,
+                    "topic_entities": [{"id": topic, "name": topic}],
+                    "answers": [{"id": answer, "name": answer, "aliases": []}],
+                    "gold_paths": [],
+                    "hops": 1,
+                    "source": "test",
+                    "split": split,
+                }
+            )
     (root / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return root
 
@@ -104,20 +130,28 @@ def world(tmp_path_factory) -> Path:
 def warmup_records(world: Path):
     """One trajectory per question; the tool block is what the real tool prints for its search."""
     from kgreasoner.data.schema import TopicEntity
+    from kgreasoner.data.trajectories import Segment, WarmupRecord
     from kgreasoner.kg.open import open_kg
     from kgreasoner.protocol import format_tool_block
     from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
-    from kgreasoner.data.trajectories import Segment, WarmupRecord
 
     tool = KGSearchTool(open_kg(f"memory:{world}"), ToolConfig(**TOOL))
     records = []
     for qid, question, topic, answer in QUESTIONS:
         block = format_tool_block(tool.session(question, [TopicEntity(topic, topic)]).call(topic).text)
-        records.append(WarmupRecord(
-            id=f"{qid}-train", question=question, topic_entities=(TopicEntity(topic, topic),),
-            segments=(Segment(f"<think> I search {topic}. <search>{topic}</search>", True), Segment(block, False),
-                      Segment(f"So it is {answer}. </think>\n<answer>{answer}</answer>", True)),
-            hops=1))
+        records.append(
+            WarmupRecord(
+                id=f"{qid}-train",
+                question=question,
+                topic_entities=(TopicEntity(topic, topic),),
+                segments=(
+                    Segment(f"<think> I search {topic}. <search>{topic}</search>", True),
+                    Segment(block, False),
+                    Segment(f"So it is {answer}. </think>\n<answer>{answer}</answer>", True),
+                ),
+                hops=1,
+            )
+        )
     return records
 
 
@@ -129,13 +163,24 @@ def random_checkpoint(arch, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def warm_checkpoint(arch, random_checkpoint, world, tmp_path_factory) -> Path:
     """`random_checkpoint` SFT-trained on the two warm-up trajectories until it writes them greedily."""
-    from kgreasoner.training.sft import SFTRecipe, train_sft
     from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.training.sft import SFTRecipe, train_sft
 
     root = tmp_path_factory.mktemp(f"sft-{arch}")
     train_file = write_warmup(warmup_records(world), root / "warmup.jsonl")
-    recipe = SFTRecipe(model=str(random_checkpoint), train_file=str(train_file), output_dir=str(root / "out"),
-                       learning_rate=1e-2, max_steps=SFT_STEPS, per_device_train_batch_size=2,
-                       lr_scheduler_type="constant", warmup_ratio=0.0, eval_steps=0, save_steps=SFT_STEPS,
-                       logging_steps=SFT_STEPS, report_to=[], group_by_length=False)
+    recipe = SFTRecipe(
+        model=str(random_checkpoint),
+        train_file=str(train_file),
+        output_dir=str(root / "out"),
+        learning_rate=1e-2,
+        max_steps=SFT_STEPS,
+        per_device_train_batch_size=2,
+        lr_scheduler_type="constant",
+        warmup_ratio=0.0,
+        eval_steps=0,
+        save_steps=SFT_STEPS,
+        logging_steps=SFT_STEPS,
+        report_to=[],
+        group_by_length=False,
+    )
     return train_sft(recipe)

@@ -68,9 +68,22 @@ def test_greedy_rollout_retraces_the_warmup_with_its_masks(arch, warm_checkpoint
 def _grpo_recipe(warm_checkpoint, world, out, **fields):
     from kgreasoner.training.grpo import GRPORecipe
 
-    base = dict(model=str(warm_checkpoint), dataset=str(world), output_dir=str(out), tool=TOOL, rollout=ROLLOUT,
-                episodes=[{"data": "all", "max_steps": 2}], num_generations=2, per_device_train_batch_size=2,
-                learning_rate=1e-3, beta=0.0, report_to=[], save_steps=2, temperature=1.0, seed=3)
+    base = dict(
+        model=str(warm_checkpoint),
+        dataset=str(world),
+        output_dir=str(out),
+        tool=TOOL,
+        rollout=ROLLOUT,
+        episodes=[{"data": "all", "max_steps": 2}],
+        num_generations=2,
+        per_device_train_batch_size=2,
+        learning_rate=1e-3,
+        beta=0.0,
+        report_to=[],
+        save_steps=2,
+        temperature=1.0,
+        seed=3,
+    )
     base.update(fields)
     from kgreasoner.config import load_config
 
@@ -95,8 +108,9 @@ def test_grpo_steps_pass_the_env_mask_to_the_loss(arch, warm_checkpoint, world, 
         return out
 
     def recording_loss(model, inputs):
-        for ids, completion, tool in zip(inputs["completion_ids"].tolist(), inputs["completion_mask"].tolist(),
-                                         inputs["tool_mask"].tolist()):
+        for ids, completion, tool in zip(
+            inputs["completion_ids"].tolist(), inputs["completion_mask"].tolist(), inputs["tool_mask"].tolist()
+        ):
             n = sum(completion)
             scored.append((ids[:n], tool[:n]))
         return compute_loss(model, inputs)
@@ -117,8 +131,13 @@ def test_a_finished_lora_episode_is_not_trained_again_on_resume(arch, warm_check
         pytest.skip("one architecture is enough for the resume logic")
     import kgreasoner.training.grpo as grpo
 
-    recipe = _grpo_recipe(warm_checkpoint, world, tmp_path / "lora", episodes=[{"data": "all", "max_steps": 1}],
-                          lora={"enabled": True, "r": 4, "alpha": 8})
+    recipe = _grpo_recipe(
+        warm_checkpoint,
+        world,
+        tmp_path / "lora",
+        episodes=[{"data": "all", "max_steps": 1}],
+        lora={"enabled": True, "r": 4, "alpha": 8},
+    )
     final = grpo.train_grpo(recipe)
     # the adapter merged into a full model (what the next episode and vLLM load), the adapter beside it
     assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
@@ -135,10 +154,28 @@ def test_eval_command_with_an_hf_model(arch, warm_checkpoint, world, tmp_path, c
     from kgreasoner.cli import main
 
     out = tmp_path / "eval"
-    code = main(["eval", "--methods", "kgreasoner", "--dataset", str(world), "--split", "test",
-                 "--llm", f"hf:{warm_checkpoint}", "--out", str(out), "--no-progress",
-                 "--set", "tool.entity_handles=false", "--set", "rollout.max_new_tokens=64",
-                 "--set", "rollout.max_turn_tokens=48"])
+    code = main(
+        [
+            "eval",
+            "--methods",
+            "kgreasoner",
+            "--dataset",
+            str(world),
+            "--split",
+            "test",
+            "--llm",
+            f"hf:{warm_checkpoint}",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--set",
+            "tool.entity_handles=false",
+            "--set",
+            "rollout.max_new_tokens=64",
+            "--set",
+            "rollout.max_turn_tokens=48",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     rows = [json.loads(line) for line in (out / "kgreasoner.jsonl").read_text().splitlines()]
     assert [(r["answers"], r["hits1"], r["format_valid"]) for r in rows] == [([q[3]], 1.0, True) for q in QUESTIONS]
@@ -153,7 +190,10 @@ def test_hf_client_loads_float32_on_cpu(warm_checkpoint):
     client = HFClient.load(warm_checkpoint)
     assert next(client.model.parameters()).dtype == torch.float32
     assert (inference_dtype("cpu"), inference_dtype("cuda"), inference_dtype("cuda:1")) == (
-        "float32", "bfloat16", "bfloat16")
+        "float32",
+        "bfloat16",
+        "bfloat16",
+    )
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a GPU")
@@ -170,13 +210,14 @@ def test_hf_client_loads_bfloat16_on_a_gpu(warm_checkpoint):
 def test_serve_answers_over_http_in_process(arch, warm_checkpoint, world):
     from fastapi.testclient import TestClient
 
+    from kgreasoner.retrieval.tool import ToolConfig
     from kgreasoner.serving.app import create_app
     from kgreasoner.serving.config import ServeConfig
     from kgreasoner.serving.service import AnswerService
-    from kgreasoner.retrieval.tool import ToolConfig
 
-    config = ServeConfig(llm=f"hf:{warm_checkpoint}", kg=f"memory:{world}", tool=ToolConfig(**TOOL),
-                         rollout=RolloutConfig(**ROLLOUT))
+    config = ServeConfig(
+        llm=f"hf:{warm_checkpoint}", kg=f"memory:{world}", tool=ToolConfig(**TOOL), rollout=RolloutConfig(**ROLLOUT)
+    )
     service = AnswerService.open(config)
     try:
         with TestClient(create_app(service)) as client:
@@ -214,17 +255,37 @@ def test_export_merges_an_adapter_whose_base_is_a_hub_name(arch, random_checkpoi
     (cache / "models--Qwen--Qwen3-0.6B" / "refs").mkdir()
     (cache / "models--Qwen--Qwen3-0.6B" / "refs" / "main").write_text("0" * 40)
     base = AutoModelForCausalLM.from_pretrained(random_checkpoint, dtype=torch.float32)
-    adapted = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    adapted = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
     adapted.peft_config["default"].base_model_name_or_path = "Qwen/Qwen3-0.6B"
     adapted.save_pretrained(tmp_path / "adapter")
-    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"] == "Qwen/Qwen3-0.6B"
+    assert (
+        json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
+        == "Qwen/Qwen3-0.6B"
+    )
     env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "kgreasoner.cli", "export", str(tmp_path / "adapter"),
-                           "--out", str(tmp_path / "merged")], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kgreasoner.cli",
+            "export",
+            str(tmp_path / "adapter"),
+            "--out",
+            str(tmp_path / "merged"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads((tmp_path / "merged" / "export.json").read_text())
     assert manifest["merged_adapter"] and manifest["base"] == "Qwen/Qwen3-0.6B"
     assert manifest["probe_max_logit_difference"] < 1e-4
     assert 151645 in manifest["eos_token_id"]
-    assert tokenizer_of("qwen3").get_vocab() == __import__("transformers").AutoTokenizer.from_pretrained(
-        tmp_path / "merged").get_vocab()
+    assert (
+        tokenizer_of("qwen3").get_vocab()
+        == __import__("transformers").AutoTokenizer.from_pretrained(tmp_path / "merged").get_vocab()
+    )

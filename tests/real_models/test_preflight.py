@@ -15,8 +15,11 @@ from .conftest import MODELS, warmup_records
 pytestmark = pytest.mark.slow
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-MODEL_CONFIGS = {"qwen3-8b": "qwen3/configs/Qwen3-8B", "llama3.1-8b": "llama3.1",
-                 "qwen3-30b-a3b": "qwen3/configs/Qwen3-30B-A3B"}
+MODEL_CONFIGS = {
+    "qwen3-8b": "qwen3/configs/Qwen3-8B",
+    "llama3.1-8b": "llama3.1",
+    "qwen3-30b-a3b": "qwen3/configs/Qwen3-30B-A3B",
+}
 GPU_RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent.name in MODEL_CONFIGS)
 
 
@@ -26,8 +29,14 @@ def _argv(recipe: Path, world: Path, *extra: str) -> list[str]:
     data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
     # the recipes' data and warm-up checkpoints exist only on a training machine: point them here
     fields = [f"train_file={data}"] if recipe.stem == "sft" else [f"dataset={world}", f"hard_case_trajectories={data}"]
-    return ["preflight", str(recipe), "--model-config", str(MODELS / MODEL_CONFIGS[recipe.parent.name]),
-            *(arg for field in fields for arg in ("--set", field)), *extra]
+    return [
+        "preflight",
+        str(recipe),
+        "--model-config",
+        str(MODELS / MODEL_CONFIGS[recipe.parent.name]),
+        *(arg for field in fields for arg in ("--set", field)),
+        *extra,
+    ]
 
 
 def test_every_gpu_recipe_is_covered():
@@ -56,20 +65,44 @@ def test_a_recipe_given_too_few_gpus_is_refused_with_what_to_change(world, capsy
 
 
 def test_a_colocated_vllm_share_too_small_for_the_weights_is_refused(world, capsys):
-    code = main(_argv(CONFIGS / "qwen3-30b-a3b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB",
-                      "--set", "trainer.vllm_tensor_parallel_size=1"))
+    code = main(
+        _argv(
+            CONFIGS / "qwen3-30b-a3b" / "grpo.yaml",
+            world,
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--set",
+            "trainer.vllm_tensor_parallel_size=1",
+        )
+    )
     err = capsys.readouterr().err
     assert code == 1
-    assert ("FAIL: vLLM's share (28.0 GiB) cannot hold the bf16 weights (56.9 GiB per GPU at "
-            "vllm_tensor_parallel_size 1) and a KV cache: raise trainer.vllm_gpu_memory_utilization to at least 0.79, "
-            "or raise trainer.vllm_tensor_parallel_size") in err
+    assert (
+        "FAIL: vLLM's share (28.0 GiB) cannot hold the bf16 weights (56.9 GiB per GPU at "
+        "vllm_tensor_parallel_size 1) and a KV cache: raise trainer.vllm_gpu_memory_utilization to at least 0.79, "
+        "or raise trainer.vllm_tensor_parallel_size"
+    ) in err
 
 
 def test_an_empty_train_split_and_a_missing_model_config_are_reported(world, tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    code = main(["preflight", str(CONFIGS / "qwen3-8b" / "sft.yaml"), "--gpus", "8", "--gpu-memory", "80GiB",
-                 "--set", f"train_file={empty}", "--set", f"model={tmp_path / 'nowhere'}"])
+    code = main(
+        [
+            "preflight",
+            str(CONFIGS / "qwen3-8b" / "sft.yaml"),
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--set",
+            f"train_file={empty}",
+            "--set",
+            f"model={tmp_path / 'nowhere'}",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
     assert f"FAIL: {empty}: the train split is empty" in err
@@ -93,9 +126,24 @@ def test_train_scripts_dry_run(world, capsys):
     repo = CONFIGS.parent
     recipe = CONFIGS / "qwen3-8b" / "sft.yaml"
     argv = _argv(recipe, world)
-    done = subprocess.run([sys.executable, str(repo / "train" / "sft.py"), "--config", str(recipe), "--dry-run",
-                           "--gpus", "8", "--gpu-memory", "80GiB", *argv[2:]],
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(repo / "train" / "sft.py"),
+            "--config",
+            str(recipe),
+            "--dry-run",
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            *argv[2:],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.rstrip().endswith("preflight passed")
 
@@ -126,11 +174,13 @@ def test_llama_grpo_without_a_vllm_context_is_refused_and_passes_with_the_rollou
     code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
     err = capsys.readouterr().err
     assert code == 1
-    assert ("FAIL: vLLM cannot start: its share (24.0 GiB) less the bf16 weights (15.0 GiB per GPU at "
-            "vllm_tensor_parallel_size 1) and its 4096-token profiling forward (0.7 GiB) leaves 8.3 GiB of KV cache, "
-            "and one sequence of its 131072-token context (vllm_max_model_length unset: vLLM takes the model's "
-            "max_position_embeddings) needs 16.0 GiB: give vLLM the rollout's 7681-token context "
-            "(vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least 0.4") in err
+    assert (
+        "FAIL: vLLM cannot start: its share (24.0 GiB) less the bf16 weights (15.0 GiB per GPU at "
+        "vllm_tensor_parallel_size 1) and its 4096-token profiling forward (0.7 GiB) leaves 8.3 GiB of KV cache, "
+        "and one sequence of its 131072-token context (vllm_max_model_length unset: vLLM takes the model's "
+        "max_position_embeddings) needs 16.0 GiB: give vLLM the rollout's 7681-token context "
+        "(vllm_max_model_length), or raise trainer.vllm_gpu_memory_utilization to at least 0.4"
+    ) in err
 
     _vllm_context(monkeypatch, "rollout")
     code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
@@ -141,8 +191,18 @@ def test_llama_grpo_without_a_vllm_context_is_refused_and_passes_with_the_rollou
 
 def test_a_vllm_context_shorter_than_the_rollouts_is_refused(world, capsys, monkeypatch):
     _vllm_context(monkeypatch, "rollout")
-    code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB",
-                      "--set", "rollout.max_new_tokens=8192"))
+    code = main(
+        _argv(
+            CONFIGS / "qwen3-8b" / "grpo.yaml",
+            world,
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--set",
+            "rollout.max_new_tokens=8192",
+        )
+    )
     assert code == 0, capsys.readouterr().err  # the rollout's own length is what vLLM gets
     import kgreasoner.training.grpo as grpo
 
@@ -156,9 +216,10 @@ def test_a_vllm_context_shorter_than_the_rollouts_is_refused(world, capsys, monk
     monkeypatch.setattr(grpo, "grpo_config", short)
     code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB"))
     assert code == 1
-    assert ("FAIL: vLLM's context (4096 tokens, vllm_max_model_length) is shorter than a rollout may grow (7681 = "
-            "max_prompt_tokens 512 + rollout.max_new_tokens + rollout.max_turns x rollout.max_tool_tokens + 1)"
-            ) in capsys.readouterr().err
+    assert (
+        "FAIL: vLLM's context (4096 tokens, vllm_max_model_length) is shorter than a rollout may grow (7681 = "
+        "max_prompt_tokens 512 + rollout.max_new_tokens + rollout.max_turns x rollout.max_tool_tokens + 1)"
+    ) in capsys.readouterr().err
 
 
 def _estimate(recipe, world, *overrides, gpus=8):
@@ -166,8 +227,13 @@ def _estimate(recipe, world, *overrides, gpus=8):
     from kgreasoner.training.preflight import GIB, preflight
 
     data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
-    report = preflight(CONFIGS / recipe / "grpo.yaml", gpus, 80 * GIB, MODELS / MODEL_CONFIGS[recipe],
-                       [f"dataset={world}", f"hard_case_trajectories={data}", *overrides])
+    report = preflight(
+        CONFIGS / recipe / "grpo.yaml",
+        gpus,
+        80 * GIB,
+        MODELS / MODEL_CONFIGS[recipe],
+        [f"dataset={world}", f"hard_case_trajectories={data}", *overrides],
+    )
     return report, {(row.phase, row.name): row.size for row in report.estimate.rows}
 
 
@@ -186,8 +252,10 @@ def test_hf_rollouts_hold_the_whole_generation_batch_and_the_gathered_weights(wo
     assert report.estimate.phase_total(TRAINING) < 40 * GIB  # alone, the training step fits
     assert not report.ok
     assert "(peak: hf rollouts)" in report.problems[0]
-    assert "a smaller generation batch (32 rows a GPU: per_device_train_batch_size x gradient_accumulation_steps" \
+    assert (
+        "a smaller generation batch (32 rows a GPU: per_device_train_batch_size x gradient_accumulation_steps"
         in report.problems[0]
+    )
 
 
 def test_mining_runs_alone_and_episode_one_leaves_nothing_alive(world, monkeypatch):
@@ -201,13 +269,18 @@ def test_mining_runs_alone_and_episode_one_leaves_nothing_alive(world, monkeypat
     estimate = report.estimate
     assert report.ok and estimate.phases == [MINING, TRAINING]
     mining = [row for row in estimate.rows if row.phase == MINING]
-    assert [row.name for row in mining] == ["scoring model", "scoring forward", "scoring logits",
-                                            "CUDA context, slack"]
+    assert [row.name for row in mining] == [
+        "scoring model",
+        "scoring forward",
+        "scoring logits",
+        "CUDA context, slack",
+    ]
     assert not any(row.held for row in mining)
     assert rows[MINING, "scoring model"] == 8_190_735_360 * 2
     held = estimate.held(TRAINING)  # episode 1's trainer, engine and vLLM
-    assert held == sum(rows[TRAINING, name] for name in
-                       ("weights", "gradients", "optimiser", "reference model", "vLLM (colocated)"))
+    assert held == sum(
+        rows[TRAINING, name] for name in ("weights", "gradients", "optimiser", "reference model", "vLLM (colocated)")
+    )
     assert rows[TRAINING, "vLLM (colocated)"] == 24 * GIB
     # as it was: mining, then episode 2 built, beside episode 1's live state (one CUDA context between them)
     assert round((held + estimate.phase_total(MINING) - OVERHEAD_BYTES) / GIB, 1) == 61.0
@@ -220,7 +293,17 @@ def test_mining_runs_alone_and_episode_one_leaves_nothing_alive(world, monkeypat
 
 def test_mining_needs_its_trajectories(world, capsys, monkeypatch):
     _vllm_context(monkeypatch, "rollout")
-    code = main(_argv(CONFIGS / "qwen3-8b" / "grpo.yaml", world, "--gpus", "8", "--gpu-memory", "80GiB",
-                      "--set", f"hard_case_trajectories={world / 'nowhere.jsonl'}"))
+    code = main(
+        _argv(
+            CONFIGS / "qwen3-8b" / "grpo.yaml",
+            world,
+            "--gpus",
+            "8",
+            "--gpu-memory",
+            "80GiB",
+            "--set",
+            f"hard_case_trajectories={world / 'nowhere.jsonl'}",
+        )
+    )
     err = capsys.readouterr().err
     assert code == 1 and "FAIL: training data: " in err and "nowhere.jsonl" in err

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from rollout.conftest import ScriptedLogits, ScriptedSession
 
 from kgreasoner.protocol import build_prompt, check_format, format_tool_block, parse_trajectory
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
 from kgreasoner.rollout.hf_backend import HFBackend
 from kgreasoner.training.warmup_data import encode_record, end_of_turn_id
 
-from rollout.conftest import ScriptedLogits, ScriptedSession
 from .conftest import END_OF_TURN, QWEN3_THINK, QWEN3_THINK_END, tokenizer_of, warmup_records
 
 # Random-weight models of the real architectures through whole stages: `make test` runs them,
@@ -17,7 +17,10 @@ from .conftest import END_OF_TURN, QWEN3_THINK, QWEN3_THINK_END, tokenizer_of, w
 pytestmark = pytest.mark.slow
 
 TABLE = {"Utah": ["(Utah, time zone, Mountain Time Zone)"]}
-TURNS = ["<think> I search Utah. <search>Utah</search>", "So it is Mountain Time Zone. </think>\n<answer>Mountain Time Zone</answer>"]
+TURNS = [
+    "<think> I search Utah. <search>Utah</search>",
+    "So it is Mountain Time Zone. </think>\n<answer>Mountain Time Zone</answer>",
+]
 BLOCK = format_tool_block(TABLE["Utah"][0])
 
 
@@ -42,7 +45,9 @@ def test_records_are_the_template_prompt_then_the_trajectory_then_the_end_of_tur
     think, tool, answer = (_ids(tokenizer, s.text) for s in record.segments)
     assert encoded["input_ids"] == prompt + think + tool + answer + [token_id]
     # loss on the model's spans and its end of turn; the prompt and the tool's block masked
-    assert encoded["assistant_masks"] == [0] * len(prompt) + [1] * len(think) + [0] * len(tool) + [1] * len(answer) + [1]
+    assert encoded["assistant_masks"] == [0] * len(prompt) + [1] * len(think) + [0] * len(tool) + [1] * len(answer) + [
+        1
+    ]
     if arch == "qwen3":
         assert think[0] == QWEN3_THINK and QWEN3_THINK_END in answer  # the model writes Qwen3's own think tokens
         assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n")
@@ -55,8 +60,8 @@ def test_sft_trains_exactly_the_mask(arch, world, random_checkpoint, tmp_path, m
     """The batch TRL's SFTTrainer feeds the model: labels are the ids where the mask is 1, -100 elsewhere."""
     import trl
 
-    from kgreasoner.training.sft import SFTRecipe, train_sft
     from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.training.sft import SFTRecipe, train_sft
 
     tokenizer = tokenizer_of(arch)
     records = warmup_records(world)
@@ -67,14 +72,27 @@ def test_sft_trains_exactly_the_mask(arch, world, random_checkpoint, tmp_path, m
 
     monkeypatch.setattr(trl.SFTTrainer, "train", first_batch)
     path = write_warmup(records, tmp_path / "warmup.jsonl")
-    train_sft(SFTRecipe(model=str(random_checkpoint), train_file=str(path), output_dir=str(tmp_path / "out"),
-                        per_device_train_batch_size=2, report_to=[], eval_steps=0, group_by_length=False))
+    train_sft(
+        SFTRecipe(
+            model=str(random_checkpoint),
+            train_file=str(path),
+            output_dir=str(tmp_path / "out"),
+            per_device_train_batch_size=2,
+            report_to=[],
+            eval_steps=0,
+            group_by_length=False,
+        )
+    )
     [batch] = batches
     expected = {}
     for record in records:
         encoded = encode_record(record, tokenizer)
-        expected[tuple(encoded["input_ids"])] = [i if m else -100 for i, m in zip(encoded["input_ids"], encoded["assistant_masks"])]
-    for ids, attention, labels in zip(batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["labels"].tolist()):
+        expected[tuple(encoded["input_ids"])] = [
+            i if m else -100 for i, m in zip(encoded["input_ids"], encoded["assistant_masks"])
+        ]
+    for ids, attention, labels in zip(
+        batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["labels"].tolist()
+    ):
         n = sum(attention)
         assert labels[:n] == expected[tuple(ids[:n])] and set(labels[n:]) <= {-100}
     assert len(batch["input_ids"]) == 2
@@ -88,9 +106,9 @@ def test_a_prompt_that_opens_the_think_block_trains_and_reads_the_rest(world):
     assert prompt_text.endswith("<|im_start|>assistant\n<think>\n")
     encoded = encode_record(record, tokenizer)
     prompt = _ids(tokenizer, prompt_text)
-    first = record.segments[0].text[len("<think>"):].lstrip()
-    assert encoded["input_ids"][len(prompt):len(prompt) + len(_ids(tokenizer, first))] == _ids(tokenizer, first)
-    assert QWEN3_THINK not in encoded["input_ids"][len(prompt):]  # the model does not open it a second time
+    first = record.segments[0].text[len("<think>") :].lstrip()
+    assert encoded["input_ids"][len(prompt) : len(prompt) + len(_ids(tokenizer, first))] == _ids(tokenizer, first)
+    assert QWEN3_THINK not in encoded["input_ids"][len(prompt) :]  # the model does not open it a second time
     assert encoded["input_ids"][-1] == 151645
 
 
@@ -104,14 +122,23 @@ def test_qwen3_stops_masks_parsing_and_format(mode, random_checkpoint_qwen3):
     if mode == "think_in_prompt":
         tokenizer = tokenizer_of("qwen3")
         tokenizer.chat_template = thinking_template(tokenizer)
-        turns[0] = turns[0][len("<think> "):]
-    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                           enable_thinking=mode != "enable_thinking_false")
-    assert prompt.endswith({"thinking": "assistant\n", "enable_thinking_false": "assistant\n<think>\n\n</think>\n\n",
-                            "think_in_prompt": "assistant\n<think>\n"}[mode])
+        turns[0] = turns[0][len("<think> ") :]
+    prompt = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=mode != "enable_thinking_false"
+    )
+    assert prompt.endswith(
+        {
+            "thinking": "assistant\n",
+            "enable_thinking_false": "assistant\n<think>\n\n</think>\n\n",
+            "think_in_prompt": "assistant\n<think>\n",
+        }[mode]
+    )
     script = _ids(tokenizer, turns[0]) + _ids(tokenizer, turns[1]) + _ids(tokenizer, " trailing words")
-    engine = RolloutEngine(HFBackend(model, tokenizer, [ScriptedLogits({0: script})]), None,
-                           RolloutConfig(max_turn_tokens=48, max_tool_tokens=64))
+    engine = RolloutEngine(
+        HFBackend(model, tokenizer, [ScriptedLogits({0: script})]),
+        None,
+        RolloutConfig(max_turn_tokens=48, max_tool_tokens=64),
+    )
     [trajectory] = engine.run([prompt], [ScriptedSession(TABLE)], SamplingParams(temperature=1.0, seed=0))
 
     first, block, second = _ids(tokenizer, turns[0]), _ids(tokenizer, BLOCK), _ids(tokenizer, turns[1])
@@ -126,7 +153,8 @@ def test_qwen3_stops_masks_parsing_and_format(mode, random_checkpoint_qwen3):
     assert [c.query for c in trajectory.tool_calls] == ["Utah"]
     assert check_format(trajectory.text, trajectory.tool_spans).valid
     assert parse_trajectory(trajectory.text, trajectory.tool_spans).thinks == [
-        trajectory.text[len("<think>"):trajectory.text.index("</think>")]]
+        trajectory.text[len("<think>") : trajectory.text.index("</think>")]
+    ]
 
 
 @pytest.fixture(scope="module")

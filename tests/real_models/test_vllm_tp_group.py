@@ -24,8 +24,10 @@ from .conftest import MODELS
 pytestmark = pytest.mark.slow
 
 REPLIES = {  # first prompt word -> the turns that row writes
-
-    "alpha": ["<think> I search Utah. <search>Utah</search>", "So it is X. </think>\n<answer>Mountain Time Zone</answer>"],
+    "alpha": [
+        "<think> I search Utah. <search>Utah</search>",
+        "So it is X. </think>\n<answer>Mountain Time Zone</answer>",
+    ],
     "beta": ["<think> direct </think>\n<answer>Paris</answer>"],
     "gamma": ["<think> direct </think>\n<answer>Euro</answer>"],
 }
@@ -67,8 +69,19 @@ def _fake_vllm_modules():
 
 NCCL_CPU_ERROR = "No backend type associated with device type cpu"
 """What c10d raises when a CPU tensor goes into a collective of an NCCL process group."""
-TENSOR_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "reduce_scatter",
-                      "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter")
+TENSOR_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "broadcast",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "gather",
+    "scatter",
+)
 
 
 def _stand_in_for_nccl(group) -> None:
@@ -85,11 +98,13 @@ def _stand_in_for_nccl(group) -> None:
     def refusing_cpu(collective):
         def call(*args, **kwargs):
             values = [*args, *kwargs.values()]
-            tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else [v])
-                       if isinstance(t, torch.Tensor)]
+            tensors = [
+                t for v in values for t in (v if isinstance(v, (list, tuple)) else [v]) if isinstance(t, torch.Tensor)
+            ]
             if any(v is group for v in values) and any(t.device.type == "cpu" for t in tensors):
                 raise RuntimeError(NCCL_CPU_ERROR)
             return collective(*args, **kwargs)
+
         return call
 
     for name in TENSOR_COLLECTIVES:
@@ -101,15 +116,16 @@ def _stand_in_for_nccl(group) -> None:
 def _rank(rank: int, port: int, queue, nccl: bool) -> None:
     try:
         import torch.distributed as dist
+        from rollout.conftest import ScriptedSession
         from transformers import AutoTokenizer
 
         from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
         from kgreasoner.rollout.vllm_backend import VLLMBackend
-        from rollout.conftest import ScriptedSession
 
         _fake_vllm_modules()
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                                timeout=timedelta(seconds=60))
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2, timeout=timedelta(seconds=60)
+        )
         group = dist.new_group([0, 1])
         if nccl:
             _stand_in_for_nccl(group)

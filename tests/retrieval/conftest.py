@@ -10,12 +10,17 @@ from kgreasoner.kg.memory import MemoryKG
 @pytest.fixture
 def path_kg() -> MemoryKG:
     """The paper's backtracking example: topic 1, explored path 1 -> 2 -> 4 -> 5, with alternatives."""
-    return MemoryKG.from_triples([
-        ("1", "a", "2"), ("1", "b", "3"),
-        ("2", "c", "4"), ("2", "d", "6"),
-        ("4", "e", "5"), ("4", "f", "7"),
-        ("5", "g", "8"),
-    ])
+    return MemoryKG.from_triples(
+        [
+            ("1", "a", "2"),
+            ("1", "b", "3"),
+            ("2", "c", "4"),
+            ("2", "d", "6"),
+            ("4", "e", "5"),
+            ("4", "f", "7"),
+            ("5", "g", "8"),
+        ]
+    )
 
 
 @pytest.fixture
@@ -33,7 +38,12 @@ def utah_kg() -> MemoryKG:
         ("m.mtz", "common.topic.alias", '"MST"'),
     ]
     names = {
-        "m.utah": "Utah", "m.mtz": "Mountain Time Zone", "m.slc": "Salt Lake City",
-        "m.provo": "Provo", "m.provo2": "Provo", "m.texas": "Texas", "m.cox": "Spencer Cox",
+        "m.utah": "Utah",
+        "m.mtz": "Mountain Time Zone",
+        "m.slc": "Salt Lake City",
+        "m.provo": "Provo",
+        "m.provo2": "Provo",
+        "m.texas": "Texas",
+        "m.cox": "Spencer Cox",
     }
     return MemoryKG.from_triples(triples, names)

@@ -26,25 +26,38 @@ from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 DIM = 32
 # A hub (ranked relation first above 4 edges), mediators (one with a mediator beyond it, one with a
 # single edge), literals, two-way edges and relations read both ways.
-TRIPLES = [
-    ("m.utah", "location.location.time_zones", "m.mtz"),
-    ("m.utah", "location.us_state.capital", "m.slc"),
-    ("m.utah", "location.location.contains", "m.provo"),
-    ("m.slc", "location.location.containedby", "m.utah"),
-    ("m.utah", "government.jurisdiction.officials", "m.cvt"),
-    ("m.cvt", "government.position_held.office_holder", "m.cox"),
-    ("m.cvt", "government.position_held.from", '"2021-01-04"'),
-    ("m.cvt", "government.position_held.term", "m.cvt2"),
-    ("m.cvt2", "government.term.length", '"4"'),
-    ("m.cvt2", "government.term.kind", "m.elected"),
-    ("m.provo", "location.location.alias", "m.lone"),
-    ("m.mtz", "common.topic.alias", '"MST"'),
-] + [(f"m.town{i}", "location.location.containedby", "m.usa") for i in range(6)] + [
-    ("m.usa", "location.country.capital", "m.dc"), ("m.usa", "location.location.contains", "m.utah"),
-]
-NAMES = {"m.utah": "Utah", "m.mtz": "Mountain Time Zone", "m.slc": "Salt Lake City", "m.provo": "Provo",
-         "m.cox": "Spencer Cox", "m.elected": "elected", "m.usa": "United States", "m.dc": "Washington",
-         **{f"m.town{i}": f"Town {i}" for i in range(6)}}
+TRIPLES = (
+    [
+        ("m.utah", "location.location.time_zones", "m.mtz"),
+        ("m.utah", "location.us_state.capital", "m.slc"),
+        ("m.utah", "location.location.contains", "m.provo"),
+        ("m.slc", "location.location.containedby", "m.utah"),
+        ("m.utah", "government.jurisdiction.officials", "m.cvt"),
+        ("m.cvt", "government.position_held.office_holder", "m.cox"),
+        ("m.cvt", "government.position_held.from", '"2021-01-04"'),
+        ("m.cvt", "government.position_held.term", "m.cvt2"),
+        ("m.cvt2", "government.term.length", '"4"'),
+        ("m.cvt2", "government.term.kind", "m.elected"),
+        ("m.provo", "location.location.alias", "m.lone"),
+        ("m.mtz", "common.topic.alias", '"MST"'),
+    ]
+    + [(f"m.town{i}", "location.location.containedby", "m.usa") for i in range(6)]
+    + [
+        ("m.usa", "location.country.capital", "m.dc"),
+        ("m.usa", "location.location.contains", "m.utah"),
+    ]
+)
+NAMES = {
+    "m.utah": "Utah",
+    "m.mtz": "Mountain Time Zone",
+    "m.slc": "Salt Lake City",
+    "m.provo": "Provo",
+    "m.cox": "Spencer Cox",
+    "m.elected": "elected",
+    "m.usa": "United States",
+    "m.dc": "Washington",
+    **{f"m.town{i}": f"Town {i}" for i in range(6)},
+}
 QUESTIONS = ["what time zone is utah in", "who governs utah", "which towns are in the united states"]
 
 
@@ -53,8 +66,13 @@ def write_dataset(folder, triples=TRIPLES, names=NAMES):
     (folder / "kb.tsv").write_text("".join(f"{s}\t{r}\t{o}\n" for s, r, o in triples), encoding="utf-8")
     (folder / "names.tsv").write_text("".join(f"{k}\t{v}\n" for k, v in names.items()), encoding="utf-8")
     topics = ["m.utah", "m.utah", "m.usa"]
-    write_jsonl([QAExample(f"q{i}", q, (TopicEntity(t, names[t]),), (Answer("m.mtz", "Mountain Time Zone"),))
-                 for i, (q, t) in enumerate(zip(QUESTIONS, topics))], folder / "questions.jsonl")
+    write_jsonl(
+        [
+            QAExample(f"q{i}", q, (TopicEntity(t, names[t]),), (Answer("m.mtz", "Mountain Time Zone"),))
+            for i, (q, t) in enumerate(zip(QUESTIONS, topics))
+        ],
+        folder / "questions.jsonl",
+    )
     return folder
 
 
@@ -71,15 +89,21 @@ class CountingEncoder(HashingEncoder):
 def tool_over(kg, encoder, **config) -> KGSearchTool:
     torch.manual_seed(0)
     settings = dict(ranking="gat", top_k=3, relation_first=4, rerank_pool=2, max_context=2) | config
-    return KGSearchTool(kg, ToolConfig(**settings),
-                        ranker=GATRanker(RankerModelConfig(dim=DIM, hidden=8, head_hidden=4, dropout=0.0)).eval(),
-                        encoder=encoder)
+    return KGSearchTool(
+        kg,
+        ToolConfig(**settings),
+        ranker=GATRanker(RankerModelConfig(dim=DIM, hidden=8, head_hidden=4, dropout=0.0)).eval(),
+        encoder=encoder,
+    )
 
 
 def shown_nodes(kg: MemoryKG) -> list[str]:
     """Every node a search can show: all but the mediators that searches expand."""
-    return [n for n in kg.entities if is_literal_id(n) or not kg.is_unnamed(n) or kg.degree(n) < 2
-            or n in ("m.cvt", "m.cvt2")]  # each lies beyond the other
+    return [
+        n
+        for n in kg.entities
+        if is_literal_id(n) or not kg.is_unnamed(n) or kg.degree(n) < 2 or n in ("m.cvt", "m.cvt2")
+    ]  # each lies beyond the other
 
 
 def search_everything(tool: KGSearchTool, kg: MemoryKG) -> list[str]:
@@ -95,8 +119,22 @@ def search_everything(tool: KGSearchTool, kg: MemoryKG) -> list[str]:
 
 
 def embed_cli(dataset, cache, *extra) -> int:
-    return main(["kg", "embed", str(dataset), "--cache-dir", str(cache), "--encoder", "hashing",
-                 "--hashing-dim", str(DIM), "--max-context", "2", *extra])
+    return main(
+        [
+            "kg",
+            "embed",
+            str(dataset),
+            "--cache-dir",
+            str(cache),
+            "--encoder",
+            "hashing",
+            "--hashing-dim",
+            str(DIM),
+            "--max-context",
+            "2",
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.parametrize("context", ["all", "first"])
@@ -118,9 +156,10 @@ def test_after_kg_embed_a_first_search_of_any_node_encodes_nothing(tmp_path, cap
     assert search_everything(tool_over(kg, cached), kg) == cold_pages
     assert fresh.seen == [] and cached.misses == 0 and cached.batches == 0
     out = capsys.readouterr()
-    assert f"kg embed: {len(written - set(QUESTIONS))} graph texts ({kg.num_triples} triples, {context} context " \
-           f"edges) and 3 questions of {dataset / 'questions.jsonl'} -> hashing-{DIM} in {tmp_path / 'cache'}" \
-        in out.out
+    assert (
+        f"kg embed: {len(written - set(QUESTIONS))} graph texts ({kg.num_triples} triples, {context} context "
+        f"edges) and 3 questions of {dataset / 'questions.jsonl'} -> hashing-{DIM} in {tmp_path / 'cache'}" in out.out
+    )
 
 
 def test_topics_embed_the_first_search_of_each_topic_entity_over_memory_and_sparql(tmp_path, oxigraph_server):
@@ -129,8 +168,20 @@ def test_topics_embed_the_first_search_of_each_topic_entity_over_memory_and_spar
     sparql = SparqlKG(oxigraph_server(dataset))
     for kg, spec in ((memory, str(dataset)), (sparql, f"sparql:{sparql.endpoint}")):
         cache = tmp_path / f"cache-{type(kg).__name__}"
-        assert embed_cli(spec, cache, "--topics", "--relation-first", "4", "--rerank-pool", "2",
-                         "--questions", str(dataset / "questions.jsonl")) == 0
+        assert (
+            embed_cli(
+                spec,
+                cache,
+                "--topics",
+                "--relation-first",
+                "4",
+                "--rerank-pool",
+                "2",
+                "--questions",
+                str(dataset / "questions.jsonl"),
+            )
+            == 0
+        )
         fresh = CountingEncoder()
         tool = tool_over(kg, CachedEncoder(fresh, cache))
         for question, topic in zip(QUESTIONS, ["Utah", "Utah", "United States"]):
@@ -186,8 +237,10 @@ def test_progress_counts_cached_texts_and_the_summary_gives_rate_and_size(tmp_pa
     lines = first.out.splitlines()
     assert lines[1].startswith(f"kg embed: {total} texts encoded in ") and lines[1].endswith(", 0 already cached")
     table_bytes = sum(p.stat().st_size for p in (tmp_path / "cache" / f"hashing-{DIM}").iterdir())
-    assert lines[2].startswith(f"kg embed: the table holds {total} texts, {table_bytes / 1e6:,.1f} MB "
-                               f"({table_bytes / total:,.0f} bytes a text): {tmp_path / 'cache' / f'hashing-{DIM}'}/")
+    assert lines[2].startswith(
+        f"kg embed: the table holds {total} texts, {table_bytes / 1e6:,.1f} MB "
+        f"({table_bytes / total:,.0f} bytes a text): {tmp_path / 'cache' / f'hashing-{DIM}'}/"
+    )
     assert embed_cli(dataset, tmp_path / "cache") == 0
     again = capsys.readouterr()
     assert f"{total}/{total}" in again.err and "kg embed: 0 texts encoded in " in again.out
@@ -209,8 +262,9 @@ def test_a_live_encoder_reads_tables_written_after_it_opened_and_after_a_merge(t
 
 
 def test_first_search_texts_follow_the_search_at_a_hub_ranked_relation_first():
-    kg = MemoryKG.from_triples([("hub", "r.a", f"a{i}") for i in range(5)]
-                               + [("hub", "r.b", f"b{i}") for i in range(3)])
+    kg = MemoryKG.from_triples(
+        [("hub", "r.a", f"a{i}") for i in range(5)] + [("hub", "r.b", f"b{i}") for i in range(3)]
+    )
     texts = set(first_search_texts(kg, [("hub", None)], max_context=1, rerank_pool=2, relation_first=4))
     # the relations' words, the first two edges of each relation, and those targets' contexts
     assert texts == {"r a", "r b", "a0", "a1", "b0", "b1", "r a of hub", "r b of hub", "r a of", "r b of"}
@@ -225,8 +279,9 @@ def minilm_tool(kg, cache, ranker):
     encoder = build_encoder(EncoderConfig(kind="minilm", cache_dir=str(cache)))
     passes = []
     encoder.encoder.model.register_forward_pre_hook(lambda *_: passes.append(1))
-    return KGSearchTool(kg, ToolConfig(ranking="gat", relation_first=4, rerank_pool=2), ranker=ranker,
-                        encoder=encoder), passes
+    return KGSearchTool(
+        kg, ToolConfig(ranking="gat", relation_first=4, rerank_pool=2), ranker=ranker, encoder=encoder
+    ), passes
 
 
 @pytest.mark.slow
@@ -239,9 +294,13 @@ def test_minilm_a_new_process_first_search_runs_no_forward_pass_after_kg_embed(t
     cold_pages = [cold.session(q, [TopicEntity("m.utah", "Utah")]).call("Utah").text for q in QUESTIONS]
     assert cold_passes  # without the cache, MiniLM runs
 
-    done = subprocess.run([sys.executable, "-m", "kgreasoner.cli", "kg", "embed", str(dataset), "--cache-dir",
-                           str(tmp_path / "cache")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "kgreasoner.cli", "kg", "embed", str(dataset), "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == 0, done.stderr
     tool, passes = minilm_tool(kg, tmp_path / "cache", ranker)
     pages = [tool.session(q, [TopicEntity("m.utah", "Utah")]).call("Utah").text for q in QUESTIONS]
@@ -250,11 +309,25 @@ def test_minilm_a_new_process_first_search_runs_no_forward_pass_after_kg_embed(t
 
 @pytest.mark.slow
 def test_minilm_a_killed_embed_resumes_where_it_stopped(tmp_path):
-    dataset = write_dataset(tmp_path / "data", TRIPLES + [(f"m.p{i}", f"people.person.rel_{i % 30}", f"m.q{i}")
-                                                          for i in range(600)],
-                            {**NAMES, **{f"m.p{i}": f"person {i}" for i in range(600)}})
-    command = [sys.executable, "-m", "kgreasoner.cli", "kg", "embed", str(dataset), "--cache-dir",
-               str(tmp_path / "cache"), "--chunk", "64", "--batch-size", "32"]
+    dataset = write_dataset(
+        tmp_path / "data",
+        TRIPLES + [(f"m.p{i}", f"people.person.rel_{i % 30}", f"m.q{i}") for i in range(600)],
+        {**NAMES, **{f"m.p{i}": f"person {i}" for i in range(600)}},
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "kgreasoner.cli",
+        "kg",
+        "embed",
+        str(dataset),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--chunk",
+        "64",
+        "--batch-size",
+        "32",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     folder = tmp_path / "cache" / "minilm_all-MiniLM-L6-v2"

@@ -6,18 +6,26 @@ import numpy as np
 import pytest
 
 from kgreasoner.retrieval.encoder import (
-    CachedEncoder, EncoderConfig, HashingEncoder, MiniLMEncoder, build_encoder, humanize_relation,
+    CachedEncoder,
+    EncoderConfig,
+    HashingEncoder,
+    MiniLMEncoder,
+    build_encoder,
+    humanize_relation,
 )
 
 
-@pytest.mark.parametrize("relation, words", [
-    ("people.person.nationality", "person nationality"),
-    ("^people.person.nationality", "person nationality"),
-    ("cause_of_death", "cause of death"),
-    ("location.location.time_zones", "location time zones"),
-    ("<http://www.wikidata.org/prop/direct/P19>", "p19"),
-    ("birthPlace", "birth place"),
-])
+@pytest.mark.parametrize(
+    "relation, words",
+    [
+        ("people.person.nationality", "person nationality"),
+        ("^people.person.nationality", "person nationality"),
+        ("cause_of_death", "cause of death"),
+        ("location.location.time_zones", "location time zones"),
+        ("<http://www.wikidata.org/prop/direct/P19>", "p19"),
+        ("birthPlace", "birth place"),
+    ],
+)
 def test_humanize_relation(relation, words):
     assert humanize_relation(relation) == words
 
@@ -64,7 +72,12 @@ def test_config_rejects_unknown_kind():
 def test_real_minilm_offline():
     encoder = build_encoder(EncoderConfig(kind="minilm", batch_size=2))
     assert isinstance(encoder.encoder, MiniLMEncoder) and encoder.dim == 384
-    texts = ["location time zones", "what timezone is utah in", "banana bread recipe", "a much longer text about time zones"]
+    texts = [
+        "location time zones",
+        "what timezone is utah in",
+        "banana bread recipe",
+        "a much longer text about time zones",
+    ]
     vectors = encoder.encode(texts)
     assert vectors.shape == (4, 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)

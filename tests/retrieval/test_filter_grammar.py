@@ -8,17 +8,55 @@ from hypothesis import strategies as st
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
-    last_open_search, read_relation_filter, relation_filter_text, split_relation_filter, split_search_query,
+    last_open_search,
+    read_relation_filter,
+    relation_filter_text,
+    split_relation_filter,
+    split_search_query,
 )
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_listing
 
 HUB = [TopicEntity("h", "Hub")]
-AWKWARD = ["born | in", "a|b", "=eq", "=", "==", "backtrack", "Backtrack", " backtrack ", "relations", "^born_in",
-           "born_in", "Born_In", "born  in", " born in", "x\\", "\\|", '"q"', "a, b (2)", "é ü", "日本語",
-           "x</search>", "<think>", "line\nbreak", "tab\there", "\u2028", "film.film.genre", "film film genre",
-           "film__film__genre", "http://x.org/r#genre", "genre"]
-RELATION = st.one_of(st.sampled_from(AWKWARD), st.text(
-    st.one_of(st.characters(blacklist_categories=("Cs",)), st.sampled_from("|=^ \\\"(),<>")), min_size=1, max_size=12))
+AWKWARD = [
+    "born | in",
+    "a|b",
+    "=eq",
+    "=",
+    "==",
+    "backtrack",
+    "Backtrack",
+    " backtrack ",
+    "relations",
+    "^born_in",
+    "born_in",
+    "Born_In",
+    "born  in",
+    " born in",
+    "x\\",
+    "\\|",
+    '"q"',
+    "a, b (2)",
+    "é ü",
+    "日本語",
+    "x</search>",
+    "<think>",
+    "line\nbreak",
+    "tab\there",
+    "\u2028",
+    "film.film.genre",
+    "film film genre",
+    "film__film__genre",
+    "http://x.org/r#genre",
+    "genre",
+]
+RELATION = st.one_of(
+    st.sampled_from(AWKWARD),
+    st.text(
+        st.one_of(st.characters(blacklist_categories=("Cs",)), st.sampled_from('|=^ \\"(),<>')),
+        min_size=1,
+        max_size=12,
+    ),
+)
 
 
 def hub_kg(relations: list[str]) -> MemoryKG:
@@ -57,8 +95,13 @@ def test_the_listed_form_of_a_relation_holding_a_bar_or_an_escape_filters_it():
     session.call("Hub")
     assert session.filter_name("h", "born | in") == '="born \\| in"'
     assert session.filter_name("h", "relations") == "=relations"
-    for name, relation in [('="born \\| in"', "born | in"), ("==eq", "=eq"), ("=backtrack", "backtrack"),
-                           ("=relations", "relations"), ('="a, b (2)"', "a, b (2)")]:
+    for name, relation in [
+        ('="born \\| in"', "born | in"),
+        ("==eq", "=eq"),
+        ("=backtrack", "backtrack"),
+        ("=relations", "relations"),
+        ('="a, b (2)"', "a, b (2)"),
+    ]:
         page = KGSearchTool(kg, ToolConfig(top_k=10)).session("q", HUB).call(f"Hub | {name}")
         assert {edge.relation for edge in page.edges} == {relation}, name
     # after the bar the marks keep their meaning

@@ -14,9 +14,21 @@ from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
 HUB = [TopicEntity("hub", "Hub")]
 FIRST_LISTED = "Hub | {first}"
 """A filter by the first relation the second page listed (which depends on the order the backend gives edges in)."""
-QUERIES = ["Hub", "Hub", "Hub | nonexistent", "Hub | relations", "Hub | relations", FIRST_LISTED, "Hub | r09999",
-           "Hub | =" + '"' + "x" * 5000 + '"', "Hub | backtrack", "N0_0", "N0_0 | backtrack", "Nobody " * 1000,
-           "Hub | " + "r, " * 3000]
+QUERIES = [
+    "Hub",
+    "Hub",
+    "Hub | nonexistent",
+    "Hub | relations",
+    "Hub | relations",
+    FIRST_LISTED,
+    "Hub | r09999",
+    "Hub | =" + '"' + "x" * 5000 + '"',
+    "Hub | backtrack",
+    "N0_0",
+    "N0_0 | backtrack",
+    "Nobody " * 1000,
+    "Hub | " + "r, " * 3000,
+]
 
 
 def calls(kg, **config):

@@ -6,25 +6,41 @@ import json
 
 import pytest
 
-from kgreasoner.retrieval.labels import label_groups
 from kgreasoner.data.schema import Answer, QAExample, TopicEntity, write_jsonl
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.retrieval.labels import label_groups
 
 
 @pytest.fixture
 def kg() -> MemoryKG:
-    return MemoryKG.from_triples([
-        ("1", "a", "2"), ("1", "b", "3"),
-        ("2", "c", "4"), ("2", "d", "6"), ("2", "x", "9"), ("2", "y", "10"),
-        ("4", "e", "5"), ("4", "f", "7"),
-        ("11", "a", "2"),
-        ("1", "m", "cvt"), ("cvt", "p", "12"), ("cvt", "q", "13"),
-    ], names={n: f"n{n}" for n in ("1", "2", "3", "4", "5", "6", "7", "9", "10", "11", "12", "13")})
+    return MemoryKG.from_triples(
+        [
+            ("1", "a", "2"),
+            ("1", "b", "3"),
+            ("2", "c", "4"),
+            ("2", "d", "6"),
+            ("2", "x", "9"),
+            ("2", "y", "10"),
+            ("4", "e", "5"),
+            ("4", "f", "7"),
+            ("11", "a", "2"),
+            ("1", "m", "cvt"),
+            ("cvt", "p", "12"),
+            ("cvt", "q", "13"),
+        ],
+        names={n: f"n{n}" for n in ("1", "2", "3", "4", "5", "6", "7", "9", "10", "11", "12", "13")},
+    )
 
 
 def example(path, topic="1", qid="q1"):
-    return QAExample(id=qid, question="q?", topic_entities=(TopicEntity(topic, f"n{topic}"),),
-                     answers=(Answer("5", "n5"),), gold_paths=(tuple(path),), hops=len(path))
+    return QAExample(
+        id=qid,
+        question="q?",
+        topic_entities=(TopicEntity(topic, f"n{topic}"),),
+        answers=(Answer("5", "n5"),),
+        gold_paths=(tuple(path),),
+        hops=len(path),
+    )
 
 
 def summary(groups):
@@ -47,8 +63,7 @@ def test_negatives_are_sampled_at_the_ratio_with_a_seed(kg):
     again = label_groups(kg, [example(["a", "c", "e"])], negative_ratio=1.0, seed=3)
     assert summary(groups) == summary(again)
     # Sampled candidates stay in KG order, positives always kept.
-    assert all(g.labels[[c.path_relations for c in g.candidates].index((r,))] == 1
-               for g, r in zip(groups, "ace"))
+    assert all(g.labels[[c.path_relations for c in g.candidates].index((r,))] == 1 for g, r in zip(groups, "ace"))
 
 
 def test_mediator_candidates_consume_two_relations_and_inverse_steps(kg):

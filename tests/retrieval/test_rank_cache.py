@@ -28,8 +28,12 @@ class CountingKG(MemoryKG):
 
 
 def graph() -> CountingKG:
-    triples = [("fr", "country.capital", "paris"), ("fr", "country.river", "seine"), ("paris", "city.mayor", "anne"),
-               ("seine", "river.mouth", "havre")] + [(f"p{i}", "person.nationality", "fr") for i in range(40)]
+    triples = [
+        ("fr", "country.capital", "paris"),
+        ("fr", "country.river", "seine"),
+        ("paris", "city.mayor", "anne"),
+        ("seine", "river.mouth", "havre"),
+    ] + [(f"p{i}", "person.nationality", "fr") for i in range(40)]
     kg = CountingKG.from_triples(triples)
     kg.calls = []
     return kg
@@ -46,9 +50,17 @@ class CountingRanker(GATRanker):
 def test_a_repeated_search_reads_neither_graph_nor_ranker_and_shows_the_same_lines():
     torch.manual_seed(0)
     kg = graph()
-    tool = KGSearchTool(kg, ToolConfig(ranking="gat", top_k=3, relation_first=20, rerank_pool=5,
-                                       encoder=EncoderConfig(kind="hashing", hashing_dim=32)),
-                        ranker=CountingRanker(RankerModelConfig(dim=32, hidden=8, head_hidden=4, dropout=0.0)).eval())
+    tool = KGSearchTool(
+        kg,
+        ToolConfig(
+            ranking="gat",
+            top_k=3,
+            relation_first=20,
+            rerank_pool=5,
+            encoder=EncoderConfig(kind="hashing", hashing_dim=32),
+        ),
+        ranker=CountingRanker(RankerModelConfig(dim=32, hidden=8, head_hidden=4, dropout=0.0)).eval(),
+    )
     first = tool.session("what is the capital", [TopicEntity("fr", "fr")])
     pages = [first.call("fr").text, first.call("fr").text]
     calls, scored = len(kg.calls), CountingRanker.scored
@@ -68,9 +80,15 @@ def test_a_repeated_search_reads_neither_graph_nor_ranker_and_shows_the_same_lin
 
 
 def test_a_cached_ranking_does_not_keep_its_graph_alive():
-    tool = KGSearchTool(MemoryKG.from_triples([("x", "r", "y")]),
-                        ToolConfig(ranking="embedding", relation_first=20, rerank_pool=5,
-                                   encoder=EncoderConfig(kind="hashing", hashing_dim=32)))
+    tool = KGSearchTool(
+        MemoryKG.from_triples([("x", "r", "y")]),
+        ToolConfig(
+            ranking="embedding",
+            relation_first=20,
+            rerank_pool=5,
+            encoder=EncoderConfig(kind="hashing", hashing_dim=32),
+        ),
+    )
     view = graph()
     session = tool.session("q", [TopicEntity("fr", "fr")])
     session._kg = view  # a question's own graph, as `subgraph` gives
@@ -84,11 +102,17 @@ def test_a_cached_ranking_does_not_keep_its_graph_alive():
 
 def test_caches_hold_at_most_their_capacity_in_candidates():
     from kgreasoner.retrieval.encoder import CachedEncoder, HashingEncoder
-    from kgreasoner.retrieval.ranking import CandidateScorer, context_texts
+    from kgreasoner.retrieval.ranking import CandidateScorer
 
     kg = graph()
-    scorer = CandidateScorer("embedding", kg, encoder=CachedEncoder(HashingEncoder(32)), relation_first=None,
-                             rank_cache=10, candidate_cache=10)
+    scorer = CandidateScorer(
+        "embedding",
+        kg,
+        encoder=CachedEncoder(HashingEncoder(32)),
+        relation_first=None,
+        rank_cache=10,
+        candidate_cache=10,
+    )
     scorer.rank("q1", "fr")
     scorer.rank("q1", "fr")  # 42 candidates weigh more than either cache holds: fetched and ranked again
     assert kg.calls == ["fr", "fr"] and scorer.timings.cached == 0
@@ -124,6 +148,10 @@ def test_over_sparql_the_contexts_of_a_search_come_in_few_requests_and_score_as_
     targets = len({c.target for c in candidates})
     assert targets == 44 and sparql.queries_sent == before + -(-targets // CONTEXT_BATCH)
     memory_scorer = CandidateScorer("gat", memory, encoder, model, max_context=1)
-    assert np.allclose(scorer.gat_scores("the capital?", candidates), memory_scorer.gat_scores("the capital?", candidates),
-                       rtol=0.0, atol=1e-6)
+    assert np.allclose(
+        scorer.gat_scores("the capital?", candidates),
+        memory_scorer.gat_scores("the capital?", candidates),
+        rtol=0.0,
+        atol=1e-6,
+    )
     assert sparql.queries_sent == before + -(-targets // CONTEXT_BATCH)  # the contexts are cached

@@ -56,9 +56,13 @@ def test_candidates_are_scored_independently_of_batching():
     inputs = random_inputs()
     together = model.score(inputs)
     alone = RankerInputs(
-        question=inputs.question[1:], cand_question=torch.tensor([0, 0]),
-        cand_relation=inputs.cand_relation[3:], cand_entity=inputs.cand_entity[3:],
-        ctx_value=inputs.ctx_value[4:], ctx_relation=inputs.ctx_relation[4:], ctx_target=torch.tensor([0, 0, 0]),
+        question=inputs.question[1:],
+        cand_question=torch.tensor([0, 0]),
+        cand_relation=inputs.cand_relation[3:],
+        cand_entity=inputs.cand_entity[3:],
+        ctx_value=inputs.ctx_value[4:],
+        ctx_relation=inputs.ctx_relation[4:],
+        ctx_target=torch.tensor([0, 0, 0]),
     )
     assert torch.allclose(model.score(alone), together[3:], atol=1e-6)
 
@@ -79,9 +83,12 @@ def test_tiny_case_computed_by_hand():
     model = GATRanker(RankerModelConfig(dim=1, hidden=1, head_hidden=1, dropout=0.0))
     set_weights(model)
     inputs = RankerInputs(
-        question=torch.tensor([[2.0]]), cand_question=torch.tensor([0, 0]),
-        cand_relation=torch.tensor([[1.0], [1.0]]), cand_entity=torch.tensor([[1.0], [1.0]]),
-        ctx_value=torch.tensor([[1.0], [3.0]]), ctx_relation=torch.tensor([[1.0], [0.5]]),
+        question=torch.tensor([[2.0]]),
+        cand_question=torch.tensor([0, 0]),
+        cand_relation=torch.tensor([[1.0], [1.0]]),
+        cand_entity=torch.tensor([[1.0], [1.0]]),
+        ctx_value=torch.tensor([[1.0], [3.0]]),
+        ctx_relation=torch.tensor([[1.0], [0.5]]),
         ctx_target=torch.tensor([0, 0]),
     )
     # φ_q(v) = [v, 2v]. Edge 1: t⊙r = [1,2]⊙[1,2] = [1,4] -> y = 5, x = W_q q = 2,
@@ -127,8 +134,10 @@ def test_score_equals_the_forward_pass_in_eval_mode(questions, candidates, edges
     inputs = RankerInputs(
         question=unit_rows(g, questions, d),
         cand_question=torch.randint(0, questions, (candidates,), generator=g),
-        cand_relation=unit_rows(g, candidates, d), cand_entity=unit_rows(g, candidates, d),
-        ctx_value=unit_rows(g, edges, d), ctx_relation=unit_rows(g, edges, d),
+        cand_relation=unit_rows(g, candidates, d),
+        cand_entity=unit_rows(g, candidates, d),
+        ctx_value=unit_rows(g, edges, d),
+        ctx_relation=unit_rows(g, edges, d),
         ctx_target=torch.randint(0, candidates, (edges,), generator=g),
     )
     model.eval()
@@ -154,15 +163,29 @@ def test_score_allocates_on_the_device_of_its_inputs():
     model = GATRanker(RankerModelConfig(dim=8, hidden=6, head_hidden=4, dropout=0.0))
     inputs = random_inputs()
     one = RankerInputs(
-        question=inputs.question[:1], cand_question=torch.zeros(3, dtype=torch.long),
-        cand_relation=inputs.cand_relation[:3], cand_entity=inputs.cand_entity[:3],
-        ctx_value=inputs.ctx_value[:4], ctx_relation=inputs.ctx_relation[:4], ctx_target=torch.tensor([0, 0, 0, 2]),
+        question=inputs.question[:1],
+        cand_question=torch.zeros(3, dtype=torch.long),
+        cand_relation=inputs.cand_relation[:3],
+        cand_entity=inputs.cand_entity[:3],
+        ctx_value=inputs.ctx_value[:4],
+        ctx_relation=inputs.ctx_relation[:4],
+        ctx_target=torch.tensor([0, 0, 0, 2]),
     )
     model.to("meta")
     scores = model.score(_on(one, "meta"))
     assert (scores.device.type, scores.shape, scores.dtype) == ("meta", (3,), torch.float32)
-    empty = model.score(_on(RankerInputs(
-        question=one.question, cand_question=torch.zeros(0, dtype=torch.long), cand_relation=torch.zeros(0, 8),
-        cand_entity=torch.zeros(0, 8), ctx_value=torch.zeros(0, 8), ctx_relation=torch.zeros(0, 8),
-        ctx_target=torch.zeros(0, dtype=torch.long)), "meta"))
+    empty = model.score(
+        _on(
+            RankerInputs(
+                question=one.question,
+                cand_question=torch.zeros(0, dtype=torch.long),
+                cand_relation=torch.zeros(0, 8),
+                cand_entity=torch.zeros(0, 8),
+                ctx_value=torch.zeros(0, 8),
+                ctx_relation=torch.zeros(0, 8),
+                ctx_target=torch.zeros(0, dtype=torch.long),
+            ),
+            "meta",
+        )
+    )
     assert (empty.device.type, empty.shape) == ("meta", (0,))

@@ -26,15 +26,25 @@ def hub() -> MemoryKG:
     triples += [("fr", "geography.country.rivers", f"r{i}") for i in range(60, 90)]
     triples += [("fr", "law.country.treaties", f"t{i}") for i in range(40)]
     triples += [(f"t{i}", "law.treaty.partner", f"k{(i + j) % 7}") for i in range(40) for j in (0, 1)]
-    names = {"fr": "Freedonia", **{f"p{i}": f"person {i}" for i in range(150)},
-             **{f"c{i}": f"club {i} fc" if i % 3 == 0 else f"team {i}" for i in range(12)},
-             **{f"r{i}": f"river {i}" for i in range(90)}, **{f"k{i}": f"kingdom {i}" for i in range(7)}}
+    names = {
+        "fr": "Freedonia",
+        **{f"p{i}": f"person {i}" for i in range(150)},
+        **{f"c{i}": f"club {i} fc" if i % 3 == 0 else f"team {i}" for i in range(12)},
+        **{f"r{i}": f"river {i}" for i in range(90)},
+        **{f"k{i}": f"kingdom {i}" for i in range(7)},
+    }
     return MemoryKG.from_triples(triples, names)
 
 
 def scorer(kg, method="embedding", relation_first=50, rerank_pool=20, model=None) -> CandidateScorer:
-    return CandidateScorer(method, kg, encoder=CachedEncoder(HashingEncoder(256)), model=model,
-                           rerank_pool=rerank_pool, relation_first=relation_first)
+    return CandidateScorer(
+        method,
+        kg,
+        encoder=CachedEncoder(HashingEncoder(256)),
+        model=model,
+        rerank_pool=rerank_pool,
+        relation_first=relation_first,
+    )
 
 
 def test_top_k_equals_exact_scoring_when_the_relation_decides():
@@ -54,18 +64,25 @@ def test_through_the_tool_the_first_page_is_the_exact_one():
     encoder = EncoderConfig(kind="hashing", hashing_dim=256)
     pages = []
     for relation_first, pool in ((None, None), (50, 20)):
-        tool = KGSearchTool(hub(), ToolConfig(ranking="embedding", encoder=encoder, top_k=5,
-                                              relation_first=relation_first, rerank_pool=pool))
+        tool = KGSearchTool(
+            hub(),
+            ToolConfig(ranking="embedding", encoder=encoder, top_k=5, relation_first=relation_first, rerank_pool=pool),
+        )
         session = tool.session(QUESTION, [TopicEntity("fr", "Freedonia")])
         pages.append(session.call("Freedonia").text.splitlines())
     assert pages[0][:5] == pages[1][:5]
-    assert pages[0][:2] == ["(club 0 fc, sports.club.based_in, Freedonia)", "(club 3 fc, sports.club.based_in, Freedonia)"]
+    assert pages[0][:2] == [
+        "(club 0 fc, sports.club.based_in, Freedonia)",
+        "(club 3 fc, sports.club.based_in, Freedonia)",
+    ]
 
 
 @pytest.mark.parametrize("method", ["embedding", "gat"])
 def test_every_candidate_stays_reachable_and_the_tail_is_built_when_read(method):
     torch.manual_seed(0)
-    model = GATRanker(RankerModelConfig(dim=256, hidden=8, head_hidden=4, dropout=0.0)).eval() if method == "gat" else None
+    model = (
+        GATRanker(RankerModelConfig(dim=256, hidden=8, head_hidden=4, dropout=0.0)).eval() if method == "gat" else None
+    )
     kg = hub()
     ranked = scorer(kg, method, model=model).rank(QUESTION, "fr")
     # before anything is read past the first page, only the pool is built: 20 edges' candidates
@@ -82,8 +99,10 @@ def test_every_candidate_stays_reachable_and_the_tail_is_built_when_read(method)
 
 
 def test_an_entity_with_a_single_relation():
-    kg = MemoryKG.from_triples([(f"p{i}", "people.person.nationality", "fr") for i in range(120)],
-                               {**{f"p{i}": f"team {i}" if i in (5, 17, 30) else f"person {i}" for i in range(120)}})
+    kg = MemoryKG.from_triples(
+        [(f"p{i}", "people.person.nationality", "fr") for i in range(120)],
+        {**{f"p{i}": f"team {i}" if i in (5, 17, 30) else f"person {i}" for i in range(120)}},
+    )
     ranked = scorer(kg).rank("which team", "fr")
     keys = [c.edges[0].subject for c in ranked]
     # the first 20 edges are scored (the two teams among them lead, KG order among ties), the rest keep KG order
@@ -98,8 +117,9 @@ def test_small_entities_take_the_exact_path():
     for graph, entity in ((small, "a"), (kg, "fr")):
         candidates = gather_candidates(graph, entity)
         exact = scorer(graph, relation_first=1000)
-        assert [c.key for c in exact.rank(QUESTION, entity)] == \
-            [candidates[i].key for i in exact.order(QUESTION, candidates, graph)]
+        assert [c.key for c in exact.rank(QUESTION, entity)] == [
+            candidates[i].key for i in exact.order(QUESTION, candidates, graph)
+        ]
     # at the threshold itself still exact (every candidate built); above it only the pool is
     assert len(scorer(small, relation_first=31, rerank_pool=5).rank("q", "a").built) == 31
     assert len(scorer(small, relation_first=30, rerank_pool=5).rank("q", "a").built) == 5
@@ -135,5 +155,6 @@ def test_a_backend_without_the_index_ranks_relation_first_alike(pool):
         assert [c.key for c in fetched] == [c.key for c in indexed]
         assert len(indexed) == 332
     # below the threshold both are exact
-    assert [c.key for c in scorer(Unindexed(kg), relation_first=300).rank(QUESTION, "fr")] == \
-        [c.key for c in scorer(kg, relation_first=300).rank(QUESTION, "fr")]
+    assert [c.key for c in scorer(Unindexed(kg), relation_first=300).rank(QUESTION, "fr")] == [
+        c.key for c in scorer(kg, relation_first=300).rank(QUESTION, "fr")
+    ]

@@ -33,8 +33,13 @@ def test_batch_orders_equal_one_by_one_orders_with_two_encoder_calls(utah_kg, me
     ]
 
     def scorer(encoder):
-        return CandidateScorer(method, utah_kg, encoder=CachedEncoder(encoder) if method != "none" else None,
-                               model=model if method == "gat" else None, rerank_pool=3)
+        return CandidateScorer(
+            method,
+            utah_kg,
+            encoder=CachedEncoder(encoder) if method != "none" else None,
+            model=model if method == "gat" else None,
+            rerank_pool=3,
+        )
 
     single_encoder, batch_encoder = CountingEncoder(), CountingEncoder()
     single = [scorer(single_encoder).order(q, c, kg) for q, c, kg in requests]

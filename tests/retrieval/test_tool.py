@@ -106,11 +106,16 @@ def test_repeated_search_shows_next_best_unseen_then_exhausted(utah_kg):
     # Without a ranker the listing names the relations with the most unseen neighbours first.
     assert first.text.splitlines() == UTAH_LINES[:2] + [
         "more: government.governmental_jurisdiction.governing_officials (2), location.location.contains (1), "
-        "location.location.containedby (1)"]
-    assert first.more == (("government.governmental_jurisdiction.governing_officials", 2), ("location.location.contains", 1),
-                          ("location.location.containedby", 1))
+        "location.location.containedby (1)"
+    ]
+    assert first.more == (
+        ("government.governmental_jurisdiction.governing_officials", 2),
+        ("location.location.contains", 1),
+        ("location.location.containedby", 1),
+    )
     assert s.call("Utah").text.splitlines() == UTAH_LINES[2:5] + [
-        "more: government.governmental_jurisdiction.governing_officials (1), location.location.containedby (1)"]
+        "more: government.governmental_jurisdiction.governing_officials (1), location.location.containedby (1)"
+    ]
     # The mediator's edge is printed again: the new candidate goes through it too.
     third = s.call("Utah")
     assert third.text.splitlines() == [UTAH_LINES[3], UTAH_LINES[5], UTAH_LINES[6]]
@@ -124,7 +129,10 @@ def test_empty_neighbourhoods_and_empty_queries(utah_kg):
     s = session(utah_kg, topics=[TopicEntity("m.ghost", "Ghost"), UTAH[0]])
     ghost = s.call("Ghost")
     assert ghost.error == "no_neighbors"
-    assert ghost.text == "Ghost has no neighbours in the knowledge graph. Search another entity or write `Ghost | backtrack`."
+    assert (
+        ghost.text
+        == "Ghost has no neighbours in the knowledge graph. Search another entity or write `Ghost | backtrack`."
+    )
     s.call("Utah")
     provo = s.call("Provo")
     assert provo.error == "no_neighbors"
@@ -137,7 +145,11 @@ def test_empty_neighbourhoods_and_empty_queries(utah_kg):
 def test_backtracking_walks_the_papers_example(path_kg):
     s = session(path_kg, question="q", topics=[TopicEntity("1", "1")], top_k=1)
     assert [s.call(n).text for n in ("1", "2", "4", "5")] == [
-        "(1, a, 2)\nmore: b (1)", "(2, c, 4)\nmore: d (1)", "(4, e, 5)\nmore: f (1)", "(5, g, 8)"]
+        "(1, a, 2)\nmore: b (1)",
+        "(2, c, 4)\nmore: d (1)",
+        "(4, e, 5)\nmore: f (1)",
+        "(5, g, 8)",
+    ]
     # 5 is a dead end: back to 4 and its next-best unseen candidate.
     back = s.call("5 | backtrack")
     assert (back.text, back.entity, back.backtracked, back.error) == ("(4, f, 7)", "4", True, None)
@@ -145,11 +157,16 @@ def test_backtracking_walks_the_papers_example(path_kg):
     assert (s.call("5 | backtrack").text, s.call("5|BACKTRACK").text) == ("(2, d, 6)", "(1, b, 3)")
     root = s.call("5 | backtrack")
     assert root.error == "backtrack_at_root" and root.backtracked
-    assert root.text == ("Nothing left to backtrack to: every neighbour on the path from 5 back to the topic "
-                         "entity has been shown. Search another entity shown above, or answer.")
+    assert root.text == (
+        "Nothing left to backtrack to: every neighbour on the path from 5 back to the topic "
+        "entity has been shown. Search another entity shown above, or answer."
+    )
     at_topic = s.call("1 | backtrack")
     assert at_topic.error == "backtrack_at_root"
-    assert at_topic.text == "1 is a topic entity: there is nothing to backtrack to. Search one of the entities shown so far."
+    assert (
+        at_topic.text
+        == "1 is a topic entity: there is nothing to backtrack to. Search one of the entities shown so far."
+    )
     assert s.num_backtracks == 5 and s.num_calls == 9
 
 
@@ -160,22 +177,27 @@ def test_max_chars_caps_lines_listing_and_errors_without_wasting_handles(utah_kg
     # what is left is skipped for a shorter one.
     assert first.text.splitlines() == [
         "(E1 Utah, location.location.time_zones, E2 Mountain Time Zone)",
-        "more: location.us_state.capital (1) and 3 more relations"]
+        "more: location.us_state.capital (1) and 3 more relations",
+    ]
     assert (first.more, first.unlisted) == ((("location.us_state.capital", 1),), 3)
     assert s.shown_entities() == [("E1", "Utah"), ("E2", "Mountain Time Zone")]
     # `NAME | relations` lists the relations no listing has named yet, then starts over.
     listed = s.call("Utah | relations")
     assert (listed.error, listed.edges, listed.unlisted) == (None, [], 1)
-    assert listed.text == ("more: government.governmental_jurisdiction.governing_officials (2), "
-                           "location.location.contains (1) and 2 more relations")
+    assert listed.text == (
+        "more: government.governmental_jurisdiction.governing_officials (2), "
+        "location.location.contains (1) and 2 more relations"
+    )
     last = s.call("E1 | Relations")
     assert (last.text, last.unlisted) == ("more: location.location.containedby (1) and 3 more relations", 0)
     again = s.call("Utah | relations")
     assert again.text.startswith("more: government.governmental_jurisdiction.governing_officials (2), ")
     assert s.call("Utah").text.splitlines()[0] == "(E1 Utah, location.us_state.capital, E3 Salt Lake City)"
     bad = s.call("Utah | nope")
-    assert bad.text == ('E1 Utah has no relation "nope". Its relations: '
-                        "government.governmental_jurisdiction.governing_officials (2) and 4 more relations.")
+    assert bad.text == (
+        'E1 Utah has no relation "nope". Its relations: '
+        "government.governmental_jurisdiction.governing_officials (2) and 4 more relations."
+    )
     for call in (first, listed, last, again, bad):
         assert len(call.text) <= 130
     # A first candidate longer than the room is cut, never the cap passed.
@@ -195,7 +217,10 @@ def test_backend_failure_is_a_result_not_an_exception():
     kg = BrokenKG.from_triples([("a", "r", "b")])
     result = session(kg, topics=[TopicEntity("a", "a")]).call("a")
     assert result.error == "kg_error" and result.entity == "a"
-    assert result.text == "The knowledge graph could not be queried: endpoint http://127.0.0.1:1/sparql refused the connection"
+    assert (
+        result.text
+        == "The knowledge graph could not be queried: endpoint http://127.0.0.1:1/sparql refused the connection"
+    )
 
 
 def test_config_validation():
@@ -224,7 +249,9 @@ def test_hubs_score_only_the_pool_closest_by_relation():
     s = session(kg, question="which award winner is male", topics=[TopicEntity("male", "male")], **config)
     # Pool: the award edge and the first gender edge (a tie keeps KG order); the rest stay in KG order.
     assert s.call("male").text.splitlines() == [
-        "(male, award.award.winner, w1)", "(p0, people.person.gender, male)", "(p1, people.person.gender, male)",
+        "(male, award.award.winner, w1)",
+        "(p0, people.person.gender, male)",
+        "(p1, people.person.gender, male)",
         "more: people.person.gender (4)",
     ]
 
@@ -232,7 +259,9 @@ def test_hubs_score_only_the_pool_closest_by_relation():
 def test_tool_config_loads_from_overrides():
     from kgreasoner.config import load_config
 
-    config = load_config(ToolConfig, None, ["top_k=3", "encoder.kind=hashing", "entity_handles=true", "rerank_pool=null"])
+    config = load_config(
+        ToolConfig, None, ["top_k=3", "encoder.kind=hashing", "entity_handles=true", "rerank_pool=null"]
+    )
     assert (config.top_k, config.encoder.kind, config.entity_handles, config.rerank_pool) == (3, "hashing", True, None)
 
 
@@ -241,8 +270,12 @@ def hub_kg() -> MemoryKG:
     line comes before any club."""
     triples = [(f"p{i}", "citizen_of", "fr") for i in range(5)] + [(f"c{i}", "based_in", "fr") for i in range(3)]
     triples += [("undo", "backtrack", "fr"), ("p0", "plays_for", "c0")]
-    names = {"fr": "Freedonia", "undo": "Undo", **{f"p{i}": f"Player {i}" for i in range(5)},
-             **{f"c{i}": f"Club {i}" for i in range(3)}}
+    names = {
+        "fr": "Freedonia",
+        "undo": "Undo",
+        **{f"p{i}": f"Player {i}" for i in range(5)},
+        **{f"c{i}": f"Club {i}" for i in range(3)},
+    }
     return MemoryKG.from_triples(triples, names)
 
 
@@ -252,8 +285,10 @@ FREEDONIA = [TopicEntity("fr", "Freedonia")]
 def test_listing_names_every_relation_the_page_left_out():
     s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2)
     first = s.call("Freedonia")
-    assert first.text == ("(Player 0, citizen_of, Freedonia)\n(Player 1, citizen_of, Freedonia)\n"
-                          "more: citizen_of (3), based_in (3), =backtrack (1)")
+    assert first.text == (
+        "(Player 0, citizen_of, Freedonia)\n(Player 1, citizen_of, Freedonia)\n"
+        "more: citizen_of (3), based_in (3), =backtrack (1)"
+    )
     # Without the listing the clubs would be two pages away and unnamed; the line names them now.
     assert first.more == (("citizen_of", 3), ("based_in", 3), ("=backtrack", 1))
     # A page that shows the last unseen neighbours has no listing line.
@@ -267,17 +302,22 @@ def test_relation_filter_pages_through_unseen_lines_then_says_so():
     page = s.call("Freedonia | based_in")
     assert (page.error, page.entity, page.relation) == (None, "fr", "based_in")
     # The page's listing names its own relation first while it has more.
-    assert page.text == ("(Club 0, based_in, Freedonia)\n(Club 1, based_in, Freedonia)\n"
-                         "more: based_in (1), citizen_of (3), =backtrack (1)")
+    assert page.text == (
+        "(Club 0, based_in, Freedonia)\n(Club 1, based_in, Freedonia)\n"
+        "more: based_in (1), citizen_of (3), =backtrack (1)"
+    )
     assert s.call("Freedonia | based_in").text == "(Club 2, based_in, Freedonia)\nmore: citizen_of (3), =backtrack (1)"
     done = s.call("Freedonia|based_in")
     assert done.error == "exhausted" and done.edges == []
-    assert done.text == ("All 3 neighbours of Freedonia by based_in have been shown. Search another entity, "
-                         "another relation of Freedonia, or write `Freedonia | backtrack`.")
+    assert done.text == (
+        "All 3 neighbours of Freedonia by based_in have been shown. Search another entity, "
+        "another relation of Freedonia, or write `Freedonia | backtrack`."
+    )
     # A line shown from its other end (Player 0 searched: its club) is not repeated by the hub's filter.
     assert s.call("Club 0").text == "(Player 0, plays_for, Club 0)"
-    assert s.call("Freedonia | citizen_of").text == ("(Player 2, citizen_of, Freedonia)\n(Player 3, citizen_of, Freedonia)\n"
-                                                     "more: citizen_of (1), =backtrack (1)")
+    assert s.call("Freedonia | citizen_of").text == (
+        "(Player 2, citizen_of, Freedonia)\n(Player 3, citizen_of, Freedonia)\nmore: citizen_of (1), =backtrack (1)"
+    )
     # The plain search goes on after the filtered pages.
     assert s.call("Freedonia").text == "(Player 4, citizen_of, Freedonia)\n(Undo, backtrack, Freedonia)"
     assert s.num_calls == 7 and s.num_backtracks == 0
@@ -296,11 +336,17 @@ def test_unknown_relation_is_named_with_the_entity_s_relations():
     s = session(hub_kg(), question="q", topics=FREEDONIA, top_k=2)
     bad = s.call("Freedonia | plays_for")
     assert bad.error == "unknown_relation" and bad.entity == "fr" and bad.edges == []
-    assert bad.text == ('Freedonia has no relation "plays_for". '
-                        "Its relations: citizen_of (5), based_in (3), =backtrack (1).")
+    assert bad.text == (
+        'Freedonia has no relation "plays_for". Its relations: citizen_of (5), based_in (3), =backtrack (1).'
+    )
     # ids and printed forms both name a relation, case and spacing aside
-    words = session(MemoryKG.from_triples([("a", "film.film.genre", "g"), ("a", "film.film.genre", "h")]),
-                    question="q", topics=[TopicEntity("a", "a")], top_k=1, relation_format="words")
+    words = session(
+        MemoryKG.from_triples([("a", "film.film.genre", "g"), ("a", "film.film.genre", "h")]),
+        question="q",
+        topics=[TopicEntity("a", "a")],
+        top_k=1,
+        relation_format="words",
+    )
     assert words.call("a").text == "(a, film film genre, g)\nmore: film film genre (1)"
     assert words.call("a | Film  film genre").text == "(a, film film genre, h)"
     assert words.call("a | film.film.genre").error == "exhausted"
@@ -323,5 +369,7 @@ def test_a_handle_before_the_bar_filters_its_entity():
         page.call("E1")
         result = page.call(query)
         assert (result.error, result.entity, result.relation) == (None, "fr", "based_in"), query
-        assert result.text.splitlines()[:2] == ["(E4 Club 0, based_in, E1 Freedonia)",
-                                                "(E5 Club 1, based_in, E1 Freedonia)"], query
+        assert result.text.splitlines()[:2] == [
+            "(E4 Club 0, based_in, E1 Freedonia)",
+            "(E5 Club 1, based_in, E1 Freedonia)",
+        ], query

@@ -13,7 +13,11 @@ from kgreasoner.retrieval.encoder import EncoderConfig
 from kgreasoner.retrieval.ranker import RankerModelConfig
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.retrieval.training import (
-    RankerTrainConfig, evaluate_saved, format_table, ranking_metrics, train_ranker,
+    RankerTrainConfig,
+    evaluate_saved,
+    format_table,
+    ranking_metrics,
+    train_ranker,
 )
 
 
@@ -32,10 +36,18 @@ def synthetic(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(synthetic, tmp_path_factory):
     config = RankerTrainConfig(
-        data=str(synthetic), encoder=EncoderConfig(kind="hashing", hashing_dim=128),
-        model=RankerModelConfig(hidden=32, head_hidden=16, dropout=0.0), max_context=8,
-        max_train_questions=600, max_eval_questions=150, epochs=15, patience=3, batch_groups=32, lr=0.003,
-        max_train_seconds=45, out_dir=str(tmp_path_factory.mktemp("ranker")),
+        data=str(synthetic),
+        encoder=EncoderConfig(kind="hashing", hashing_dim=128),
+        model=RankerModelConfig(hidden=32, head_hidden=16, dropout=0.0),
+        max_context=8,
+        max_train_questions=600,
+        max_eval_questions=150,
+        epochs=15,
+        patience=3,
+        batch_groups=32,
+        lr=0.003,
+        max_train_seconds=45,
+        out_dir=str(tmp_path_factory.mktemp("ranker")),
     )
     return config, train_ranker(config)
 
@@ -58,16 +70,32 @@ def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_oft
     config, result = trained
     kg = MemoryKG.from_file(synthetic / "kb.tsv")
     test = [e for e in read_jsonl(synthetic / "questions.jsonl") if e.split == "test"][:40]
-    tools = {m: KGSearchTool(kg, ToolConfig(ranking=m, ranker_path=str(result.out_dir), top_k=1,
-                                            encoder=EncoderConfig(kind="hashing", hashing_dim=128)))
-             for m in ("gat", "embedding")}
+    tools = {
+        m: KGSearchTool(
+            kg,
+            ToolConfig(
+                ranking=m,
+                ranker_path=str(result.out_dir),
+                top_k=1,
+                encoder=EncoderConfig(kind="hashing", hashing_dim=128),
+            ),
+        )
+        for m in ("gat", "embedding")
+    }
     first_hit = {m: 0 for m in tools}
     for example in test:
         for method, tool in tools.items():
-            edges = tool.session(example.question, list(example.topic_entities)).call(example.topic_entities[0].id).edges
+            edges = (
+                tool.session(example.question, list(example.topic_entities)).call(example.topic_entities[0].id).edges
+            )
             first_hit[method] += edges[0].path_relation == example.gold_paths[0][0]
-        texts = {tools["gat"].session(example.question, list(example.topic_entities)).call(example.topic_entities[0].name).text
-                 for _ in range(2)}
+        texts = {
+            tools["gat"]
+            .session(example.question, list(example.topic_entities))
+            .call(example.topic_entities[0].name)
+            .text
+            for _ in range(2)
+        }
         assert len(texts) == 1
     assert first_hit["gat"] > first_hit["embedding"]
 

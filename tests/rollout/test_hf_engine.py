@@ -21,10 +21,17 @@ TABLE = {
 SEGMENTS = [
     ["<think> direct </think>\n<answer>Utah</answer>"],
     ["<think> I need <search>Utah</search>", "Utah is in it. </think>\n<answer>Mountain Time Zone</answer>"],
-    ["<think> a <search> Utah </search>", "then <search>Salt Lake City</search>",
-     "done </think>\n<answer>Mountain Time Zone | MST</answer>"],
-    ["<think> <search>Utah</search>", "<search>Salt Lake City</search>", "<search>Mountain Time Zone</search>",
-     "so </think>\n<answer>Denver</answer>"],
+    [
+        "<think> a <search> Utah </search>",
+        "then <search>Salt Lake City</search>",
+        "done </think>\n<answer>Mountain Time Zone | MST</answer>",
+    ],
+    [
+        "<think> <search>Utah</search>",
+        "<search>Salt Lake City</search>",
+        "<search>Mountain Time Zone</search>",
+        "so </think>\n<answer>Denver</answer>",
+    ],
 ]
 
 
@@ -54,7 +61,8 @@ def test_masks_line_up_with_tokens_and_rows_finish_at_different_turns(kind, requ
     recorder = RecordingLogits()
     config = RolloutConfig(max_turns=4, max_turn_tokens=64, compact_slack=1)  # repack at every chance
     trajectories = _engine(tokenizer, model, scripts, config, extra=[recorder]).run(
-        _prompts(len(SEGMENTS)), sessions, SamplingParams(temperature=0.7, seed=3))
+        _prompts(len(SEGMENTS)), sessions, SamplingParams(temperature=0.7, seed=3)
+    )
 
     for trajectory, segments, session in zip(trajectories, SEGMENTS, sessions):
         assert trajectory.finish_reason == "answer"
@@ -85,8 +93,9 @@ def test_masks_line_up_with_tokens_and_rows_finish_at_different_turns(kind, requ
         start = len(trajectory.prompt_ids)
         model_positions = [start + k for k, m in enumerate(trajectory.env_mask) if m == 1]
         for number, position in enumerate(model_positions):
-            torch.testing.assert_close(recorder.seen[(trajectory.index, number)], logits[position - 1],
-                                       atol=2e-4, rtol=1e-4)
+            torch.testing.assert_close(
+                recorder.seen[(trajectory.index, number)], logits[position - 1], atol=2e-4, rtol=1e-4
+            )
 
     output = trl_rollout_output(trajectories, tokenizer.eos_token_id)
     # every row ended at </answer>: TRL gets the end-of-sequence id after it, carrying no loss
@@ -98,15 +107,18 @@ def test_masks_line_up_with_tokens_and_rows_finish_at_different_turns(kind, requ
 def test_sampled_logprobs_are_temperature_scaled_model_logprobs(bpe_tokenizer, tiny_model):
     model = tiny_model(bpe_tokenizer)
     engine = RolloutEngine(HFBackend(model, bpe_tokenizer), None, RolloutConfig(max_new_tokens=12, max_turn_tokens=12))
-    trajectories = engine.run(_prompts(3), [ScriptedSession(TABLE) for _ in range(3)],
-                              SamplingParams(temperature=0.5, top_k=20, seed=1))
+    trajectories = engine.run(
+        _prompts(3), [ScriptedSession(TABLE) for _ in range(3)], SamplingParams(temperature=0.5, top_k=20, seed=1)
+    )
     for trajectory in trajectories:
         assert trajectory.finish_reason in FINISH_REASONS
         full = torch.tensor([trajectory.prompt_ids + trajectory.completion_ids])
         with torch.no_grad():
             logprobs = torch.log_softmax(model(full).logits[0].float() / 0.5, dim=-1)
         start = len(trajectory.prompt_ids)
-        for k, (token, mask, lp) in enumerate(zip(trajectory.completion_ids, trajectory.env_mask, trajectory.logprobs)):
+        for k, (token, mask, lp) in enumerate(
+            zip(trajectory.completion_ids, trajectory.env_mask, trajectory.logprobs)
+        ):
             if mask:
                 assert lp == pytest.approx(logprobs[start + k - 1, token].item(), abs=1e-4)
 
@@ -123,11 +135,17 @@ def test_seeded_sampling_is_reproducible(bpe_tokenizer, tiny_model):
     assert [t.completion_ids for t in first] == [t.completion_ids for t in again]
     assert [t.completion_ids for t in first] != [t.completion_ids for t in other]
     greedy = RolloutEngine(HFBackend(model, bpe_tokenizer), None, RolloutConfig(max_new_tokens=8)).run(
-        _prompts(1), sampling=SamplingParams(temperature=0))
+        _prompts(1), sampling=SamplingParams(temperature=0)
+    )
     with torch.no_grad():
-        expected = model.generate(torch.tensor([greedy[0].prompt_ids]), max_new_tokens=8, do_sample=False,
-                                  eos_token_id=None, pad_token_id=bpe_tokenizer.pad_token_id)[0]
-    assert greedy[0].completion_ids == expected[len(greedy[0].prompt_ids):].tolist()[: len(greedy[0].completion_ids)]
+        expected = model.generate(
+            torch.tensor([greedy[0].prompt_ids]),
+            max_new_tokens=8,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=bpe_tokenizer.pad_token_id,
+        )[0]
+    assert greedy[0].completion_ids == expected[len(greedy[0].prompt_ids) :].tolist()[: len(greedy[0].completion_ids)]
 
 
 MALFORMED = {
@@ -166,15 +184,20 @@ def test_malformed_outputs_never_raise(bpe_tokenizer, tiny_model):
     assert by_name["close without open"].error == "</search> without a <search> in the same turn"
     assert by_name["too many searches"].num_tool_calls == 2
     assert check_format(by_name["answer without think"].text).errors == [
-        "the trajectory must start with <think>, found <answer>"]
+        "the trajectory must start with <think>, found <answer>"
+    ]
 
 
 def test_free_garbage_from_many_rows_never_raises(special_tokenizer, tiny_model):
     model = tiny_model(special_tokenizer)
-    engine = RolloutEngine(HFBackend(model, special_tokenizer), None,
-                           RolloutConfig(max_turns=2, max_new_tokens=40, max_turn_tokens=30, compact_slack=2))
-    trajectories = engine.run(_prompts(12), [ScriptedSession(TABLE) for _ in range(12)],
-                              SamplingParams(temperature=1.5, seed=11))
+    engine = RolloutEngine(
+        HFBackend(model, special_tokenizer),
+        None,
+        RolloutConfig(max_turns=2, max_new_tokens=40, max_turn_tokens=30, compact_slack=2),
+    )
+    trajectories = engine.run(
+        _prompts(12), [ScriptedSession(TABLE) for _ in range(12)], SamplingParams(temperature=1.5, seed=11)
+    )
     assert all(t.finish_reason in FINISH_REASONS for t in trajectories)
     assert all(t.num_model_tokens <= 40 for t in trajectories)
 
@@ -199,6 +222,7 @@ class _SlowSession(ScriptedSession):
 
     def call(self, query):
         import time
+
         time.sleep(5)
         return super().call(query)
 
@@ -208,8 +232,9 @@ def test_tool_calls_run_concurrently_with_a_timeout(bpe_tokenizer, tiny_model):
 
     model = tiny_model(bpe_tokenizer)
     script = _encode(bpe_tokenizer, "<think> <search>Utah</search>")
-    config = RolloutConfig(max_turns=1, max_turn_tokens=len(script) + 4, max_new_tokens=len(script) + 4,
-                           tool_workers=2, tool_timeout=0.5)
+    config = RolloutConfig(
+        max_turns=1, max_turn_tokens=len(script) + 4, max_new_tokens=len(script) + 4, tool_workers=2, tool_timeout=0.5
+    )
     engine = _engine(bpe_tokenizer, model, {0: script, 1: script}, config)
     spent = []
     run_tools = engine.run_tools

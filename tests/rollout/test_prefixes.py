@@ -28,9 +28,14 @@ from .conftest import RecordingLogits, ScriptedLogits, build_model
 QWEN3 = Path("/work/shared/models/qwen3")
 TRIPLES = [("m.utah", "time_zone", "m.mtz"), ("m.utah", "capital", "m.slc"), ("m.slc", "mayor", "m.erin")]
 NAMES = {"m.utah": "Utah", "m.mtz": "Mountain Time Zone", "m.slc": "Salt Lake City", "m.erin": "Erin"}
-EXAMPLE = QAExample.from_dict({"id": "q1", "question": "who is the mayor of the capital of utah",
-                               "topic_entities": [{"id": "m.utah", "name": "Utah"}],
-                               "answers": [{"id": "m.erin", "name": "Erin"}]})
+EXAMPLE = QAExample.from_dict(
+    {
+        "id": "q1",
+        "question": "who is the mayor of the capital of utah",
+        "topic_entities": [{"id": "m.utah", "name": "Utah"}],
+        "answers": [{"id": "m.erin", "name": "Erin"}],
+    }
+)
 PREFIX = ["<think> I need the capital of Utah. <search>E1</search>"]
 # E3 (Salt Lake City) is a handle only the prefix's tool block shows; E4 (Erin) only the continuation's.
 CONTINUATION = ["The capital is E3. <search>E3</search>", "The mayor is E4. </think>\n<answer>E4</answer>"]
@@ -85,9 +90,9 @@ def test_a_row_starts_from_its_prefix_with_no_loss_and_the_session_replayed(toke
 
     row = rows[0]
     assert row.prefix_tokens == len(prefix_ids)
-    assert row.completion_ids[:row.prefix_tokens] == prefix_ids
-    assert row.env_mask[:row.prefix_tokens] == [0] * len(prefix_ids)
-    assert row.logprobs[:row.prefix_tokens] == [0.0] * len(prefix_ids)
+    assert row.completion_ids[: row.prefix_tokens] == prefix_ids
+    assert row.env_mask[: row.prefix_tokens] == [0] * len(prefix_ids)
+    assert row.logprobs[: row.prefix_tokens] == [0.0] * len(prefix_ids)
     assert [t for t, m in zip(row.completion_ids, row.env_mask) if m] == turns[0] + turns[1]
     assert [(c.query, c.entity, c.error) for c in row.tool_calls] == [("E1", "m.utah", None), ("E3", "m.slc", None)]
     assert [c.text for c in row.tool_calls] == [first.text, second.text]
@@ -104,7 +109,7 @@ def test_a_row_starts_from_its_prefix_with_no_loss_and_the_session_replayed(toke
 
     # the free row: its prefix as row 0's, then tokens the model sampled, scored in the prefix's context
     free = rows[2]
-    assert free.completion_ids[:free.prefix_tokens] == prefix_ids and free.tool_calls[0].query == "E1"
+    assert free.completion_ids[: free.prefix_tokens] == prefix_ids and free.tool_calls[0].query == "E1"
     assert sum(free.env_mask) > 0 and free.env_mask[free.prefix_tokens] == 1
     full = torch.tensor([free.prompt_ids + free.completion_ids])
     with torch.no_grad():
@@ -112,29 +117,34 @@ def test_a_row_starts_from_its_prefix_with_no_loss_and_the_session_replayed(toke
     start, text_tokens = len(free.prompt_ids), len(_encode(tokenizer, PREFIX[0]))
     sampled = [k for k, m in enumerate(free.env_mask) if m]
     for number, k in enumerate(sampled):
-        torch.testing.assert_close(recorder.seen[(2, text_tokens + number)].float(), logits[start + k - 1],
-                                   atol=2e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            recorder.seen[(2, text_tokens + number)].float(), logits[start + k - 1], atol=2e-4, rtol=1e-4
+        )
         expected = torch.log_softmax(logits[start + k - 1] / 0.8, dim=-1)[free.completion_ids[k]].item()
         assert free.logprobs[k] == pytest.approx(expected, abs=1e-4)
 
     out = trl_rollout_output(rows, tokenizer.eos_token_id)
-    assert out["env_mask"][0][:len(prefix_ids)] == [0] * len(prefix_ids)
+    assert out["env_mask"][0][: len(prefix_ids)] == [0] * len(prefix_ids)
     assert out["num_searches"] == [2, 1, free.num_searches]
 
 
 def test_prefix_text_counts_against_the_token_budget(special_tokenizer, tiny_model):
     tool = _tool()
     text_tokens = len(_encode(special_tokenizer, PREFIX[0]))
-    engine = RolloutEngine(HFBackend(tiny_model(special_tokenizer), special_tokenizer), tool,
-                           RolloutConfig(max_new_tokens=text_tokens, max_turn_tokens=64))
+    engine = RolloutEngine(
+        HFBackend(tiny_model(special_tokenizer), special_tokenizer),
+        tool,
+        RolloutConfig(max_new_tokens=text_tokens, max_turn_tokens=64),
+    )
     [row] = engine.run([EXAMPLE], prefixes=[PREFIX])
     assert row.finish_reason == "max_tokens" and row.num_model_tokens == 0
     assert [c.query for c in row.tool_calls] == ["E1"] and len(row.completion_ids) == row.prefix_tokens
 
 
 def test_bad_prefixes_are_refused_with_what_is_wrong(special_tokenizer, tiny_model):
-    engine = RolloutEngine(HFBackend(tiny_model(special_tokenizer), special_tokenizer), _tool(),
-                           RolloutConfig(max_turns=1))
+    engine = RolloutEngine(
+        HFBackend(tiny_model(special_tokenizer), special_tokenizer), _tool(), RolloutConfig(max_turns=1)
+    )
     with pytest.raises(ValueError, match="got 2 prompts but 1 prefixes"):
         engine.run([EXAMPLE, EXAMPLE], prefixes=[PREFIX])
     with pytest.raises(ValueError, match="prefix 0, turn 0 must end with a <search>...</search> call"):
@@ -151,17 +161,26 @@ def test_vllm_turns_send_the_prefix_and_join_with_no_rows(special_tokenizer, stu
     answer = _encode(special_tokenizer, "</think><answer>E3</answer>")
 
     def reply(body):
-        return 200, {"choices": [{"index": 0, "text": "", "token_ids": answer, "finish_reason": "stop",
-                                  "logprobs": {"tokens": [f"token_id:{i}" for i in answer],
-                                               "token_logprobs": [-0.5] * len(answer)}}]}
+        return 200, {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "token_ids": answer,
+                    "finish_reason": "stop",
+                    "logprobs": {"tokens": [f"token_id:{i}" for i in answer], "token_logprobs": [-0.5] * len(answer)},
+                }
+            ]
+        }
 
     server = stub(reply)
-    engine = RolloutEngine(VLLMBackend(special_tokenizer, base_url=server.base_url, model="stub"), tool,
-                           RolloutConfig(max_turn_tokens=64))
+    engine = RolloutEngine(
+        VLLMBackend(special_tokenizer, base_url=server.base_url, model="stub"), tool, RolloutConfig(max_turn_tokens=64)
+    )
     [row] = engine.run([EXAMPLE], prefixes=[PREFIX])
     [body] = server.bodies
-    assert body["prompt"] == row.prompt_ids + row.completion_ids[:row.prefix_tokens]
-    assert row.completion_ids[row.prefix_tokens:] == answer
-    assert row.logprobs[row.prefix_tokens:] == [-0.5] * len(answer)
+    assert body["prompt"] == row.prompt_ids + row.completion_ids[: row.prefix_tokens]
+    assert row.completion_ids[row.prefix_tokens :] == answer
+    assert row.logprobs[row.prefix_tokens :] == [-0.5] * len(answer)
     assert row.resolved_answers == ["Salt Lake City"]
     assert engine.run([], prefixes=[]) == [] and len(server.bodies) == 1

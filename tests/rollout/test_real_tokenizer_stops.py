@@ -31,8 +31,10 @@ def _models_dir() -> Path | None:
 
 
 MODELS = _models_dir()
-pytestmark = pytest.mark.skipif(MODELS is None, reason="the shared models folder (../shared/models with "
-                                "qwen3/ and llama3.1/ tokenizers) is not on this machine")
+pytestmark = pytest.mark.skipif(
+    MODELS is None,
+    reason="the shared models folder (../shared/models with qwen3/ and llama3.1/ tokenizers) is not on this machine",
+)
 
 TABLE = {
     "Washington D.C.": ["(Washington D.C., capital of, United States)"],
@@ -44,13 +46,22 @@ TABLE = {
 # Per row: the model-written turns (a tool block follows each but the last), the queries the tool
 # must receive, the answers; the last turn may run on past `</answer>` with tokens never consumed.
 ROWS = [
-    (["<think> x <search>Washington D.C.</search>", " capital. </think>\n<answer>1987</answer>"],
-     ["Washington D.C."], ["1987"]),
-    (["<think> who <search>Barack Obama (born 1961)</search>", ' and <search>"Hello"</search>',
-      " so </think>\n<answer>Washington D.C.</answer>"],
-     ["Barack Obama (born 1961)", '"Hello"'], ["Washington D.C."]),
+    (
+        ["<think> x <search>Washington D.C.</search>", " capital. </think>\n<answer>1987</answer>"],
+        ["Washington D.C."],
+        ["1987"],
+    ),
+    (
+        [
+            "<think> who <search>Barack Obama (born 1961)</search>",
+            ' and <search>"Hello"</search>',
+            " so </think>\n<answer>Washington D.C.</answer>",
+        ],
+        ["Barack Obama (born 1961)", '"Hello"'],
+        ["Washington D.C."],
+    ),
     # `</search>\n`: the token completing the tag is `>\n`; its newline stays in the model text.
-    (["<think> y <search>Apollo 11</search>\n", "</think>\n<answer>\"Hello\"</answer>"], ["Apollo 11"], ['"Hello"']),
+    (["<think> y <search>Apollo 11</search>\n", '</think>\n<answer>"Hello"</answer>'], ["Apollo 11"], ['"Hello"']),
     (["<think> direct </think>\n<answer>Obama (born 1961)</answer>"], [], ["Obama (born 1961)"]),
 ]
 AFTER_ANSWER = " and more words"
@@ -71,7 +82,7 @@ def _merged_with_text_before(tokenizer, turn, tag):
     """The turn's ids do not end with the tag's own ids (alone or after a space): a matcher on the
     tag's token ids would miss this stop."""
     ids = _encode(tokenizer, turn)
-    return all(tuple(ids[-len(v):]) != tuple(v) for v in (_encode(tokenizer, tag), _encode(tokenizer, " " + tag)))
+    return all(tuple(ids[-len(v) :]) != tuple(v) for v in (_encode(tokenizer, tag), _encode(tokenizer, " " + tag)))
 
 
 def _expected(tokenizer, turns, queries):
@@ -93,8 +104,13 @@ def _expected(tokenizer, turns, queries):
 
 
 def test_the_cases_are_the_merged_ones(real_tokenizer):
-    for turn, tag in [(ROWS[0][0][0], SEARCH_CLOSE), (ROWS[1][0][0], SEARCH_CLOSE), (ROWS[1][0][1], SEARCH_CLOSE),
-                      (ROWS[2][0][1], ANSWER_CLOSE), (ROWS[3][0][0], ANSWER_CLOSE)]:
+    for turn, tag in [
+        (ROWS[0][0][0], SEARCH_CLOSE),
+        (ROWS[1][0][0], SEARCH_CLOSE),
+        (ROWS[1][0][1], SEARCH_CLOSE),
+        (ROWS[2][0][1], ANSWER_CLOSE),
+        (ROWS[3][0][0], ANSWER_CLOSE),
+    ]:
         assert _merged_with_text_before(real_tokenizer, turn, tag), turn
     last = real_tokenizer.decode(_encode(real_tokenizer, ROWS[2][0][0])[-1:])
     assert last == ">\n"  # the stop token carries a character past the tag
@@ -102,8 +118,10 @@ def test_the_cases_are_the_merged_ones(real_tokenizer):
 
 def test_hf_engine_stops_where_the_decoded_text_completes_the_tag(real_tokenizer):
     model = build_model(real_tokenizer)
-    scripts = {i: sum((_encode(real_tokenizer, t) for t in turns), []) + _encode(real_tokenizer, AFTER_ANSWER)
-               for i, (turns, _, _) in enumerate(ROWS)}
+    scripts = {
+        i: sum((_encode(real_tokenizer, t) for t in turns), []) + _encode(real_tokenizer, AFTER_ANSWER)
+        for i, (turns, _, _) in enumerate(ROWS)
+    }
     backend = HFBackend(model, real_tokenizer, logits_processors=[ScriptedLogits(scripts)])
     engine = RolloutEngine(backend, None, RolloutConfig(max_turns=4, max_turn_tokens=64, max_tool_tokens=128))
     sessions = [ScriptedSession(TABLE) for _ in ROWS]
@@ -124,12 +142,22 @@ def test_hf_engine_stops_where_the_decoded_text_completes_the_tag(real_tokenizer
         assert trajectory.answers == answers
         assert check_format(trajectory.text, trajectory.tool_spans).valid, check_format(trajectory.text).errors
         assert [c.num_tokens for c in trajectory.tool_calls] == [
-            len(_encode(real_tokenizer, format_tool_block(TABLE[q][0]))) for q in queries]
+            len(_encode(real_tokenizer, format_tool_block(TABLE[q][0]))) for q in queries
+        ]
 
 
 def _vllm_reply(ids, logprobs):
-    return {"choices": [{"index": 0, "text": "", "token_ids": ids, "finish_reason": "stop",
-                         "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": logprobs}}]}
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "text": "",
+                "token_ids": ids,
+                "finish_reason": "stop",
+                "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": logprobs},
+            }
+        ]
+    }
 
 
 def test_vllm_turns_keep_sampled_ids_and_logprobs_and_drop_tokens_past_the_stop(real_tokenizer, stub):
@@ -154,7 +182,7 @@ def test_vllm_turns_keep_sampled_ids_and_logprobs_and_drop_tokens_past_the_stop(
     assert trajectory.completion_ids == ids and trajectory.env_mask == mask
     expected_logprobs = []
     for k, turn in enumerate(turn_ids):
-        expected_logprobs += sent[k][:len(turn)]
+        expected_logprobs += sent[k][: len(turn)]
         if k < len(queries):
             expected_logprobs += [0.0] * len(_encode(real_tokenizer, format_tool_block(TABLE[queries[k]][0])))
     assert trajectory.logprobs == expected_logprobs
@@ -181,8 +209,9 @@ def test_vllm_turns_stop_at_every_eos_id_of_the_generation_config(real_tokenizer
         backend = VLLMBackend(real_tokenizer, base_url=server.base_url, model="real")
         assert backend.eos_token_ids == eos_ids
         engine = RolloutEngine(backend, None, RolloutConfig(max_turn_tokens=64))
-        [trajectory] = engine.run([build_prompt("q", ["Utah"], real_tokenizer)], [ScriptedSession(TABLE)],
-                                  SamplingParams(seed=2))
+        [trajectory] = engine.run(
+            [build_prompt("q", ["Utah"], real_tokenizer)], [ScriptedSession(TABLE)], SamplingParams(seed=2)
+        )
         assert server.bodies[0]["stop_token_ids"] == eos_ids
         assert trajectory.finish_reason == "eos", eos
         assert trajectory.completion_ids == _encode(real_tokenizer, written) + [eos]
@@ -192,8 +221,11 @@ def test_vllm_turns_stop_at_every_eos_id_of_the_generation_config(real_tokenizer
 def test_eos_ids_come_from_the_model_folder_when_the_tokenizer_has_none(bpe_tokenizer):
     """A tokenizer made in memory has no folder: only its own EOS, unless the model folder is named."""
     assert VLLMBackend(bpe_tokenizer, base_url="http://127.0.0.1:9/v1", model="m").eos_token_ids == [
-        bpe_tokenizer.eos_token_id]
-    backend = VLLMBackend(bpe_tokenizer, base_url="http://127.0.0.1:9/v1", model="m", model_dir=str(MODELS / "llama3.1"))
+        bpe_tokenizer.eos_token_id
+    ]
+    backend = VLLMBackend(
+        bpe_tokenizer, base_url="http://127.0.0.1:9/v1", model="m", model_dir=str(MODELS / "llama3.1")
+    )
     assert backend.eos_token_ids == [128001, 128008, 128009, bpe_tokenizer.eos_token_id]
 
 
@@ -203,8 +235,11 @@ def test_qwen3_think_token_is_text_the_format_check_reads():
     tokenizer = AutoTokenizer.from_pretrained(MODELS / "qwen3")
     script = _encode(tokenizer, "<think> x </think>\n<answer>D.C.</answer>")
     assert script[0] == 151667 and 151668 in script  # Qwen3's own <think> and </think> tokens
-    engine = RolloutEngine(HFBackend(build_model(tokenizer), tokenizer, [ScriptedLogits({0: script})]), None,
-                           RolloutConfig(max_turn_tokens=32))
+    engine = RolloutEngine(
+        HFBackend(build_model(tokenizer), tokenizer, [ScriptedLogits({0: script})]),
+        None,
+        RolloutConfig(max_turn_tokens=32),
+    )
     [trajectory] = engine.run([build_prompt("q", ["Utah"], tokenizer)], [ScriptedSession(TABLE)])
     assert trajectory.completion_ids == script
     assert trajectory.text == "<think> x </think>\n<answer>D.C.</answer>"

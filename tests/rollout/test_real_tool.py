@@ -14,14 +14,28 @@ from kgreasoner.rollout.hf_backend import HFBackend
 from .conftest import ScriptedLogits
 
 TRIPLES = [
-    ("m.utah", "time_zone", "m.mtz"), ("m.utah", "capital", "m.slc"), ("m.slc", "mayor", "m.erin"),
-    ("m.mtz", "offset", "m.minus7"), ("m.colorado", "time_zone", "m.mtz"),
+    ("m.utah", "time_zone", "m.mtz"),
+    ("m.utah", "capital", "m.slc"),
+    ("m.slc", "mayor", "m.erin"),
+    ("m.mtz", "offset", "m.minus7"),
+    ("m.colorado", "time_zone", "m.mtz"),
 ]
-NAMES = {"m.utah": "Utah", "m.mtz": "Mountain Time Zone", "m.slc": "Salt Lake City", "m.erin": "Erin",
-         "m.minus7": "UTC-7", "m.colorado": "Colorado"}
-EXAMPLE = QAExample.from_dict({"id": "q1", "question": "what timezone is utah in",
-                               "topic_entities": [{"id": "m.utah", "name": "Utah"}],
-                               "answers": [{"id": "m.mtz", "name": "Mountain Time Zone"}]})
+NAMES = {
+    "m.utah": "Utah",
+    "m.mtz": "Mountain Time Zone",
+    "m.slc": "Salt Lake City",
+    "m.erin": "Erin",
+    "m.minus7": "UTC-7",
+    "m.colorado": "Colorado",
+}
+EXAMPLE = QAExample.from_dict(
+    {
+        "id": "q1",
+        "question": "what timezone is utah in",
+        "topic_entities": [{"id": "m.utah", "name": "Utah"}],
+        "answers": [{"id": "m.mtz", "name": "Mountain Time Zone"}],
+    }
+)
 
 
 def _tool(handles: bool) -> KGSearchTool:
@@ -40,8 +54,11 @@ def test_real_tool_blocks_and_handle_answers(special_tokenizer, tiny_model):
     second = reference.call("Salt Lake City")
     assert first.error is None and "E2 Mountain Time Zone" in first.text
     script = "<think> <search>E1</search>" + "<search>Salt Lake City</search>" + "</think><answer>E2</answer>"
-    engine = RolloutEngine(HFBackend(model, special_tokenizer, [ScriptedLogits({0: _encode(special_tokenizer, script)})]),
-                           tool, RolloutConfig(max_turn_tokens=64))
+    engine = RolloutEngine(
+        HFBackend(model, special_tokenizer, [ScriptedLogits({0: _encode(special_tokenizer, script)})]),
+        tool,
+        RolloutConfig(max_turn_tokens=64),
+    )
     [trajectory] = engine.run([EXAMPLE])  # sessions opened by the engine from the example
     assert trajectory.finish_reason == "answer"
     tool_ids = [t for t, m in zip(trajectory.completion_ids, trajectory.env_mask) if m == 0]
@@ -94,13 +111,20 @@ def test_constrained_logprobs_come_from_the_constrained_distribution(special_tok
     model = tiny_model(special_tokenizer)
     tool = _tool(handles=False)
     script = _encode(special_tokenizer, "<think> <search>")
-    engine = RolloutEngine(HFBackend(model, special_tokenizer, [ScriptedLogits({0: script})]), tool,
-                           RolloutConfig(constrained_decoding=True, max_turns=0, max_turn_tokens=40))
+    engine = RolloutEngine(
+        HFBackend(model, special_tokenizer, [ScriptedLogits({0: script})]),
+        tool,
+        RolloutConfig(constrained_decoding=True, max_turns=0, max_turn_tokens=40),
+    )
     [trajectory] = engine.run([EXAMPLE], sampling=SamplingParams(seed=2))
     assert trajectory.finish_reason == "max_turns"  # the constrained search closed; no call allowed
-    assert trajectory.text in ("<think> <search>Utah</search>", "<think> <search> Utah</search>",
-                               "<think> <search>Utah | backtrack</search>", "<think> <search> Utah | backtrack</search>")
-    constrained = trajectory.logprobs[len(script):]
+    assert trajectory.text in (
+        "<think> <search>Utah</search>",
+        "<think> <search> Utah</search>",
+        "<think> <search>Utah | backtrack</search>",
+        "<think> <search> Utah | backtrack</search>",
+    )
+    constrained = trajectory.logprobs[len(script) :]
     assert all(lp <= 0.0 for lp in constrained)
     assert sum(torch.tensor(constrained).exp() > 0.999) >= 1  # e.g. the forced tag tokens
 
@@ -108,8 +132,11 @@ def test_constrained_logprobs_come_from_the_constrained_distribution(special_tok
 def _quote_engine(special_tokenizer, tiny_model, script: str) -> tuple[RolloutEngine, KGSearchTool]:
     tool = _tool(handles=True)
     config = RolloutConfig(constrained_decoding=True, constrained_quotes=True, max_turns=1, max_turn_tokens=40)
-    backend = HFBackend(tiny_model(special_tokenizer), special_tokenizer,
-                        [ScriptedLogits({i: _encode(special_tokenizer, script) for i in range(6)})])
+    backend = HFBackend(
+        tiny_model(special_tokenizer),
+        special_tokenizer,
+        [ScriptedLogits({i: _encode(special_tokenizer, script) for i in range(6)})],
+    )
     return RolloutEngine(backend, tool, config), tool
 
 
@@ -120,7 +147,7 @@ def test_constrained_quotes_spell_a_shown_line_verbatim(special_tokenizer, tiny_
     trajectories = engine.run([EXAMPLE] * 6, sampling=SamplingParams(temperature=1.0, seed=3))
     for trajectory in trajectories:
         after = trajectory.text.split("</triples>\n", 1)[1]
-        quote = after[:after.index(")") + 1]  # the random model must close the quote with a whole line
+        quote = after[: after.index(")") + 1]  # the random model must close the quote with a whole line
         assert quote.replace("( ", "(") in shown, after
     assert len({t.text.split("</triples>\n", 1)[1].split(")")[0] for t in trajectories}) >= 2  # lines vary
 
@@ -132,12 +159,17 @@ def test_constrained_quotes_copy_the_tail_of_the_chosen_line(special_tokenizer, 
 
 
 def test_a_call_records_the_entities_its_block_shows_and_none_a_cut_removed(special_tokenizer, tiny_model):
-    many = MemoryKG.from_triples([("m.utah", "county", f"m.c{i}") for i in range(30)],
-                                 {"m.utah": "Utah", **{f"m.c{i}": f"County{i}x" for i in range(30)}})
+    many = MemoryKG.from_triples(
+        [("m.utah", "county", f"m.c{i}") for i in range(30)],
+        {"m.utah": "Utah", **{f"m.c{i}": f"County{i}x" for i in range(30)}},
+    )
     script = _encode(special_tokenizer, "<think> <search>Utah</search>")
     config = RolloutConfig(max_turns=1, max_turn_tokens=64, max_tool_tokens=120)
-    engine = RolloutEngine(HFBackend(tiny_model(special_tokenizer), special_tokenizer, [ScriptedLogits({0: script})]),
-                           KGSearchTool(many, ToolConfig(top_k=30)), config)
+    engine = RolloutEngine(
+        HFBackend(tiny_model(special_tokenizer), special_tokenizer, [ScriptedLogits({0: script})]),
+        KGSearchTool(many, ToolConfig(top_k=30)),
+        config,
+    )
     [trajectory] = engine.run([EXAMPLE])
     [call] = trajectory.tool_calls
     kept = [line for line in call.text.split("\n") if line.startswith("(")]

@@ -27,11 +27,24 @@ SECOND = "so </think><answer>Mountain Time Zone</answer>"
 def _vllm_reply(tokenizer, text, stop):
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return {
-        "id": "cmpl-1", "object": "text_completion", "model": "tiny",
-        "choices": [{"index": 0, "text": text, "token_ids": ids,
-                     "logprobs": {"tokens": [f"token_id:{i}" for i in ids], "token_logprobs": [-0.25] * len(ids),
-                                  "text_offset": list(range(len(ids))), "top_logprobs": None},
-                     "finish_reason": "stop", "stop_reason": stop}],
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "model": "tiny",
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "token_ids": ids,
+                "logprobs": {
+                    "tokens": [f"token_id:{i}" for i in ids],
+                    "token_logprobs": [-0.25] * len(ids),
+                    "text_offset": list(range(len(ids))),
+                    "top_logprobs": None,
+                },
+                "finish_reason": "stop",
+                "stop_reason": stop,
+            }
+        ],
         "usage": {"prompt_tokens": 10, "completion_tokens": len(ids), "total_tokens": 10 + len(ids)},
     }
 
@@ -47,8 +60,11 @@ def test_vllm_server_mode_runs_the_engine_loop(stub, bpe_tokenizer):
     backend = VLLMBackend(bpe_tokenizer, base_url=server.base_url, model="tiny")
     engine = RolloutEngine(backend, None, RolloutConfig(max_turn_tokens=50))
     prompt = build_prompt("what timezone is utah in", ["Utah"])
-    trajectories = engine.run([prompt, prompt], [ScriptedSession(TABLE), ScriptedSession(TABLE)],
-                              SamplingParams(temperature=0.8, top_k=5, seed=1))
+    trajectories = engine.run(
+        [prompt, prompt],
+        [ScriptedSession(TABLE), ScriptedSession(TABLE)],
+        SamplingParams(temperature=0.8, top_k=5, seed=1),
+    )
     block = format_tool_block(TABLE["Utah"][0])
     for trajectory in trajectories:
         assert trajectory.finish_reason == "answer"
@@ -77,7 +93,10 @@ def test_vllm_reply_parsing_and_failures(stub, bpe_tokenizer):
     backend = VLLMBackend(bpe_tokenizer, base_url=url, model="tiny", retries=2, backoff=0.0)
     [trajectory] = RolloutEngine(backend, None).run(["question"], [ScriptedSession(TABLE)])
     assert trajectory.finish_reason == "error"
-    assert trajectory.error == f'vLLM request failed: {url}/completions failed after 3 attempts: HTTP 500: {{"error": "boom"}}'
+    assert (
+        trajectory.error
+        == f'vLLM request failed: {url}/completions failed after 3 attempts: HTTP 500: {{"error": "boom"}}'
+    )
     assert len(server.bodies) == 3
     assert sampling_kwargs(SamplingParams(top_k=0), 7, 3)["top_k"] == -1
     with pytest.raises(ValueError, match="exactly one"):
@@ -87,7 +106,7 @@ def test_vllm_reply_parsing_and_failures(stub, bpe_tokenizer):
 def test_openai_backend_by_text(stub):
     def reply(body):
         # An OpenAI-style server: the stop string is cut from the text and not named.
-        text = FIRST[:-len("</search>")] if "(Utah, time zone" not in body["prompt"] else SECOND[:-len("</answer>")]
+        text = FIRST[: -len("</search>")] if "(Utah, time zone" not in body["prompt"] else SECOND[: -len("</answer>")]
         return 200, {"choices": [{"text": text, "finish_reason": "stop"}], "usage": {"completion_tokens": 7}}
 
     server = stub(reply)
@@ -119,8 +138,9 @@ def test_vllm_constrained_decoding_sends_each_turn_the_regex_of_the_shown_entiti
 
     server = stub(reply)
     backend = VLLMBackend(bpe_tokenizer, base_url=server.base_url, model="tiny")
-    engine = RolloutEngine(backend, config=RolloutConfig(max_turns=2, max_new_tokens=100, max_turn_tokens=50,
-                                                         constrained_decoding=True))
+    engine = RolloutEngine(
+        backend, config=RolloutConfig(max_turns=2, max_new_tokens=100, max_turn_tokens=50, constrained_decoding=True)
+    )
     trajectory = engine.run([build_prompt("what timezone is utah in", ["Utah"])], [ScriptedSession(TABLE)])[0]
     assert trajectory.finish_reason == "answer" and trajectory.answers == ["Mountain Time Zone"]
     first, second = (body["structured_outputs"]["regex"] for body in server.bodies)
@@ -137,11 +157,15 @@ def test_vllm_constrained_decoding_sends_each_turn_the_regex_of_the_shown_entiti
 def test_turn_regex_escapes_names_and_allows_only_thinking_without_names():
     pattern = turn_regex(["E1", "a.b (c)", "E1", " "])
     # Only regex metacharacters are escaped, and no `(?:`: the syntax structured-output engines share.
-    assert pattern == (r"([^<]|<think>|</think>)*(<search> ?(E1|a\.b \(c\))( \| backtrack| \| relations)?</search>"
-                       r"|<answer> ?(E1|a\.b \(c\))</answer>)?")
+    assert pattern == (
+        r"([^<]|<think>|</think>)*(<search> ?(E1|a\.b \(c\))( \| backtrack| \| relations)?</search>"
+        r"|<answer> ?(E1|a\.b \(c\))</answer>)?"
+    )
     assert re.fullmatch(pattern, "<think> x <search>a.b (c)</search>")
     assert not re.fullmatch(pattern, "<think> x <search>aXb (c)</search>")
-    assert re.fullmatch(turn_regex([]), "<think> nothing shown") and not re.fullmatch(turn_regex([]), "<search>E1</search>")
+    assert re.fullmatch(turn_regex([]), "<think> nothing shown") and not re.fullmatch(
+        turn_regex([]), "<search>E1</search>"
+    )
 
 
 def test_turn_regex_with_lines_lets_a_parenthesis_open_only_a_shown_line():
@@ -159,6 +183,8 @@ def test_openai_backend_does_not_retry_a_refused_request(stub):
     backend = OpenAIBackend(url, "hosted", retries=3, backoff=0.0)
     [trajectory] = RolloutEngine(backend, None).run(["Q:"], [ScriptedSession(TABLE)])
     assert trajectory.finish_reason == "error"
-    assert trajectory.error == (f'completion request failed: {url}/completions rejected the request: HTTP 400: '
-                                '{"error": "max_tokens too large"}')
+    assert trajectory.error == (
+        f"completion request failed: {url}/completions rejected the request: HTTP 400: "
+        '{"error": "max_tokens too large"}'
+    )
     assert len(server.bodies) == 1

@@ -24,12 +24,12 @@ import torch
 import yaml
 
 from kgreasoner.data import load_dataset, open_dataset_kg
+from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.models import TinyModelConfig, build_tiny
 from kgreasoner.protocol import format_tool_block
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 from kgreasoner.training.sft import SFTRecipe, train_sft
-from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 
 REPO = Path(__file__).resolve().parents[2]
 TOOL = {"entity_handles": True, "top_k": 4}
@@ -71,12 +71,19 @@ def short_records(dataset, tool) -> list[WarmupRecord]:
         result = session.call("E1")
         if result.error is not None:
             continue
-        records.append(WarmupRecord(
-            id=example.id, question=example.question, topic_entities=example.topic_entities,
-            segments=(Segment("<think><search>E1</search>", True),
-                      Segment(format_tool_block(result.text), False),
-                      Segment("</think>\n<answer>E2</answer>", True)),
-            hops=example.hops))
+        records.append(
+            WarmupRecord(
+                id=example.id,
+                question=example.question,
+                topic_entities=example.topic_entities,
+                segments=(
+                    Segment("<think><search>E1</search>", True),
+                    Segment(format_tool_block(result.text), False),
+                    Segment("</think>\n<answer>E2</answer>", True),
+                ),
+                hops=example.hops,
+            )
+        )
     return records
 
 
@@ -84,13 +91,34 @@ def short_records(dataset, tool) -> list[WarmupRecord]:
 def checkpoint(tmp_path_factory, synthetic_dir, dataset, tool):
     root = tmp_path_factory.mktemp("serve_model")
     config = dataclasses.replace(
-        TinyModelConfig(), hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-        intermediate_size=128, max_position_embeddings=1024, tokenizer=TokenizerConfig(num_handles=32))
-    build_tiny(config, read_training_texts([synthetic_dir / "questions.jsonl", synthetic_dir / "names.tsv"]), root / "base")
+        TinyModelConfig(),
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        max_position_embeddings=1024,
+        tokenizer=TokenizerConfig(num_handles=32),
+    )
+    build_tiny(
+        config, read_training_texts([synthetic_dir / "questions.jsonl", synthetic_dir / "names.tsv"]), root / "base"
+    )
     write_warmup(short_records(dataset, tool), root / "warmup.jsonl")
-    recipe = SFTRecipe(model=str(root / "base"), train_file=str(root / "warmup.jsonl"), output_dir=str(root / "sft"),
-                       learning_rate=1e-2, max_steps=24, per_device_train_batch_size=8, warmup_ratio=0.0,
-                       max_length=1024, eval_steps=0, save_steps=24, report_to=[], seed=0)
+    recipe = SFTRecipe(
+        model=str(root / "base"),
+        train_file=str(root / "warmup.jsonl"),
+        output_dir=str(root / "sft"),
+        learning_rate=1e-2,
+        max_steps=24,
+        per_device_train_batch_size=8,
+        warmup_ratio=0.0,
+        max_length=1024,
+        eval_steps=0,
+        save_steps=24,
+        report_to=[],
+        seed=0,
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 64-wide model gains nothing from a second thread, and loses much on shared cores
     try:
@@ -117,8 +145,22 @@ def server(checkpoint, synthetic_dir, serve_config_file):
 @contextlib.contextmanager
 def serve(checkpoint, kg: str, config_file):
     """Run `kgreasoner serve --kg KG` on a free 127.0.0.1 port until the block ends; yields its base URL."""
-    command = [sys.executable, "-m", "kgreasoner.cli", "serve", "--llm", f"hf:{checkpoint}", "--kg", kg,
-               "--config", str(config_file), "--host", "127.0.0.1", "--port", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "kgreasoner.cli",
+        "serve",
+        "--llm",
+        f"hf:{checkpoint}",
+        "--kg",
+        kg,
+        "--config",
+        str(config_file),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -20,8 +20,16 @@ def adapter(checkpoint, tmp_path_factory):
     out = tmp_path_factory.mktemp("adapter")
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"],
-                                            init_lora_weights=False, task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            target_modules=["q_proj", "v_proj", "down_proj"],
+            init_lora_weights=False,
+            task_type="CAUSAL_LM",
+        ),
+    )
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(checkpoint).save_pretrained(out)
     return out

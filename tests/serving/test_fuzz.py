@@ -26,16 +26,29 @@ TIME_LIMIT = 240.0
 JUNK_VALUES = [None, 7, -1, 1.5, True, [], {}, "", "   ", [None], {"x": 1}, "\ud800", "a\udfffb", "x" * 2_000]
 NOT_A_STRING = [None, 7, 1.5, True, [], {}, ["q"], {"q": 1}]
 BAD_QUESTIONS = NOT_A_STRING + ["", "   \n\t ", "\ud800", "who\udc00?", "x" * 301]
-BAD_TOPIC_LISTS = NOT_A_STRING[:-2] + ["Somebody", [], [7], [None], [{}], [{"id": 7}], [{"name": ""}], [{"id": "  "}],
-                                       [{"id": "\ud83d"}], ["zz no such entity zz"], [{"id": "zz.none"}],
-                                       ["a", "b", "c", "d", "e"], [{"id": "x", "kind": "y"}], [["nested"]]]
+BAD_TOPIC_LISTS = NOT_A_STRING[:-2] + [
+    "Somebody",
+    [],
+    [7],
+    [None],
+    [{}],
+    [{"id": 7}],
+    [{"name": ""}],
+    [{"id": "  "}],
+    [{"id": "\ud83d"}],
+    ["zz no such entity zz"],
+    [{"id": "zz.none"}],
+    ["a", "b", "c", "d", "e"],
+    [{"id": "x", "kind": "y"}],
+    [["nested"]],
+]
 BAD_OPTIONS = {
     "max_turns": [-1, 99, 1.5, "2", True, [], 2**70],
     "max_new_tokens": [0, -5, 97, 10**9, "9", 1.0],
     "temperature": [-1, -1e-300, "hot", [], float("nan"), float("inf"), -float("inf")],
     "top_p": [0, 1e-300, -0.5, 1.0001, 2, float("nan"), "1"],
     "top_k": [-1, 1.5, "3", False],
-    "seed": [2**64, 2**63, -2**63 - 1, 1.5, "7", True, 10**30],
+    "seed": [2**64, 2**63, -(2**63) - 1, 1.5, "7", True, 10**30],
     "stop": ["x"],  # an unknown option
 }
 
@@ -97,7 +110,7 @@ def test_fuzzed_requests_get_4xx_naming_the_field_and_their_batches_succeed(serv
     start = time.monotonic()
     seen_statuses: dict[int, int] = {}
     for round_ in range(ROUNDS):
-        valid = [_body(e) for e in examples[(round_ % 2) * VALID_PER_ROUND:][:VALID_PER_ROUND]]
+        valid = [_body(e) for e in examples[(round_ % 2) * VALID_PER_ROUND :][:VALID_PER_ROUND]]
         bad = _mutations(rng, valid[0])
         jobs = [(_raw(b), 200, "") for b in valid] + bad
         rng.shuffle(jobs)
@@ -125,33 +138,52 @@ def test_fuzzed_requests_get_4xx_naming_the_field_and_their_batches_succeed(serv
 def test_fuzzed_chat_requests_get_4xx_naming_the_field_beside_valid_ones(server, dataset):
     rng = random.Random(SEED + 1)
     examples = _questions(dataset, 4)
-    valid = [{"messages": [{"role": "user", "content": e.question}], "topic_entities": [{"id": e.topic_entities[0].id}]}
-             for e in examples]
+    valid = [
+        {"messages": [{"role": "user", "content": e.question}], "topic_entities": [{"id": e.topic_entities[0].id}]}
+        for e in examples
+    ]
     user = valid[0]["messages"][0]
     cases = [({"messages": rng.choice(NOT_A_STRING[:-2] + [[]])}, 422, "messages")] + [
         ({"messages": [{"role": rng.choice(["robot", "", 7, None]), "content": "q?"}]}, 422, "messages.0.role"),
         ({"messages": [{"role": "user", "content": rng.choice(NOT_A_STRING)}]}, 422, "messages.0.content"),
         ({"messages": [{"role": "user", "content": "who\ud800?"}]}, 422, "messages[0].content"),
-        ({"messages": [{"role": "user", "content": "who? Topic Entity: A\ud800, B"}], "topic_entities": None}, 422,
-         "messages[0].content"),
+        (
+            {"messages": [{"role": "user", "content": "who? Topic Entity: A\ud800, B"}], "topic_entities": None},
+            422,
+            "messages[0].content",
+        ),
         ({"messages": [user, {"role": "system", "content": "x"}]}, 422, "messages[1].role"),
-        ({"messages": [{"role": "user", "content": "no topic marker"}], "topic_entities": None}, 422, "topic_entities"),
+        (
+            {"messages": [{"role": "user", "content": "no topic marker"}], "topic_entities": None},
+            422,
+            "topic_entities",
+        ),
         ({"model": "other-model"}, 404, "model"),
         ({"n": rng.choice([2, 0, 5])}, 400, "n"),
         ({"stream": True}, 400, "stream"),
         ({"temperature": rng.choice([-1, float("nan"), "warm"])}, 422, "temperature"),
         ({"top_p": rng.choice([0, 1e-300, 3, float("inf")])}, 422, "top_p"),
-        ({"seed": rng.choice([2**64, -2**63 - 1, 0.5])}, 422, "seed"),
+        ({"seed": rng.choice([2**64, -(2**63) - 1, 0.5])}, 422, "seed"),
         ({"max_tokens": rng.choice([0, -1, "many"])}, 422, "max_tokens"),
         ({"max_turns": rng.choice([-1, 99])}, 422, "max_turns"),
         ({"topic_entities": rng.choice(BAD_TOPIC_LISTS[6:])}, 422, "topic_entities"),
     ]
-    jobs = [(_raw(b), 200, "") for b in valid] + [(_raw({**valid[0], **patch}), status, param)
-                                                  for patch, status, param in cases]
+    jobs = [(_raw(b), 200, "") for b in valid] + [
+        (_raw({**valid[0], **patch}), status, param) for patch, status, param in cases
+    ]
     rng.shuffle(jobs)
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        replies = list(pool.map(lambda job: httpx.post(f"{server}/v1/chat/completions", content=job[0], timeout=120,
-                                                       headers={"content-type": "application/json"}), jobs))
+        replies = list(
+            pool.map(
+                lambda job: httpx.post(
+                    f"{server}/v1/chat/completions",
+                    content=job[0],
+                    timeout=120,
+                    headers={"content-type": "application/json"},
+                ),
+                jobs,
+            )
+        )
     for (raw, status, param), reply in zip(jobs, replies):
         where = f"{raw[:200]!r} -> {reply.status_code} {reply.text[:300]}"
         assert reply.status_code == status, where
@@ -159,4 +191,6 @@ def test_fuzzed_chat_requests_get_4xx_naming_the_field_beside_valid_ones(server,
             assert reply.json()["choices"][0]["message"]["content"].startswith("<think>"), where
             continue
         error = reply.json()["error"]
-        assert error["param"] and error["param"].startswith(param) and error["message"].startswith(error["param"]), where
+        assert error["param"] and error["param"].startswith(param) and error["message"].startswith(error["param"]), (
+            where
+        )

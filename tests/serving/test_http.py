@@ -55,8 +55,19 @@ def test_answer_endpoint_returns_the_trajectory_with_searches_run_by_the_server(
     reply = httpx.post(f"{server}/v1/answer", json={**_body(example), "id": "my-q"}, timeout=60)
     assert reply.status_code == 200, reply.text
     record = reply.json()
-    assert set(record) == {"id", "question", "topic_entities", "model", "answers", "raw_answers", "finish_reason",
-                           "error", "trajectory", "searches", "usage"}
+    assert set(record) == {
+        "id",
+        "question",
+        "topic_entities",
+        "model",
+        "answers",
+        "raw_answers",
+        "finish_reason",
+        "error",
+        "trajectory",
+        "searches",
+        "usage",
+    }
     assert record["id"] == "my-q" and record["question"] == example.question
     topic = example.topic_entities[0]
     assert record["topic_entities"] == [{"id": topic.id, "name": topic.name}]
@@ -88,9 +99,16 @@ def test_chat_completions_resolves_searches_on_the_server(server, dataset, tool)
     topic = example.topic_entities[0]
     models = httpx.get(f"{server}/v1/models", timeout=10).json()
     name = models["data"][0]["id"]
-    body = {"model": name, "messages": [{"role": "system", "content": "ignored"},
-                                        {"role": "user", "content": f"{example.question} Topic Entity: {topic.name}"}],
-            "temperature": 0, "max_tokens": 10_000, "presence_penalty": 0}
+    body = {
+        "model": name,
+        "messages": [
+            {"role": "system", "content": "ignored"},
+            {"role": "user", "content": f"{example.question} Topic Entity: {topic.name}"},
+        ],
+        "temperature": 0,
+        "max_tokens": 10_000,
+        "presence_penalty": 0,
+    }
     reply = httpx.post(f"{server}/v1/chat/completions", json=body, timeout=60)
     assert reply.status_code == 200, reply.text
     chat = reply.json()
@@ -106,8 +124,11 @@ def test_chat_completions_resolves_searches_on_the_server(server, dataset, tool)
     direct = httpx.post(f"{server}/v1/answer", json=_body(example), timeout=60).json()
     assert direct["trajectory"] == record["trajectory"]
     # Topic entities may also come as a field, with the bare question as the message.
-    fielded = httpx.post(f"{server}/v1/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": example.question}], "topic_entities": [{"id": topic.id}]}).json()
+    fielded = httpx.post(
+        f"{server}/v1/chat/completions",
+        timeout=60,
+        json={"messages": [{"role": "user", "content": example.question}], "topic_entities": [{"id": topic.id}]},
+    ).json()
     assert fielded["choices"][0]["message"]["content"] == record["trajectory"]
 
 
@@ -139,18 +160,33 @@ BAD_REQUESTS = [
     ({"question": "q?", "topic_entities": ["x"], "questoin": "typo"}, 422, "questoin: Extra inputs are not permitted"),
     ({"question": "   ", "topic_entities": ["x"]}, 422, "question: is empty"),
     ({"question": "x" * 301, "topic_entities": ["x"]}, 422, "question: has 301 characters; the limit is 300"),
-    ({"question": "q?", "topic_entities": ["No Such Entity Anywhere"]}, 422,
-     "topic_entities[0]: no entity named 'No Such Entity Anywhere' in the knowledge graph"),
-    ({"question": "q?", "topic_entities": [{"id": "m.nope"}]}, 422,
-     "topic_entities[0].id: 'm.nope' is not an entity of the knowledge graph"),
+    (
+        {"question": "q?", "topic_entities": ["No Such Entity Anywhere"]},
+        422,
+        "topic_entities[0]: no entity named 'No Such Entity Anywhere' in the knowledge graph",
+    ),
+    (
+        {"question": "q?", "topic_entities": [{"id": "m.nope"}]},
+        422,
+        "topic_entities[0].id: 'm.nope' is not an entity of the knowledge graph",
+    ),
     ({"question": "q?", "topic_entities": [{}]}, 422, "topic_entities[0]: needs an 'id' or a 'name'"),
     ({"question": "q?", "topic_entities": ["a", "b", "c", "d", "e"]}, 422, "names 5 entities; the limit is 4"),
-    ({"question": "q?", "topic_entities": ["x"], "options": {"max_turns": 99}}, 422,
-     "options.max_turns: 99 is above this server's limit of 3"),
-    ({"question": "q?", "topic_entities": ["x"], "options": {"temperature": -1}}, 422,
-     "options.temperature: Input should be greater than or equal to 0"),
-    ({"question": "q?", "topic_entities": ["x"], "options": {"max_new_tokens": "9"}}, 422,
-     "options.max_new_tokens: Input should be a valid integer"),
+    (
+        {"question": "q?", "topic_entities": ["x"], "options": {"max_turns": 99}},
+        422,
+        "options.max_turns: 99 is above this server's limit of 3",
+    ),
+    (
+        {"question": "q?", "topic_entities": ["x"], "options": {"temperature": -1}},
+        422,
+        "options.temperature: Input should be greater than or equal to 0",
+    ),
+    (
+        {"question": "q?", "topic_entities": ["x"], "options": {"max_new_tokens": "9"}},
+        422,
+        "options.max_new_tokens: Input should be a valid integer",
+    ),
 ]
 
 
@@ -164,8 +200,9 @@ def test_bad_answer_requests_get_4xx_with_a_clear_message(server, body, status, 
 
 
 def test_malformed_and_oversized_bodies(server):
-    bad_json = httpx.post(f"{server}/v1/answer", content=b'{"question": ', timeout=30,
-                          headers={"content-type": "application/json"})
+    bad_json = httpx.post(
+        f"{server}/v1/answer", content=b'{"question": ', timeout=30, headers={"content-type": "application/json"}
+    )
     assert bad_json.status_code == 400 and bad_json.json()["error"]["message"] == "body: not valid JSON"
     huge = {"question": "q?", "topic_entities": ["x" * (SERVE_CONFIG["max_body_bytes"] + 1)]}
     too_big = httpx.post(f"{server}/v1/answer", json=huge, timeout=30)
@@ -176,7 +213,9 @@ def test_malformed_and_oversized_bodies(server):
         for _ in range(20):  # no content-length: the limit is enforced while reading
             yield b" " * 1024
 
-    streamed = httpx.post(f"{server}/v1/answer", content=chunks(), timeout=30, headers={"content-type": "application/json"})
+    streamed = httpx.post(
+        f"{server}/v1/answer", content=chunks(), timeout=30, headers={"content-type": "application/json"}
+    )
     assert streamed.status_code == 413
     missing = httpx.get(f"{server}/v2/nothing", timeout=10)
     assert missing.status_code == 404 and missing.json()["error"]["message"] == "no such endpoint: GET /v2/nothing"
@@ -192,11 +231,17 @@ def test_bad_chat_requests(server, dataset):
         ({"messages": [user], "n": 3}, 400, "n: only n=1 is supported"),
         ({"messages": [user], "model": "gpt-x"}, 404, "model: model 'gpt-x' is not served here"),
         ({"messages": []}, 422, "messages: List should have at least 1 item"),
-        ({"messages": [user, {"role": "assistant", "content": "hi"}]}, 422,
-         "messages[1].role: the last message must be the user's question"),
+        (
+            {"messages": [user, {"role": "assistant", "content": "hi"}]},
+            422,
+            "messages[1].role: the last message must be the user's question",
+        ),
         ({"messages": [{"role": "user", "content": "who is it?"}]}, 422, "topic_entities: name the topic entities"),
-        ({"messages": [{"role": "user", "content": "who? Topic Entity: Nobody Known"}]}, 422,
-         "no entity named 'Nobody Known'"),
+        (
+            {"messages": [{"role": "user", "content": "who? Topic Entity: Nobody Known"}]},
+            422,
+            "no entity named 'Nobody Known'",
+        ),
         ({"messages": [{"role": "robot", "content": "x"}]}, 422, "messages.0.role: Input should be"),
     ]
     for body, status, message in cases:
@@ -240,7 +285,7 @@ def _trickle_headers(url: str, seconds: float) -> tuple[float, bytes]:
         while time.monotonic() - start < seconds:
             try:
                 chunk = connection.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 try:
                     connection.sendall(b"X-Slow: 1\r\n")
                 except OSError:  # the server closed it between our read and write
@@ -264,21 +309,34 @@ def test_clients_trickling_headers_are_cut_off_at_the_header_timeout(server, dat
         assert reply == b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
-@pytest.mark.parametrize(("field", "value", "why"), [
-    ("tools", [{"type": "function", "function": {"name": "f"}}],
-     "the server runs its own KG search tool and returns the whole trajectory"),
-    ("logprobs", True, "the trajectory is returned without token log-probabilities"),
-    ("response_format", {"type": "json_object"},
-     "the answer is the protocol's <answer> block, in the trajectory's own layout"),
-    ("stop", ["\n"], "a trajectory stops at </answer>, max_tokens or max_turns"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        (
+            "tools",
+            [{"type": "function", "function": {"name": "f"}}],
+            "the server runs its own KG search tool and returns the whole trajectory",
+        ),
+        ("logprobs", True, "the trajectory is returned without token log-probabilities"),
+        (
+            "response_format",
+            {"type": "json_object"},
+            "the answer is the protocol's <answer> block, in the trajectory's own layout",
+        ),
+        ("stop", ["\n"], "a trajectory stops at </answer>, max_tokens or max_turns"),
+    ],
+)
 def test_chat_fields_the_server_does_not_honour_are_refused_by_name(server, dataset, field, value, why):
     [example] = _questions(dataset, 1)
     user = {"role": "user", "content": f"{example.question} Topic Entity: {example.topic_entities[0].name}"}
     reply = httpx.post(f"{server}/v1/chat/completions", json={"messages": [user], field: value}, timeout=30)
     assert reply.status_code == 400, reply.text
-    assert reply.json()["error"] == {"message": f"{field}: not supported: {why}; leave it out",
-                                     "type": "invalid_request_error", "param": field, "code": 400}
+    assert reply.json()["error"] == {
+        "message": f"{field}: not supported: {why}; leave it out",
+        "type": "invalid_request_error",
+        "param": field,
+        "code": 400,
+    }
     # Their off values, as OpenAI clients send by default, are accepted.
     off = {"tools": [], "logprobs": False, "response_format": {"type": "text"}, "stop": None}[field]
     accepted = httpx.post(f"{server}/v1/chat/completions", json={"messages": [user], field: off}, timeout=60)
@@ -291,13 +349,22 @@ def test_a_hub_s_searches_reach_the_client_within_max_chars(checkpoint, hub_dir,
     max_chars, its listing included (once a `more:` line of every relation, a 329 KB reply)."""
     max_chars = 2000  # the server's ToolConfig default
     config = tmp_path / "serve.yaml"
-    config.write_text(yaml.safe_dump({**SERVE_CONFIG, "torch_threads": 1,
-                                      "rollout": {**SERVE_CONFIG["rollout"], "max_tool_tokens": 4096}}))
+    config.write_text(
+        yaml.safe_dump(
+            {**SERVE_CONFIG, "torch_threads": 1, "rollout": {**SERVE_CONFIG["rollout"], "max_tool_tokens": 4096}}
+        )
+    )
     with serve(checkpoint, str(hub_dir), config) as url:
-        answer = httpx.post(f"{url}/v1/answer", timeout=120, json={
-            "question": "which relation of the hub", "topic_entities": [{"id": "hub"}]})
-        chat = httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
-            "messages": [{"role": "user", "content": "which relation of the hub Topic Entity: Hub"}]})
+        answer = httpx.post(
+            f"{url}/v1/answer",
+            timeout=120,
+            json={"question": "which relation of the hub", "topic_entities": [{"id": "hub"}]},
+        )
+        chat = httpx.post(
+            f"{url}/v1/chat/completions",
+            timeout=120,
+            json={"messages": [{"role": "user", "content": "which relation of the hub Topic Entity: Hub"}]},
+        )
     for reply, record in ((answer, answer.json()), (chat, chat.json().get("trajectory"))):
         assert reply.status_code == 200, reply.text[:500]
         assert len(reply.content) < 8 * max_chars * (len(record["searches"]) + 1)

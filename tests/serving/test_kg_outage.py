@@ -62,8 +62,9 @@ def endpoint(tmp_path_factory, synthetic_dir):
 def sparql_service(checkpoint, endpoint):
     config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"hf:{checkpoint}", "kg": f"sparql:{endpoint.url}"})
     backend, name, close = open_backend(config)
-    service = AnswerService(config, backend, SparqlKG(endpoint.url, retries=1, backoff=0.05), model_name=name,
-                            close=close)
+    service = AnswerService(
+        config, backend, SparqlKG(endpoint.url, retries=1, backoff=0.05), model_name=name, close=close
+    )
     yield service
     service.close()
 
@@ -107,7 +108,9 @@ def test_a_trajectory_finished_before_the_kg_died_is_kept_whole(sparql_service, 
     finally:
         endpoint.start()
     for record, done, example in zip(records, answered, examples):
-        assert record["trajectory"] == done.trajectory.text and record["answers"] == list(done.trajectory.resolved_answers)
+        assert record["trajectory"] == done.trajectory.text and record["answers"] == list(
+            done.trajectory.resolved_answers
+        )
         first = record["searches"][0]
         assert first["entity"] == example.topic_entities[0].id and first["label"] == example.topic_entities[0].name
         for search in record["searches"][1:]:  # labels the dead KG would have given are left out, nothing else
@@ -120,8 +123,9 @@ def test_kill_and_restart_under_load(checkpoint, endpoint, dataset, tmp_path):
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({**SERVE_CONFIG, "torch_threads": 1}), encoding="utf-8")
     examples = _questions(dataset, 8)
-    bodies = [_body(e) for e in examples] + [{"question": e.question, "topic_entities": [e.topic_entities[0].name]}
-                                             for e in examples]
+    bodies = [_body(e) for e in examples] + [
+        {"question": e.question, "topic_entities": [e.topic_entities[0].name]} for e in examples
+    ]
     phase = ["up"]
     replies: dict[str, list[httpx.Response]] = collections.defaultdict(list)
     stop = threading.Event()
@@ -181,8 +185,10 @@ def test_an_endpoint_that_refuses_queries_is_a_502_not_an_outage(checkpoint, end
         assert reply.status_code == 502 and "retry-after" not in reply.headers
         error = reply.json()["error"]
         assert (error["type"], error["param"]) == ("kg_rejected", "topic_entities[0]")
-        assert error["message"].startswith(f"topic_entities[0]: the knowledge graph refused the query: SPARQL endpoint "
-                                           f"{refusing} rejected a query: HTTP 403")
+        assert error["message"].startswith(
+            f"topic_entities[0]: the knowledge graph refused the query: SPARQL endpoint "
+            f"{refusing} rejected a query: HTTP 403"
+        )
         assert kg.queries_sent == 1  # not retried
     finally:
         server.should_exit = True

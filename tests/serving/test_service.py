@@ -56,8 +56,12 @@ def test_request_timeout_gives_504_and_the_server_keeps_serving(service, dataset
     try:
         reply = httpx.post(f"{url}/v1/answer", json=body, timeout=30)
         assert reply.status_code == 504
-        assert reply.json()["error"] == {"message": "no answer within the request timeout of 0.0001 s",
-                                         "type": "timeout", "param": None, "code": 504}
+        assert reply.json()["error"] == {
+            "message": "no answer within the request timeout of 0.0001 s",
+            "type": "timeout",
+            "param": None,
+            "code": 504,
+        }
         service.config.request_timeout = 60.0
         assert httpx.post(f"{url}/v1/answer", json=body, timeout=60).status_code == 200
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
@@ -77,13 +81,21 @@ def test_a_deadline_stops_generation_mid_row(service, dataset):
     request = service.prepare(example.question, [{"id": example.topic_entities[0].id}])
     engine = service._engine(request.rollout)
     deadlines = Deadlines({0: time.monotonic() - 1}, 0.5)  # passes during the prefill
-    [trajectory] = engine.run([{"question": example.question, "topic_entities": list(example.topic_entities)}],
-                              [service.tool.session(example.question, list(example.topic_entities))], halt=deadlines)
-    assert (trajectory.finish_reason, trajectory.error) == ("error", "generation stopped: the request timeout (0.5 s) passed")
+    [trajectory] = engine.run(
+        [{"question": example.question, "topic_entities": list(example.topic_entities)}],
+        [service.tool.session(example.question, list(example.topic_entities))],
+        halt=deadlines,
+    )
+    assert (trajectory.finish_reason, trajectory.error) == (
+        "error",
+        "generation stopped: the request timeout (0.5 s) passed",
+    )
     assert len(trajectory.completion_ids) == 1 and deadlines.timed_out == {0}  # stopped at its first token
     # The stop rule belongs to that run only: the next one runs to its end.
-    [trajectory] = engine.run([{"question": example.question, "topic_entities": list(example.topic_entities)}],
-                              [service.tool.session(example.question, list(example.topic_entities))])
+    [trajectory] = engine.run(
+        [{"question": example.question, "topic_entities": list(example.topic_entities)}],
+        [service.tool.session(example.question, list(example.topic_entities))],
+    )
     # (the tiny model may still end in a format error of its own: what must not recur is the deadline's stop)
     assert "request timeout" not in (trajectory.error or "") and len(trajectory.completion_ids) > 1
 
@@ -102,8 +114,9 @@ def test_prepare_names_the_field(service, dataset):
     assert (request.sampling.temperature, request.sampling.seed) == (0.5, 3)
 
 
-def test_answer_command_prints_traces_and_json(checkpoint, synthetic_dir, serve_config_file, dataset, tmp_path,
-                                                capsys):
+def test_answer_command_prints_traces_and_json(
+    checkpoint, synthetic_dir, serve_config_file, dataset, tmp_path, capsys
+):
     example = dataset.examples[0]
     topic = example.topic_entities[0]
     args = ["answer", "--model", str(checkpoint), "--kg", str(synthetic_dir), "--config", str(serve_config_file)]
@@ -125,36 +138,55 @@ def test_answer_command_prints_traces_and_json(checkpoint, synthetic_dir, serve_
 
     questions.write_text(json.dumps({"question": "q?", "topic_entities": ["Nobody Known"]}) + "\n", encoding="utf-8")
     assert main(args + ["--questions", str(questions)]) == 1
-    assert capsys.readouterr().err.endswith(f"kgreasoner answer: error: {questions}:1: topic_entities[0]: no entity named "
-                                       "'Nobody Known' in the knowledge graph\n")
+    assert capsys.readouterr().err.endswith(
+        f"kgreasoner answer: error: {questions}:1: topic_entities[0]: no entity named "
+        "'Nobody Known' in the knowledge graph\n"
+    )
 
 
 def test_render_trace_shows_searches_backtracks_and_the_answer():
-    text = ("<think> first Utah. <search>E1</search>\n<triples>\n(E1 Utah, capital, E2 Salt Lake City)\n</triples>\n"
-            "wrong way. <search>E2 | backtrack</search>\n<triples>\nNothing left to backtrack to.\n</triples>\n"
-            "</think>\n<answer>E2</answer>")
+    text = (
+        "<think> first Utah. <search>E1</search>\n<triples>\n(E1 Utah, capital, E2 Salt Lake City)\n</triples>\n"
+        "wrong way. <search>E2 | backtrack</search>\n<triples>\nNothing left to backtrack to.\n</triples>\n"
+        "</think>\n<answer>E2</answer>"
+    )
     record = {
-        "id": "q7", "question": "what is the capital of utah", "topic_entities": [{"id": "m.utah", "name": "Utah"}],
-        "answers": ["Salt Lake City"], "finish_reason": "answer", "error": None, "trajectory": text,
+        "id": "q7",
+        "question": "what is the capital of utah",
+        "topic_entities": [{"id": "m.utah", "name": "Utah"}],
+        "answers": ["Salt Lake City"],
+        "finish_reason": "answer",
+        "error": None,
+        "trajectory": text,
         "searches": [
             {"query": "E1", "label": "Utah", "backtrack": False, "error": None, "num_triples": 1, "truncated": False},
-            {"query": "E2 | backtrack", "label": "Salt Lake City", "backtrack": True, "error": "backtrack_at_root",
-             "num_triples": 0, "truncated": False}],
+            {
+                "query": "E2 | backtrack",
+                "label": "Salt Lake City",
+                "backtrack": True,
+                "error": "backtrack_at_root",
+                "num_triples": 0,
+                "truncated": False,
+            },
+        ],
         "usage": {"searches": 1, "backtracks": 1, "completion_tokens": 20, "seconds": 0.5},
-        "gold": ["Salt Lake City"], "hit": True,
+        "gold": ["Salt Lake City"],
+        "hit": True,
     }
-    assert render_trace(record) == "\n".join([
-        "Q q7: what is the capital of utah",
-        "  topic: Utah (m.utah)",
-        "  think    first Utah.",
-        "  search    E1 -> Utah  [1 triples]",
-        "           (E1 Utah, capital, E2 Salt Lake City)",
-        "  think    wrong way.",
-        "  backtrack E2 | backtrack -> Salt Lake City  [backtrack_at_root]",
-        "           Nothing left to backtrack to.",
-        "  answer   E2 = Salt Lake City",
-        "  finish: answer; 1 searches; 1 backtracks; 20 model tokens; 0.50 s; correct (gold: Salt Lake City)",
-    ])
+    assert render_trace(record) == "\n".join(
+        [
+            "Q q7: what is the capital of utah",
+            "  topic: Utah (m.utah)",
+            "  think    first Utah.",
+            "  search    E1 -> Utah  [1 triples]",
+            "           (E1 Utah, capital, E2 Salt Lake City)",
+            "  think    wrong way.",
+            "  backtrack E2 | backtrack -> Salt Lake City  [backtrack_at_root]",
+            "           Nothing left to backtrack to.",
+            "  answer   E2 = Salt Lake City",
+            "  finish: answer; 1 searches; 1 backtracks; 20 model tokens; 0.50 s; correct (gold: Salt Lake City)",
+        ]
+    )
     assert "\033[" in render_trace(record, color=True)
 
 
@@ -164,8 +196,13 @@ def test_metrics_text_format():
     metrics = Metrics(gauges={"kgreasoner_queue_depth": ("Waiting requests.", lambda: 2)})
     metrics.observe_request("/v1/answer", 200, 0.03)
     metrics.observe_request("/v1/answer", 422, 0.002)
-    metrics.observe_answer({"finish_reason": "answer", "searches": [{"error": None}, {"error": "unknown_entity"}],
-                            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "tool_tokens": None}})
+    metrics.observe_answer(
+        {
+            "finish_reason": "answer",
+            "searches": [{"error": None}, {"error": "unknown_entity"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "tool_tokens": None},
+        }
+    )
     metrics.observe_batch(3, 0.1)
     text = metrics.render()
     assert 'kgreasoner_requests_total{endpoint="/v1/answer",status="200"} 1.0\n' in text
@@ -176,34 +213,64 @@ def test_metrics_text_format():
     assert 'kgreasoner_request_duration_seconds_sum{endpoint="/v1/answer"} 0.032\n' in text
     assert 'kgreasoner_tool_calls_total{error="unknown_entity"} 1.0\n' in text
     assert 'kgreasoner_tokens_total{kind="prompt"} 10.0\n' in text and 'kind="tool"' not in text
-    assert 'kgreasoner_batch_size_bucket{le="2.0"} 0.0\n' in text and 'kgreasoner_batch_size_bucket{le="4.0"} 1.0\n' in text
+    assert (
+        'kgreasoner_batch_size_bucket{le="2.0"} 0.0\n' in text
+        and 'kgreasoner_batch_size_bucket{le="4.0"} 1.0\n' in text
+    )
     assert text.endswith("# TYPE kgreasoner_queue_depth gauge\nkgreasoner_queue_depth 2.0\n")
     # Every family the service had before prometheus_client, under the same names and types.
     families = {f.name: f.type for f in text_string_to_metric_families(text)}
-    assert {name: families[name] for name in (
-        "kgreasoner_requests", "kgreasoner_request_errors", "kgreasoner_request_duration_seconds",
-        "kgreasoner_tool_calls", "kgreasoner_answers", "kgreasoner_tokens", "kgreasoner_batch_size",
-        "kgreasoner_queue_depth")} == {
-        "kgreasoner_requests": "counter", "kgreasoner_request_errors": "counter",
-        "kgreasoner_request_duration_seconds": "histogram", "kgreasoner_tool_calls": "counter",
-        "kgreasoner_answers": "counter", "kgreasoner_tokens": "counter", "kgreasoner_batch_size": "histogram",
-        "kgreasoner_queue_depth": "gauge"}
+    assert {
+        name: families[name]
+        for name in (
+            "kgreasoner_requests",
+            "kgreasoner_request_errors",
+            "kgreasoner_request_duration_seconds",
+            "kgreasoner_tool_calls",
+            "kgreasoner_answers",
+            "kgreasoner_tokens",
+            "kgreasoner_batch_size",
+            "kgreasoner_queue_depth",
+        )
+    } == {
+        "kgreasoner_requests": "counter",
+        "kgreasoner_request_errors": "counter",
+        "kgreasoner_request_duration_seconds": "histogram",
+        "kgreasoner_tool_calls": "counter",
+        "kgreasoner_answers": "counter",
+        "kgreasoner_tokens": "counter",
+        "kgreasoner_batch_size": "histogram",
+        "kgreasoner_queue_depth": "gauge",
+    }
 
 
 def _completions(request):
     """A stand-in generation server's `/v1/completions`: it always answers the first topic's handle."""
-    return 200, {"choices": [{"text": "<think> done </think>\n<answer>E1", "finish_reason": "stop",
-                              "stop_reason": "</answer>"}], "usage": {"completion_tokens": 6}}
+    return 200, {
+        "choices": [
+            {"text": "<think> done </think>\n<answer>E1", "finish_reason": "stop", "stop_reason": "</answer>"}
+        ],
+        "usage": {"completion_tokens": 6},
+    }
 
 
 def _openai_service(url: str, synthetic_dir, checkpoint) -> AnswerService:
-    config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"openai:{url}#tiny", "kg": str(synthetic_dir),
-                                     "tokenizer": str(checkpoint), "backend_timeout": 5.0})
+    config = from_dict(
+        ServeConfig,
+        {
+            **SERVE_CONFIG,
+            "llm": f"openai:{url}#tiny",
+            "kg": str(synthetic_dir),
+            "tokenizer": str(checkpoint),
+            "backend_timeout": 5.0,
+        },
+    )
     return AnswerService.open(config)
 
 
-def test_openai_backend_renders_the_chat_template_and_fails_with_502_when_unreachable(checkpoint, synthetic_dir,
-                                                                                     dataset, openai_server):
+def test_openai_backend_renders_the_chat_template_and_fails_with_502_when_unreachable(
+    checkpoint, synthetic_dir, dataset, openai_server
+):
     example = dataset.examples[0]
     body = {"question": example.question, "topic_entities": [{"id": t.id} for t in example.topic_entities]}
     stub = openai_server(_completions)
@@ -239,7 +306,10 @@ def test_openai_backend_renders_the_chat_template_and_fails_with_502_when_unreac
 def test_config_names_what_is_wrong():
     with pytest.raises(ValueError, match="vllm:URL sends token ids and needs `tokenizer`"):
         ServeConfig(llm="vllm:http://127.0.0.1:8000/v1")
-    with pytest.raises(ValueError, match=r"llm: unknown LLM spec .gpt:thing.: expected hf:PATH, vllm:PATH, vllm:URL\[#MODEL\] or openai:URL\[#MODEL\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"llm: unknown LLM spec .gpt:thing.: expected hf:PATH, vllm:PATH, vllm:URL\[#MODEL\] or openai:URL\[#MODEL\]",
+    ):
         ServeConfig(llm="gpt:thing")
     with pytest.raises(ValueError, match="request_timeout must be > 0"):
         ServeConfig(request_timeout=0)
@@ -259,7 +329,9 @@ def test_a_request_the_tokenizer_refuses_fails_alone_in_its_batch(service, datas
         assert answered.batch_size == 3
     for answered, param in ((results[1], "question"), (results[3], "topic_entities[0].name")):
         assert answered.trajectory is None and answered.refused.param == param and answered.refused.status == 422
-        assert answered.refused.message.startswith(f"{param}: cannot be tokenised by the model's tokenizer (TypeError: ")
+        assert answered.refused.message.startswith(
+            f"{param}: cannot be tokenised by the model's tokenizer (TypeError: "
+        )
         record = service.record(answered)
         assert record["finish_reason"] == "error" and record["error"] == answered.refused.message
 
@@ -268,10 +340,15 @@ def test_prepare_clamps_tiny_temperatures_and_checks_seeds(service, dataset):
     topic = dataset.examples[0].topic_entities[0]
     assert service.prepare("q?", [topic.name], AnswerOptions(temperature=1e-300)).sampling.temperature == 0.01
     assert service.prepare("q?", [topic.name], AnswerOptions(temperature=0.0)).sampling.temperature == 0.0
-    with pytest.raises(RequestError, match=r"^options.seed: must be in \[-9223372036854775808, 9223372036854775807\], "
-                                           r"got 18446744073709551616$"):
+    with pytest.raises(
+        RequestError,
+        match=r"^options.seed: must be in \[-9223372036854775808, 9223372036854775807\], "
+        r"got 18446744073709551616$",
+    ):
         service.prepare("q?", [topic.name], AnswerOptions(seed=2**64))
-    with pytest.raises(ValueError, match=r"^seed must be in \[-9223372036854775808, 9223372036854775807\], got -9223372036854775809$"):
-        ServeConfig(seed=-2**63 - 1)
+    with pytest.raises(
+        ValueError, match=r"^seed must be in \[-9223372036854775808, 9223372036854775807\], got -9223372036854775809$"
+    ):
+        ServeConfig(seed=-(2**63) - 1)
     with pytest.raises(ValueError, match="body_timeout must be > 0"):
         ServeConfig(body_timeout=0)

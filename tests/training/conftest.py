@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from kgreasoner.data.schema import TopicEntity
+from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.models import TinyModelConfig, build_tiny
 from kgreasoner.tokenizer import TokenizerConfig
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 
-TRIPLES_UTAH = "\n<triples>\n(E1 Utah, time_zone, E2 Mountain_Time_Zone)\n(E1 Utah, capital, E3 Salt_Lake_City)\n</triples>\n"
+TRIPLES_UTAH = (
+    "\n<triples>\n(E1 Utah, time_zone, E2 Mountain_Time_Zone)\n(E1 Utah, capital, E3 Salt_Lake_City)\n</triples>\n"
+)
 TRIPLES_FRANCE = "\n<triples>\n(E1 France, capital, E2 Paris)\n(E1 France, currency, E3 Euro)\n</triples>\n"
 
 
@@ -67,13 +69,35 @@ def warm_policy(tmp_path_factory):
     root = tmp_path_factory.mktemp("warm")
     data = write_synthetic(root / "data", seed=0, num_entities=300, num_questions=400)
     warmup = root / "warmup.jsonl"
-    run(WarmupConfig(dataset=str(data), output=str(warmup), num_examples=None, dev_examples=0,
-                     tool=tool, progress=False))
-    config = TinyModelConfig(hidden_size=128, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-                             intermediate_size=256, max_position_embeddings=2048,
-                             tokenizer=TokenizerConfig(num_handles=32))
+    run(
+        WarmupConfig(
+            dataset=str(data), output=str(warmup), num_examples=None, dev_examples=0, tool=tool, progress=False
+        )
+    )
+    config = TinyModelConfig(
+        hidden_size=128,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=256,
+        max_position_embeddings=2048,
+        tokenizer=TokenizerConfig(num_handles=32),
+    )
     build_tiny(config, read_training_texts([data / "kb.tsv", warmup]), root / "tiny")
-    final = train_sft(SFTRecipe(model=str(root / "tiny"), train_file=str(warmup), output_dir=str(root / "sft"),
-                                learning_rate=3e-3, max_steps=300, per_device_train_batch_size=8, warmup_ratio=0.0,
-                                eval_steps=0, save_steps=300, logging_steps=20, report_to=[]))
+    final = train_sft(
+        SFTRecipe(
+            model=str(root / "tiny"),
+            train_file=str(warmup),
+            output_dir=str(root / "sft"),
+            learning_rate=3e-3,
+            max_steps=300,
+            per_device_train_batch_size=8,
+            warmup_ratio=0.0,
+            eval_steps=0,
+            save_steps=300,
+            logging_steps=20,
+            report_to=[],
+        )
+    )
     return final, data, tool

@@ -10,21 +10,23 @@ from kgreasoner.training.checkpoint_choice import apply_choice, choose, episode_
 from kgreasoner.training.grpo import GRPORecipe
 
 STEP_LOG = [
-    {"episode": 1, "step": 0, "dev/hits1": 0.9},                      # the warm-up: no candidate
+    {"episode": 1, "step": 0, "dev/hits1": 0.9},  # the warm-up: no candidate
     {"episode": 1, "step": 1, "loss": 0.1},
-    {"episode": 1, "step": 2, "dev/hits1": 0.7},                      # dev only, not saved
+    {"episode": 1, "step": 2, "dev/hits1": 0.7},  # dev only, not saved
     {"episode": 1, "step": 4, "dev/hits1": 0.5, "checkpoint": 1},
-    {"episode": 1, "step": 6, "dev/hits1": 0.6, "checkpoint": 1},     # episode 1's end
+    {"episode": 1, "step": 6, "dev/hits1": 0.6, "checkpoint": 1},  # episode 1's end
     {"episode": 2, "step": 0, "dev/hits1": 0.6},
-    {"episode": 2, "step": 4, "dev/hits1": 0.6, "checkpoint": 1},     # ties episode 1's end, later
-    {"episode": 2, "step": 5, "dev/hits1": 0.4, "checkpoint": 1},     # episode 2's end
+    {"episode": 2, "step": 4, "dev/hits1": 0.6, "checkpoint": 1},  # ties episode 1's end, later
+    {"episode": 2, "step": 5, "dev/hits1": 0.4, "checkpoint": 1},  # episode 2's end
 ]
 
 
 def test_the_choice_is_the_saved_step_with_the_best_dev_hits_the_later_one_on_ties():
     assert (choose(STEP_LOG)["episode"], choose(STEP_LOG)["step"]) == (2, 4)
     assert (choose(STEP_LOG, available={(1, 6), (2, 5)})["episode"], choose(STEP_LOG, {(1, 6), (2, 5)})["step"]) == (
-        1, 6)
+        1,
+        6,
+    )
     assert episode_ends(STEP_LOG) == {1: 6, 2: 5}
     assert choose([r for r in STEP_LOG if "checkpoint" not in r]) is None
 
@@ -54,9 +56,18 @@ def test_the_last_episodes_final_gets_the_kept_best_and_chosen_json_says_which(t
     root = _run(tmp_path, {"episode": 2, "step": 4, "dev/hits1": 0.6})
     summary = apply_choice(root, root / "steps.jsonl", 2, "best_dev")
     assert _tag(root / "episode-2" / "final") == "best"
-    assert json.loads((root / "chosen.json").read_text()) == summary == {
-        "choose_final": "best_dev", "episode": 2, "step": 4, "dev_hits1": 0.6, "source": str(root / "best"),
-        "last": {"episode": 2, "step": 5, "dev_hits1": 0.4}}
+    assert (
+        json.loads((root / "chosen.json").read_text())
+        == summary
+        == {
+            "choose_final": "best_dev",
+            "episode": 2,
+            "step": 4,
+            "dev_hits1": 0.6,
+            "source": str(root / "best"),
+            "last": {"episode": 2, "step": 5, "dev_hits1": 0.4},
+        }
+    )
 
 
 def test_without_a_kept_best_the_choice_is_among_the_episode_ends(tmp_path):

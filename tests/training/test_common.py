@@ -1,5 +1,6 @@
 """Shared training helpers."""
 
+
 def test_last_complete_checkpoint_passes_over_a_folder_killed_while_saving(tmp_path):
     from kgreasoner.training.common import last_complete_checkpoint
 

@@ -25,20 +25,34 @@ def grpo_world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("grpo")
     data = write_synthetic(root / "data", seed=0, num_entities=300, num_questions=120)
-    config = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-                             intermediate_size=128, tokenizer=TokenizerConfig(num_handles=16))
+    config = TinyModelConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        tokenizer=TokenizerConfig(num_handles=16),
+    )
     build_tiny(config, read_training_texts([data / "questions.jsonl", data / "kb.tsv"]), root / "tiny")
     return root
 
 
 def _write_recipe(world: Path, out: Path, **overrides) -> Path:
     recipe = {
-        "model": str(world / "tiny"), "dataset": str(world / "data"), "output_dir": str(out),
+        "model": str(world / "tiny"),
+        "dataset": str(world / "data"),
+        "output_dir": str(out),
         "tool": {"entity_handles": True, "top_k": 5},
         "rollout": {"max_new_tokens": 32, "max_turn_tokens": 16, "max_turns": 2},
         "episodes": [{"data": "all", "max_steps": 4}],
-        "num_generations": 2, "per_device_train_batch_size": 4, "learning_rate": 1e-3,
-        "report_to": [], "save_steps": 1, "save_total_limit": 10, "max_questions": 16,
+        "num_generations": 2,
+        "per_device_train_batch_size": 4,
+        "learning_rate": 1e-3,
+        "report_to": [],
+        "save_steps": 1,
+        "save_total_limit": 10,
+        "max_questions": 16,
     }
     recipe.update(overrides)
     path = out.parent / f"{out.name}.yaml"
@@ -49,7 +63,12 @@ def _write_recipe(world: Path, out: Path, **overrides) -> Path:
 def _run(config: Path, *extra: str, nproc: int = 1, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-    command = (launcher if nproc > 1 else [sys.executable]) + [str(REPO / "train" / "grpo.py"), "--config", str(config), *extra]
+    command = (launcher if nproc > 1 else [sys.executable]) + [
+        str(REPO / "train" / "grpo.py"),
+        "--config",
+        str(config),
+        *extra,
+    ]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
 
@@ -65,10 +84,16 @@ def test_recipe_rejects_a_hard_first_episode(tmp_path):
 
 
 def test_recipe_rejects_vllm_server_mode_for_the_multi_turn_rollout():
-    with pytest.raises(ConfigError, match="trainer: vllm_mode: 'server' is not supported: the multi-turn rollout "
-                                          "drives TRL's colocated engine; remove vllm_mode"):
-        load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm",
-                                        "trainer.vllm_mode=server"])
+    with pytest.raises(
+        ConfigError,
+        match="trainer: vllm_mode: 'server' is not supported: the multi-turn rollout "
+        "drives TRL's colocated engine; remove vllm_mode",
+    ):
+        load_config(
+            GRPORecipe,
+            None,
+            ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm", "trainer.vllm_mode=server"],
+        )
 
 
 @pytest.mark.slow
@@ -108,9 +133,19 @@ def test_torchrun_two_processes_run_two_steps(grpo_world, tmp_path):
     assert process.returncode == 0, log[-3000:]
     assert _steps(out) == [1, 2]
     row = json.loads((out / "steps.jsonl").read_text().splitlines()[-1])
-    for key in ("rewards/search_reward/mean", "rewards/format_reward/mean", "rewards/answer_reward/mean",
-                "rollout/searches", "rollout/backtracks", "rollout/format_valid", "rollout/tool_token_share",
-                "completions/mean_length", "time/generation_s", "time/tool_s", "time/training_s"):
+    for key in (
+        "rewards/search_reward/mean",
+        "rewards/format_reward/mean",
+        "rewards/answer_reward/mean",
+        "rollout/searches",
+        "rollout/backtracks",
+        "rollout/format_valid",
+        "rollout/tool_token_share",
+        "completions/mean_length",
+        "time/generation_s",
+        "time/tool_s",
+        "time/training_s",
+    ):
         assert key in row, key
 
 
@@ -124,11 +159,26 @@ def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
     from kgreasoner.retrieval.tool import ToolConfig
 
     trajectories = tmp_path / "all.jsonl"
-    run(WarmupConfig(dataset=str(grpo_world / "data"), output=str(trajectories), num_examples=None, dev_examples=0,
-                     tool=ToolConfig(entity_handles=True, top_k=5), progress=False))
+    run(
+        WarmupConfig(
+            dataset=str(grpo_world / "data"),
+            output=str(trajectories),
+            num_examples=None,
+            dev_examples=0,
+            tool=ToolConfig(entity_handles=True, top_k=5),
+            progress=False,
+        )
+    )
     out = tmp_path / "guided"
-    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 2}], num_generations=4,
-                           per_device_train_batch_size=2, guidance="gold", guidance_trajectories=str(trajectories))
+    config = _write_recipe(
+        grpo_world,
+        out,
+        episodes=[{"data": "all", "max_steps": 2}],
+        num_generations=4,
+        per_device_train_batch_size=2,
+        guidance="gold",
+        guidance_trajectories=str(trajectories),
+    )
     process = _run(config, nproc=2)
     log = process.communicate(timeout=900)[0]
     assert process.returncode == 0, log[-3000:]
@@ -150,19 +200,33 @@ def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, t
     from kgreasoner.retrieval.tool import ToolConfig
 
     trajectories = tmp_path / "all.jsonl"
-    run(WarmupConfig(dataset=str(grpo_world / "data"), output=str(trajectories), num_examples=None, dev_examples=0,
-                     tool=ToolConfig(entity_handles=True, top_k=5), progress=False))
+    run(
+        WarmupConfig(
+            dataset=str(grpo_world / "data"),
+            output=str(trajectories),
+            num_examples=None,
+            dev_examples=0,
+            tool=ToolConfig(entity_handles=True, top_k=5),
+            progress=False,
+        )
+    )
     out = tmp_path / "prefixed"
-    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 3}], num_generations=4,
-                           per_device_train_batch_size=2, guidance="gold_prefix",
-                           guidance_trajectories=str(trajectories),
-                           rollout={"max_new_tokens": 160, "max_turn_tokens": 8, "max_turns": 4})
+    config = _write_recipe(
+        grpo_world,
+        out,
+        episodes=[{"data": "all", "max_steps": 3}],
+        num_generations=4,
+        per_device_train_batch_size=2,
+        guidance="gold_prefix",
+        guidance_trajectories=str(trajectories),
+        rollout={"max_new_tokens": 160, "max_turn_tokens": 8, "max_turns": 4},
+    )
     process = _run(config, nproc=2)
     log = process.communicate(timeout=900)[0]
     assert process.returncode == 0, log[-3000:]
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    hops = [int(key[len("rollout/guided_hop"):]) for r in rows for key in r if key.startswith("rollout/guided_hop")]
+    hops = [int(key[len("rollout/guided_hop") :]) for r in rows for key in r if key.startswith("rollout/guided_hop")]
     assert len(hops) == 3 and any(h > 1 for h in hops)  # each step: one group; multi-hop ones among them
     for row, h in zip(rows, hops):
         assert row["rollout/guided"] == row[f"rollout/guided_hop{h}"] == (1.0 if h > 1 else 0.0)
@@ -177,11 +241,21 @@ def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
     log.append(1, {"loss": 0.1})
     log.truncate_after(0)  # killed before the first checkpoint: a fresh start writes step 0 again
     assert (tmp_path / "steps.jsonl").read_text() == ""
-    for step, row in ((0, {"dev/hits1": 0.2}), (1, {"loss": 0.1}), (2, {"loss": 0.2}), (2, {"dev/hits1": 0.3}), (3, {"loss": 0.3})):
+    for step, row in (
+        (0, {"dev/hits1": 0.2}),
+        (1, {"loss": 0.1}),
+        (2, {"loss": 0.2}),
+        (2, {"dev/hits1": 0.3}),
+        (3, {"loss": 0.3}),
+    ):
         log.append(step, row)
     log.truncate_after(2)  # resumed from checkpoint-2
     rows = [json.loads(x) for x in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert [(r["step"], sorted(k for k in r if k not in ("episode", "step"))) for r in rows] == [
-        (0, ["dev/hits1"]), (1, ["loss"]), (2, ["loss"]), (2, ["dev/hits1"])]
+        (0, ["dev/hits1"]),
+        (1, ["loss"]),
+        (2, ["loss"]),
+        (2, ["dev/hits1"]),
+    ]
     StepLog(tmp_path / "steps.jsonl", episode=2).truncate_after(0)  # a later episode's fresh start keeps episode 1
     assert len((tmp_path / "steps.jsonl").read_text().splitlines()) == 4

@@ -22,21 +22,33 @@ EOS = 7
 
 
 def _trajectory(ids, mask, reason) -> Trajectory:
-    return Trajectory(index=0, prompt_ids=[1, 2], completion_ids=list(ids), env_mask=list(mask),
-                      logprobs=[-0.5 if m else 0.0 for m in mask], text="", tool_calls=[], finish_reason=reason)
+    return Trajectory(
+        index=0,
+        prompt_ids=[1, 2],
+        completion_ids=list(ids),
+        env_mask=list(mask),
+        logprobs=[-0.5 if m else 0.0 for m in mask],
+        text="",
+        tool_calls=[],
+        finish_reason=reason,
+    )
 
 
 def test_vllm_context_and_completion_length_come_from_the_recipe_budget(tmp_path):
     from kgreasoner.training.grpo import grpo_config
 
-    recipe = load_config(GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"output_dir={tmp_path}",
-                                                                              "deepspeed=null"])
+    recipe = load_config(
+        GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"output_dir={tmp_path}", "deepspeed=null"]
+    )
     args = grpo_config(recipe, tmp_path / "episode-1", recipe.episodes[0])
     # 512 prompt + 4096 model tokens + 8 tool blocks of 384 + the end-of-sequence id the rollout may append
     assert args.vllm_max_model_length == 512 + 4096 + 8 * 384 + 1 == sequence_tokens(recipe.rollout, 512)
     assert args.max_completion_length == 4096 + 8 * 384 + 1 == completion_tokens(recipe.rollout)
-    shorter = load_config(GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml",
-                          [f"output_dir={tmp_path}", "deepspeed=null", "max_prompt_tokens=256"])
+    shorter = load_config(
+        GRPORecipe,
+        CONFIGS / "llama3.1-8b" / "grpo.yaml",
+        [f"output_dir={tmp_path}", "deepspeed=null", "max_prompt_tokens=256"],
+    )
     assert grpo_config(shorter, tmp_path / "e", shorter.episodes[0]).vllm_max_model_length == 256 + 4096 + 3072 + 1
 
 
@@ -49,11 +61,16 @@ def test_the_recipe_sets_the_lengths_itself():
 
 
 def test_sleep_mode_is_refused_with_what_to_do():
-    message = ("trainer: vllm_enable_sleep_mode: True is not supported: the multi-turn rollout calls the "
-               "engine's generate itself.*lower vllm_gpu_memory_utilization")
+    message = (
+        "trainer: vllm_enable_sleep_mode: True is not supported: the multi-turn rollout calls the "
+        "engine's generate itself.*lower vllm_gpu_memory_utilization"
+    )
     with pytest.raises(ConfigError, match=message):
-        load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm",
-                                        "trainer.vllm_enable_sleep_mode=true"])
+        load_config(
+            GRPORecipe,
+            None,
+            ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm", "trainer.vllm_enable_sleep_mode=true"],
+        )
     load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "trainer.vllm_enable_sleep_mode=false"])
 
 
@@ -65,11 +82,11 @@ def test_server_mode_fields_are_gone(name):
 
 def test_rows_that_ended_hand_trl_an_end_of_sequence_id_and_no_row_is_empty():
     rows = [
-        _trajectory([10, 11, 12], [1, 0, 1], "answer"),   # </answer>: ended, no EOS written
-        _trajectory([10, EOS], [1, 1], "eos"),            # the model wrote EOS itself
-        _trajectory([10, 11], [1, 1], "max_tokens"),      # cut by a limit: clipped, left as it is
+        _trajectory([10, 11, 12], [1, 0, 1], "answer"),  # </answer>: ended, no EOS written
+        _trajectory([10, EOS], [1, 1], "eos"),  # the model wrote EOS itself
+        _trajectory([10, 11], [1, 1], "max_tokens"),  # cut by a limit: clipped, left as it is
         _trajectory([10, 11], [1, 0], "max_turns"),
-        _trajectory([], [], "error"),                     # generate failed before the first token
+        _trajectory([], [], "error"),  # generate failed before the first token
         _trajectory([10], [1], "error"),
     ]
     out = trl_rollout_output(rows, EOS)
@@ -88,11 +105,21 @@ def test_rows_that_ended_hand_trl_an_end_of_sequence_id_and_no_row_is_empty():
 def _recipe(tiny_checkpoint, synthetic_dir, out: Path, **overrides) -> GRPORecipe:
     from kgreasoner.retrieval.tool import ToolConfig
 
-    fields = dict(model=str(tiny_checkpoint), dataset=str(synthetic_dir), output_dir=str(out),
-                  tool=ToolConfig(entity_handles=True, top_k=5),
-                  rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
-                  episodes=[Episode("all", max_steps=1)], num_generations=2, per_device_train_batch_size=4,
-                  learning_rate=1e-3, report_to=[], save_steps=10, max_questions=8, beta=0.0)
+    fields = dict(
+        model=str(tiny_checkpoint),
+        dataset=str(synthetic_dir),
+        output_dir=str(out),
+        tool=ToolConfig(entity_handles=True, top_k=5),
+        rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
+        episodes=[Episode("all", max_steps=1)],
+        num_generations=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        report_to=[],
+        save_steps=10,
+        max_questions=8,
+        beta=0.0,
+    )
     fields.update(overrides)
     return GRPORecipe(**fields)
 
@@ -181,17 +208,24 @@ def test_lora_episode_two_starts_from_episode_ones_merged_weights(tiny_checkpoin
     dataset, _ = _tool(_recipe(tiny_checkpoint, synthetic_dir, out))
     hard = out.parent / "hard.jsonl"
     hard.write_text("".join(json.dumps({"id": e.id}) + "\n" for e in dataset.split("train")[:8]))
-    recipe = _recipe(tiny_checkpoint, synthetic_dir, out, episodes=[Episode("all", max_steps=1),
-                                                                   Episode("hard", max_steps=1)],
-                     hard_cases=str(hard),
-                     lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        out,
+        episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
+        hard_cases=str(hard),
+        lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]),
+    )
     started = []
     build = grpo.build_trainer
 
     def recording(recipe, number, episode, examples, model_path, *args):
         trainer = build(recipe, number, episode, examples, model_path, *args)
-        merged = {name.removeprefix("base_model.model.").replace(".base_layer", ""): p.detach().clone()
-                  for name, p in trainer.model.named_parameters() if "lora_" not in name}
+        merged = {
+            name.removeprefix("base_model.model.").replace(".base_layer", ""): p.detach().clone()
+            for name, p in trainer.model.named_parameters()
+            if "lora_" not in name
+        }
         started.append((model_path, merged))
         return trainer
 
@@ -204,8 +238,10 @@ def test_lora_episode_two_starts_from_episode_ones_merged_weights(tiny_checkpoin
         config.init_lora_weights = False
         return config
 
-    with mock.patch.object(grpo, "build_trainer", recording), \
-            mock.patch.object(LoraSettings, "peft_config", random_adapters):
+    with (
+        mock.patch.object(grpo, "build_trainer", recording),
+        mock.patch.object(LoraSettings, "peft_config", random_adapters),
+    ):
         final = grpo.train_grpo(recipe)
     assert final == out / "episode-2" / "final"
     assert [path for path, _ in started] == [str(tiny_checkpoint), str(out / "episode-1" / "final")]
@@ -220,19 +256,34 @@ def test_lora_episode_two_starts_from_episode_ones_merged_weights(tiny_checkpoin
 
 
 @pytest.mark.slow
-def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(tiny_checkpoint, synthetic_dir,
-                                                                               tmp_path):
+def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(
+    tiny_checkpoint, synthetic_dir, tmp_path
+):
     import kgreasoner.training.grpo as grpo
     import kgreasoner.training.hard_cases as hard_cases
     from data_gen.warmup import WarmupConfig, run
 
     out = tmp_path / "two"
     trajectories = tmp_path / "all_train.jsonl"
-    recipe = _recipe(tiny_checkpoint, synthetic_dir, out, episodes=[Episode("all", max_steps=1),
-                                                                   Episode("hard", max_steps=1)],
-                     hard_case_trajectories=str(trajectories), hard_case_quantile=0.0, max_questions=None)
-    run(WarmupConfig(dataset=str(synthetic_dir), output=str(trajectories), num_examples=None, dev_examples=0,
-                     tool=recipe.tool, progress=False))
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        out,
+        episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
+        hard_case_trajectories=str(trajectories),
+        hard_case_quantile=0.0,
+        max_questions=None,
+    )
+    run(
+        WarmupConfig(
+            dataset=str(synthetic_dir),
+            output=str(trajectories),
+            num_examples=None,
+            dev_examples=0,
+            tool=recipe.tool,
+            progress=False,
+        )
+    )
     events, models = [], []
     build, mine = grpo.build_trainer, hard_cases.mine_hard_cases
 
@@ -248,8 +299,10 @@ def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(ti
         events.append(("mine", [ref() is None for ref in models]))
         return mine(config)
 
-    with mock.patch.object(grpo, "build_trainer", recording_build), \
-            mock.patch.object(hard_cases, "mine_hard_cases", recording_mine):
+    with (
+        mock.patch.object(grpo, "build_trainer", recording_build),
+        mock.patch.object(hard_cases, "mine_hard_cases", recording_mine),
+    ):
         grpo.train_grpo(recipe)
     assert events == [("mine", []), ("build 1", []), ("build 2", [True])]
     gc.collect()
@@ -272,8 +325,16 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
     from contextlib import contextmanager
 
     try:
-        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+        os.environ.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "OMP_NUM_THREADS": "1",
+            }
+        )
         import torch
         import torch.distributed as dist
         import trl.models
@@ -281,8 +342,9 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
         from kgreasoner.training.grpo import DevEval, build_trainer
 
         dataset, tool = _tool(recipe)
-        trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool,
-                                dataset.split("dev")[:3])
+        trainer = build_trainer(
+            recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool, dataset.split("dev")[:3]
+        )
         gathered, rows = [], []
 
         def shard_fetch(module, args, kwargs):
@@ -323,8 +385,14 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "dev", dev_eval_steps=1, dev_eval_questions=3,
-                     trainer={"ddp_timeout": 60})
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        tmp_path / "dev",
+        dev_eval_steps=1,
+        dev_eval_questions=3,
+        trainer={"ddp_timeout": 60},
+    )
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     processes = [context.Process(target=_dev_eval_rank, args=(rank, port, recipe, queue)) for rank in (0, 1)]
@@ -348,8 +416,7 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
 
 
 @pytest.mark.slow
-def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint, synthetic_dir, tmp_path,
-                                                                 monkeypatch):
+def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint, synthetic_dir, tmp_path, monkeypatch):
     """vLLM cannot run here: `engine` stands in for the `vllm.LLM` TRL built for episode 1 (only its
     identity matters: no second engine may be started in the process). Each trainer's weight sync reads
     its weights through `vllm_named_weights` (fused MoE experts go out unfused)."""

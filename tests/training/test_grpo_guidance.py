@@ -34,10 +34,16 @@ def test_each_all_wrong_group_loses_its_last_row_once_even_when_it_spans_two_ran
     whole = plan(rank0 + rank1, num_generations=4, guide=True)
     assert whole.guided == (7,)  # group 1 has a right answer; group 3's question has no gold trajectory
     assert held(whole.guided, 0, 6) == [] and held(whole.guided, 6, 6) == [1]
-    assert whole.figures == {"rollout/guided": 1 / 3, "rollout/answer_tied": 2 / 3,
-                             "rollout/guided_hop1": 0.0, "rollout/answer_tied_hop1": 0.0,
-                             "rollout/guided_hop2": 1.0, "rollout/answer_tied_hop2": 1.0,
-                             "rollout/guided_hop3": 0.0, "rollout/answer_tied_hop3": 1.0}
+    assert whole.figures == {
+        "rollout/guided": 1 / 3,
+        "rollout/answer_tied": 2 / 3,
+        "rollout/guided_hop1": 0.0,
+        "rollout/answer_tied_hop1": 0.0,
+        "rollout/guided_hop2": 1.0,
+        "rollout/answer_tied_hop2": 1.0,
+        "rollout/guided_hop3": 0.0,
+        "rollout/answer_tied_hop3": 1.0,
+    }
     assert plan(rank0 + rank1, 4, guide=False).guided == ()
     all_right = plan([_v(True, 1)] * 4, 4, guide=True)
     assert all_right.guided == () and all_right.figures["rollout/answer_tied"] == 1.0
@@ -61,8 +67,9 @@ def test_guidance_options_are_checked_with_what_to_do():
     assert load_config(GRPORecipe, None, base).guidance == "none"  # off unless an ablation shows it earns its place
     hard = load_config(GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl"])
     assert hard.gold_trajectories == "w.jsonl"
-    own = load_config(GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl",
-                                         "guidance_trajectories=g.jsonl"])
+    own = load_config(
+        GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl", "guidance_trajectories=g.jsonl"]
+    )
     assert own.gold_trajectories == "g.jsonl"
 
 
@@ -89,8 +96,11 @@ def warmup_file(synthetic_dir, tmp_path_factory) -> Path:
     from data_gen.warmup import WarmupConfig, run
 
     path = tmp_path_factory.mktemp("guidance") / "all.jsonl"
-    run(WarmupConfig(dataset=str(synthetic_dir), output=str(path), num_examples=None, dev_examples=0, tool=TOOL,
-                     progress=False))
+    run(
+        WarmupConfig(
+            dataset=str(synthetic_dir), output=str(path), num_examples=None, dev_examples=0, tool=TOOL, progress=False
+        )
+    )
     return path
 
 
@@ -120,8 +130,11 @@ def test_the_gold_row_trl_gets_is_the_record_as_sft_tokenises_it(name, tiny_chec
     examples = {e.id: e for e in dataset.split("train")}
     gold = GoldTrajectories(warmup_file)
     # a multi-hop question: several tool blocks between model-written turns
-    record = next(r for r in read_warmup(warmup_file)
-                  if r.id in examples and r.kind == "gold" and sum(not s.train for s in r.segments) >= 2)
+    record = next(
+        r
+        for r in read_warmup(warmup_file)
+        if r.id in examples and r.kind == "gold" and sum(not s.train for s in r.segments) >= 2
+    )
     assert gold.records[record.id] == record
     example = examples[record.id]
     prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
@@ -141,11 +154,13 @@ def test_the_gold_row_trl_gets_is_the_record_as_sft_tokenises_it(name, tiny_chec
         assert [text[a:b] for a, b in out["tool_spans"][0]] == blocks
         assert text.endswith(record.completion)
     else:
-        assert [text[a:b].split() for a, b in out["tool_spans"][0]] == [format_tool_block(t).split() for t in
-                                                                        [c.text for c in row.tool_calls]]
+        assert [text[a:b].split() for a, b in out["tool_spans"][0]] == [
+            format_tool_block(t).split() for t in [c.text for c in row.tool_calls]
+        ]
     assert out["num_searches"] == [len(blocks)] and out["finish_reason"] == ["answer"]
-    assert [c.num_tokens for c in row.tool_calls] == [len(tokenizer(b, add_special_tokens=False)["input_ids"])
-                                                      for b in blocks]
+    assert [c.num_tokens for c in row.tool_calls] == [
+        len(tokenizer(b, add_special_tokens=False)["input_ids"]) for b in blocks
+    ]
     kwargs = {k: out[k] for k in ("completion_text", "tool_spans", "resolved_answers")}
     assert answer_reward(out["completion_text"], answers=[example.answers], **kwargs) == [1.0]
     assert format_reward(out["completion_text"], **kwargs) == [0.5]
@@ -159,22 +174,38 @@ def _model(name: str, tokenizer, tiny_checkpoint):
 
     if name != "qwen3":
         return AutoModelForCausalLM.from_pretrained(str(tiny_checkpoint))
-    config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, bos_token_id=None,
-                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return Qwen3ForCausalLM(config).eval()
 
 
 def _gold_record(gold, examples, hops: int):
     from kgreasoner.data.sampling import hop_count
 
-    return next(r for r in gold.records.values() if r.id in examples and r.kind == "gold"
-                and hop_count(examples[r.id]) == hops and sum(not s.train for s in r.segments) >= hops)
+    return next(
+        r
+        for r in gold.records.values()
+        if r.id in examples
+        and r.kind == "gold"
+        and hop_count(examples[r.id]) == hops
+        and sum(not s.train for s in r.segments) >= hops
+    )
 
 
 @pytest.mark.parametrize("name", ["qwen3", "tiny"])
 def test_a_gold_prefix_row_starts_with_the_records_first_h_minus_1_turns_as_sft_tokenises_them(
-        name, tiny_checkpoint, synthetic_dir, warmup_file):
+    name, tiny_checkpoint, synthetic_dir, warmup_file
+):
     """The engine given a question's gold prefix writes exactly the record's first h - 1 search turns and
     tool blocks (the ids `encode_record` gives those segments; env_mask 0), its searches replayed, and
     samples on from there."""
@@ -195,19 +226,24 @@ def test_a_gold_prefix_row_starts_with_the_records_first_h_minus_1_turns_as_sft_
         example = examples[record.id]
         prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
         turns = gold.prefix(record.id, hops, prompt, most=8)
-        assert len(turns) == hops - 1 and turns == [s.text for s in record.segments[:2 * (hops - 1):2]]
+        assert len(turns) == hops - 1 and turns == [s.text for s in record.segments[: 2 * (hops - 1) : 2]]
         text_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in turns)
         config = RolloutConfig(max_new_tokens=text_tokens + 3, max_turn_tokens=3, max_tool_tokens=4096)
         engine = RolloutEngine(HFBackend(model, tokenizer), None, config)
-        [row] = engine.run([prompt], [tool.session(example.question, list(example.topic_entities))],
-                           SamplingParams(seed=0), prefixes=[turns])
-        head = dataclasses.replace(record, segments=record.segments[:2 * (hops - 1)])
+        [row] = engine.run(
+            [prompt],
+            [tool.session(example.question, list(example.topic_entities))],
+            SamplingParams(seed=0),
+            prefixes=[turns],
+        )
+        head = dataclasses.replace(record, segments=record.segments[: 2 * (hops - 1)])
         expected = encode_record(head, tokenizer)["input_ids"][:-1]  # without the end-of-turn id
-        assert row.prompt_ids + row.completion_ids[:row.prefix_tokens] == expected
-        assert row.env_mask[:row.prefix_tokens] == [0] * row.prefix_tokens
-        assert [format_tool_block(c.text) for c in row.tool_calls[:hops - 1]] == [
-            s.text for s in record.segments[1:2 * (hops - 1):2]]  # the session's blocks are the record's
-        assert all(c.error is None for c in row.tool_calls[:hops - 1])
+        assert row.prompt_ids + row.completion_ids[: row.prefix_tokens] == expected
+        assert row.env_mask[: row.prefix_tokens] == [0] * row.prefix_tokens
+        assert [format_tool_block(c.text) for c in row.tool_calls[: hops - 1]] == [
+            s.text for s in record.segments[1 : 2 * (hops - 1) : 2]
+        ]  # the session's blocks are the record's
+        assert all(c.error is None for c in row.tool_calls[: hops - 1])
         assert 1 <= sum(row.env_mask) <= 3 and row.env_mask[row.prefix_tokens] == 1  # then the model samples
 
     one_hop = _gold_record(gold, examples, 1)
@@ -223,8 +259,7 @@ def test_a_gold_prefix_row_starts_with_the_records_first_h_minus_1_turns_as_sft_
 
 
 @pytest.mark.slow
-def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint, synthetic_dir, warmup_file,
-                                                               tmp_path):
+def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint, synthetic_dir, warmup_file, tmp_path):
     """The demo's recipe (guidance on) with the untrained tiny model, which answers nothing: every group of the
     step is guided, and the ids TRL scores the loss on hold each group's gold row, exactly, with a positive
     advantage. Switching guided groups off in the demo's recipe fails this test."""
@@ -234,12 +269,22 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     from kgreasoner.training.warmup_data import encode_record
 
     demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml"), tmp_path / "demo").grpo[0]
-    recipe = GRPORecipe(model=str(tiny_checkpoint), dataset=str(synthetic_dir), output_dir=str(tmp_path / "run"),
-                        tool=TOOL, rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
-                        episodes=[Episode("all", max_steps=1)], num_generations=demo.num_generations,
-                        per_device_train_batch_size=2 * demo.num_generations, learning_rate=1e-3, report_to=[],
-                        beta=0.0, search_reward=demo.search_reward, guidance=demo.guidance,
-                        guidance_trajectories=str(warmup_file))
+    recipe = GRPORecipe(
+        model=str(tiny_checkpoint),
+        dataset=str(synthetic_dir),
+        output_dir=str(tmp_path / "run"),
+        tool=TOOL,
+        rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
+        episodes=[Episode("all", max_steps=1)],
+        num_generations=demo.num_generations,
+        per_device_train_batch_size=2 * demo.num_generations,
+        learning_rate=1e-3,
+        report_to=[],
+        beta=0.0,
+        search_reward=demo.search_reward,
+        guidance=demo.guidance,
+        guidance_trajectories=str(warmup_file),
+    )
     dataset, tool = _tool(synthetic_dir)
     gold = GoldTrajectories(warmup_file)
     examples = [e for e in dataset.split("train") if e.id in gold][:4]
@@ -266,8 +311,9 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
 
 
 @pytest.mark.slow
-def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_prefix(tiny_checkpoint, synthetic_dir,
-                                                                                   warmup_file, tmp_path):
+def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_prefix(
+    tiny_checkpoint, synthetic_dir, warmup_file, tmp_path
+):
     """`guidance: gold_prefix` with the untrained tiny model, which answers nothing: the 3-hop group's last row is
     rolled out again after its gold record's first two search turns, and TRL trains on it with tool_mask 0 on
     those turns and their blocks and 1 on what the model sampled after them. The 1-hop group is not guided."""
@@ -278,12 +324,21 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
     from kgreasoner.training.warmup_data import encode_record
 
     generations = 4
-    recipe = GRPORecipe(model=str(tiny_checkpoint), dataset=str(synthetic_dir), output_dir=str(tmp_path / "run"),
-                        tool=TOOL, rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4,
-                                                         max_tool_tokens=4096),
-                        episodes=[Episode("all", max_steps=1)], num_generations=generations,
-                        per_device_train_batch_size=2 * generations, learning_rate=1e-3, report_to=[], beta=0.0,
-                        guidance="gold_prefix", guidance_trajectories=str(warmup_file))
+    recipe = GRPORecipe(
+        model=str(tiny_checkpoint),
+        dataset=str(synthetic_dir),
+        output_dir=str(tmp_path / "run"),
+        tool=TOOL,
+        rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4, max_tool_tokens=4096),
+        episodes=[Episode("all", max_steps=1)],
+        num_generations=generations,
+        per_device_train_batch_size=2 * generations,
+        learning_rate=1e-3,
+        report_to=[],
+        beta=0.0,
+        guidance="gold_prefix",
+        guidance_trajectories=str(warmup_file),
+    )
     dataset, tool = _tool(synthetic_dir)
     gold = GoldTrajectories(warmup_file)
     train = {e.id: e for e in dataset.split("train")}
@@ -306,13 +361,15 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
     prompt = build_prompt(three.question, list(three.topic_entities), tokenizer)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     head = encode_record(dataclasses.replace(record, segments=record.segments[:4]), tokenizer)
-    prefix = head["input_ids"][len(prompt_ids):-1]  # two search turns and their tool blocks
-    assert sum(not m for m in head["assistant_masks"][len(prompt_ids):-1]) > 0
-    prefixed = [(c, m) for p, c, m in rows if p == prompt_ids and c[:len(prefix)] == prefix]
+    prefix = head["input_ids"][len(prompt_ids) : -1]  # two search turns and their tool blocks
+    assert sum(not m for m in head["assistant_masks"][len(prompt_ids) : -1]) > 0
+    prefixed = [(c, m) for p, c, m in rows if p == prompt_ids and c[: len(prefix)] == prefix]
     assert len(prefixed) == 1  # one row of the 3-hop group, none of the 1-hop group
     [(completion, mask)] = prefixed
-    assert mask[:len(prefix)] == [0] * len(prefix) and mask[len(prefix)] == 1  # no loss on the prefix; the model's own
-    assert all(c[:len(prefix)] != prefix for p, c, _ in rows if p != prompt_ids)
+    assert (
+        mask[: len(prefix)] == [0] * len(prefix) and mask[len(prefix)] == 1
+    )  # no loss on the prefix; the model's own
+    assert all(c[: len(prefix)] != prefix for p, c, _ in rows if p != prompt_ids)
 
 
 # ----------------------------------------------------------------- the curves

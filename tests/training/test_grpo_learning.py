@@ -14,10 +14,21 @@ from kgreasoner.training.grpo import Episode, GRPORecipe, build_trainer, train_g
 
 def _recipe(warm_policy, out: Path, **overrides) -> GRPORecipe:
     model, data, tool = warm_policy
-    fields = dict(model=str(model), dataset=str(data), output_dir=str(out), tool=tool,
-                  rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
-                  episodes=[Episode("all", max_steps=3)], num_generations=4, per_device_train_batch_size=8,
-                  learning_rate=1e-3, report_to=[], save_steps=3, max_questions=12, beta=0.0)
+    fields = dict(
+        model=str(model),
+        dataset=str(data),
+        output_dir=str(out),
+        tool=tool,
+        rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
+        episodes=[Episode("all", max_steps=3)],
+        num_generations=4,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        report_to=[],
+        save_steps=3,
+        max_questions=12,
+        beta=0.0,
+    )
     fields.update(overrides)
     return GRPORecipe(**fields)
 
@@ -92,13 +103,17 @@ def test_the_lm_head_scores_only_where_the_loss_reads_and_nothing_changes_there(
     assert (~scored & inputs["completion_mask"].bool()).any(), "no tool tokens in the batch"
     from kgreasoner.training.trl_internals import length_chunks
 
-    assert any(end - first < ids.size(1) for _, first, end in length_chunks(attention, trainer.length_chunk_rows)), \
+    assert any(end - first < ids.size(1) for _, first, end in length_chunks(attention, trainer.length_chunk_rows)), (
         "no chunk is shorter than the batch: the test would not see the cut spans"
+    )
 
     stock, stock_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(
-        trainer, trainer.model, ids, attention, width, compute_entropy=True)
+        trainer, trainer.model, ids, attention, width, compute_entropy=True
+    )
     trainer._scored = scored.long()
-    ours, entropy, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, width, compute_entropy=True)
+    ours, entropy, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model, ids, attention, width, compute_entropy=True
+    )
     trainer._scored = None
     assert torch.allclose(ours[scored], stock[scored], atol=1e-5)
     assert torch.allclose(entropy[scored], stock_entropy[scored], atol=1e-5)
@@ -136,21 +151,33 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
     model, data, tool_config = warm_policy
     dataset = load_dataset(str(data))
     tool = KGSearchTool(open_dataset_kg(dataset), tool_config)
-    recipe = _recipe(warm_policy, tmp_path / "learn", episodes=[Episode("all", max_steps=20)], num_generations=8,
-                     per_device_train_batch_size=16, learning_rate=3e-4, max_questions=None, search_reward="hops")
+    recipe = _recipe(
+        warm_policy,
+        tmp_path / "learn",
+        episodes=[Episode("all", max_steps=20)],
+        num_generations=8,
+        per_device_train_batch_size=16,
+        learning_rate=3e-4,
+        max_questions=None,
+        search_reward="hops",
+    )
     trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:96], str(model), tool)
 
     def right(examples, sampling, copies=1):
         rows = [e for e in examples for _ in range(copies)]
         engine = RolloutEngine(HFBackend(trainer.model, trainer.processing_class), None, recipe.rollout)
         runs = engine.run(rows, [tool.session(e.question, list(e.topic_entities)) for e in rows], sampling)
-        return answer_reward([t.text for t in runs], answers=[e.answers for e in rows],
-                             resolved_answers=[t.resolved_answers for t in runs], tool_spans=[t.tool_spans for t in runs])
+        return answer_reward(
+            [t.text for t in runs],
+            answers=[e.answers for e in rows],
+            resolved_answers=[t.resolved_answers for t in runs],
+            tool_spans=[t.tool_spans for t in runs],
+        )
 
     candidates = dataset.split("train")[:96]
     wrong = [e for e, r in zip(candidates, right(candidates, SamplingParams(temperature=0.0))) if r == 0]
     sampled = right(wrong, SamplingParams(temperature=1.0, seed=1), copies=8)
-    right_of = [sum(sampled[8 * i:8 * i + 8]) for i in range(len(wrong))]
+    right_of = [sum(sampled[8 * i : 8 * i + 8]) for i in range(len(wrong))]
     signal = [i for i in range(len(wrong)) if 0 < right_of[i] < 8]
     learnable = [wrong[i] for i in sorted(signal, key=lambda i: (wrong[i].hops, -right_of[i], i))[:8]]
     assert len(learnable) >= 4, "the warm policy left too few questions with a reward signal"
@@ -165,12 +192,14 @@ def test_length_chunks_group_rows_by_length_and_cut_each_group_to_its_real_token
     from kgreasoner.training.trl_internals import length_chunks
 
     # prompt width 3 (left padded), completion width 4 (right padded)
-    mask = torch.tensor([
-        [0, 1, 1, 1, 1, 1, 1],  # ends at 7
-        [1, 1, 1, 1, 0, 0, 0],  # ends at 4
-        [0, 0, 1, 1, 1, 0, 0],  # ends at 5
-        [0, 1, 1, 1, 0, 0, 0],  # ends at 4
-    ])
+    mask = torch.tensor(
+        [
+            [0, 1, 1, 1, 1, 1, 1],  # ends at 7
+            [1, 1, 1, 1, 0, 0, 0],  # ends at 4
+            [0, 0, 1, 1, 1, 0, 0],  # ends at 5
+            [0, 1, 1, 1, 0, 0, 0],  # ends at 4
+        ]
+    )
     chunks = [(rows.tolist(), first, end) for rows, first, end in length_chunks(mask, 2)]
     assert chunks == [([1, 3], 0, 4), ([2, 0], 1, 7)]
     assert [(rows.tolist(), first, end) for rows, first, end in length_chunks(mask, 4)] == [([1, 3, 2, 0], 0, 7)]

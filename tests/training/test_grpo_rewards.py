@@ -35,8 +35,15 @@ def world(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("path-reward")
     data = write_synthetic(root / "data", seed=0, num_entities=300, num_questions=120)
-    config = TinyModelConfig(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-                             intermediate_size=128, tokenizer=TokenizerConfig(num_handles=16))
+    config = TinyModelConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        tokenizer=TokenizerConfig(num_handles=16),
+    )
     build_tiny(config, read_training_texts([data / "questions.jsonl", data / "kb.tsv"]), root / "tiny")
     return root
 
@@ -48,11 +55,20 @@ def test_a_grpo_step_with_the_path_search_reward_logs_what_it_pays(world, tmp_pa
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import build_trainer
 
-    recipe = _recipe(tmp_path / "run", model=str(world / "tiny"), dataset=str(world / "data"),
-                     tool=ToolConfig(entity_handles=True, top_k=5), search_reward="path",
-                     rollout=RolloutConfig(max_new_tokens=32, max_turn_tokens=16, max_turns=2),
-                     episodes=[Episode("all", max_steps=1)], num_generations=2, per_device_train_batch_size=4,
-                     learning_rate=1e-3, beta=0.0, save_steps=1)
+    recipe = _recipe(
+        tmp_path / "run",
+        model=str(world / "tiny"),
+        dataset=str(world / "data"),
+        tool=ToolConfig(entity_handles=True, top_k=5),
+        search_reward="path",
+        rollout=RolloutConfig(max_new_tokens=32, max_turn_tokens=16, max_turns=2),
+        episodes=[Episode("all", max_steps=1)],
+        num_generations=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-3,
+        beta=0.0,
+        save_steps=1,
+    )
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     examples = {e.id: e for e in dataset.split("train")[:8]}
     tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from kgreasoner.protocol import build_prompt
-
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.training import grpo
 from kgreasoner.training.grpo import Episode, GRPORecipe
@@ -22,16 +21,24 @@ class Built(Exception):
 def test_train_grpo_hands_the_trainer_named_topic_entities(tmp_path, oxigraph_server, monkeypatch):
     """The trainer stops at its construction (a run is `test_grpo_learning`'s); the episode's rows are
     built from the questions it was handed by the same function the trainer uses."""
+
     def build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples=(), engine_from=None):
         raise Built(examples)
 
     monkeypatch.setattr(grpo, "build_trainer", build_trainer)
-    recipe = GRPORecipe(model="unused", dataset=str(CWQ_TRAIN), output_dir=str(tmp_path / "run"),
-                        kg=f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}",
-                        tool=ToolConfig(ranking="none"), episodes=[Episode("all", max_steps=1)], report_to=[])
+    recipe = GRPORecipe(
+        model="unused",
+        dataset=str(CWQ_TRAIN),
+        output_dir=str(tmp_path / "run"),
+        kg=f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}",
+        tool=ToolConfig(ranking="none"),
+        episodes=[Episode("all", max_steps=1)],
+        report_to=[],
+    )
     with pytest.raises(Built) as built:
         grpo.train_grpo(recipe)
     [example] = built.value.args[0]
     assert [(t.id, t.name) for t in example.topic_entities] == [("m.06w2sn5", "Justin Bieber"), ("m.05zppz", "Male")]
     assert build_prompt(example.question, list(example.topic_entities), None).endswith(
-        "Topic Entity: Justin Bieber, Male Assistant:")
+        "Topic Entity: Justin Bieber, Male Assistant:"
+    )

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from kgreasoner.config import ConfigError, load_config
+from kgreasoner.data.trajectories import write_warmup
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.training.sft import SFTRecipe, build_datasets, train_sft
-from kgreasoner.data.trajectories import write_warmup
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -17,9 +17,20 @@ REPO = Path(__file__).resolve().parents[2]
 def _recipe(tmp_path, checkpoint, records, **overrides) -> SFTRecipe:
     train = [r.__class__(**{**r.__dict__, "id": f"{r.id}-{i}"}) for i in range(8) for r in records]
     path = write_warmup(train, tmp_path / "warmup.jsonl")
-    fields = dict(model=str(checkpoint), train_file=str(path), output_dir=str(tmp_path / "sft"),
-                  learning_rate=1e-2, max_steps=12, per_device_train_batch_size=4, warmup_ratio=0.0,
-                  logging_steps=1, eval_steps=0, save_steps=6, report_to=[], seed=0)
+    fields = dict(
+        model=str(checkpoint),
+        train_file=str(path),
+        output_dir=str(tmp_path / "sft"),
+        learning_rate=1e-2,
+        max_steps=12,
+        per_device_train_batch_size=4,
+        warmup_ratio=0.0,
+        logging_steps=1,
+        eval_steps=0,
+        save_steps=6,
+        report_to=[],
+        seed=0,
+    )
     fields.update(overrides)
     return SFTRecipe(**fields)
 
@@ -52,8 +63,14 @@ def test_a_lora_warm_up_saves_the_merged_model_as_final(tiny_checkpoint, records
 
     from kgreasoner.training.common import LoraSettings
 
-    recipe = _recipe(tmp_path, tiny_checkpoint, records, max_steps=4, save_steps=4,
-                     lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]))
+    recipe = _recipe(
+        tmp_path,
+        tiny_checkpoint,
+        records,
+        max_steps=4,
+        save_steps=4,
+        lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]),
+    )
     final = train_sft(recipe)
     assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
     assert (final.with_name("final-adapter") / "adapter_config.json").is_file()
@@ -89,9 +106,22 @@ def test_torchrun_two_processes_on_cpu(tiny_checkpoint, records, tmp_path):
     config.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in recipe.__dict__.items() if k != "lora") + "\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         str(REPO / "train" / "sft.py"), "--config", str(config)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(REPO / "train" / "sft.py"),
+            "--config",
+            str(config),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((Path(recipe.output_dir) / "checkpoint-3" / "trainer_state.json").read_text())
@@ -116,8 +146,11 @@ def test_a_short_warm_up_writes_the_format_on_held_out_questions(warm_policy):
     dataset = load_dataset(str(data))
     test = dataset.split("test")
     model, tokenizer = load_model_and_tokenizer(str(model_dir))
-    engine = RolloutEngine(HFBackend(model, tokenizer), KGSearchTool(open_dataset_kg(dataset), tool_config),
-                           RolloutConfig(max_new_tokens=256, max_turns=6))
+    engine = RolloutEngine(
+        HFBackend(model, tokenizer),
+        KGSearchTool(open_dataset_kg(dataset), tool_config),
+        RolloutConfig(max_new_tokens=256, max_turns=6),
+    )
     trajectories = engine.run(test, sampling=SamplingParams(temperature=0.0))
     valid = sum(check_format(t.text).valid for t in trajectories) / len(trajectories)
     assert len(test) >= 30

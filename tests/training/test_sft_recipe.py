@@ -21,7 +21,9 @@ def test_trainer_fields_reach_the_sft_config(tmp_path):
 
 
 def test_trainer_fields_the_recipe_sets_are_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"^trainer: learning_rate, max_length set by the recipe's own fields; set them there$"):
+    with pytest.raises(
+        ValueError, match=r"^trainer: learning_rate, max_length set by the recipe's own fields; set them there$"
+    ):
         sft_config(_recipe(tmp_path, trainer={"max_length": 8, "learning_rate": 1.0}), has_eval=False)
 
 
@@ -41,8 +43,8 @@ def test_the_zero3_config_is_live_when_the_model_loads(tiny_checkpoint, records,
     from transformers import AutoModelForCausalLM
     from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
-    from kgreasoner.training.sft import train_sft
     from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.training.sft import train_sft
 
     seen = []
 

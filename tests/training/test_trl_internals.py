@@ -60,11 +60,13 @@ def test_no_module_but_the_door_touches_a_trl_private():
 
 
 def test_the_private_pattern_catches_what_the_trainer_used_to_do():
-    before = ('        trainer._log_metric(name, value)\n'
-              '        self.trainer._metrics["train"]["time/step_s"].append(step_s)\n'
-              '    import trl.trainer.utils as trl_utils\n'
-              '    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE\n'
-              '            generation = trainer.vllm_generation\n'
-              '        def _compute_loss(self, model, inputs):\n')
+    before = (
+        "        trainer._log_metric(name, value)\n"
+        '        self.trainer._metrics["train"]["time/step_s"].append(step_s)\n'
+        "    import trl.trainer.utils as trl_utils\n"
+        "    from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE\n"
+        "            generation = trainer.vllm_generation\n"
+        "        def _compute_loss(self, model, inputs):\n"
+    )
     hits = {i for i, pattern in enumerate(PRIVATE) if pattern.search(before)}
     assert hits == {1, 2, 3, 4, 5}

@@ -21,11 +21,24 @@ from kgreasoner.training.trl_internals import send_unfused_experts
 from kgreasoner.training.vllm_weights import vllm_named_weights
 
 MODELS = repo_root().parent / "shared" / "models"
-pytestmark = pytest.mark.skipif(not (MODELS / "qwen3" / "configs").is_dir(),
-                                reason=f"the shared models folder {MODELS} (released Qwen3 configs) is not here")
-SHRUNK = {"num_hidden_layers": 2, "hidden_size": 32, "intermediate_size": 64, "moe_intermediate_size": 16,
-          "num_experts": 4, "num_experts_per_tok": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
-          "head_dim": 16, "vocab_size": 256, "bos_token_id": 0, "eos_token_id": 1}
+pytestmark = pytest.mark.skipif(
+    not (MODELS / "qwen3" / "configs").is_dir(),
+    reason=f"the shared models folder {MODELS} (released Qwen3 configs) is not here",
+)
+SHRUNK = {
+    "num_hidden_layers": 2,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "moe_intermediate_size": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+}
 LAYERS, HIDDEN, MOE_INTERMEDIATE, EXPERTS = 2, 32, 16, 4
 
 
@@ -41,10 +54,16 @@ def vllm_expert_params_mapping(num_experts: int) -> list[tuple[str, str, int, st
     the gate (w1) or up (w3) half of the expert's w13 and a [H, I] one into its w2 (`nn.Linear` layout,
     no transpose; tensor parallelism narrows dim 0 of w1/w3 and dim 1 of w2).
     """
-    return [("experts.w13_" if name in ("gate_proj", "up_proj") else "experts.w2_", f"experts.{expert}.{name}.",
-             expert, shard)
-            for expert in range(num_experts)
-            for shard, name in [("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")]]
+    return [
+        (
+            "experts.w13_" if name in ("gate_proj", "up_proj") else "experts.w2_",
+            f"experts.{expert}.{name}.",
+            expert,
+            shard,
+        )
+        for expert in range(num_experts)
+        for shard, name in [("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")]
+    ]
 
 
 SHARD_SHAPES = {"w1": (MOE_INTERMEDIATE, HIDDEN), "w3": (MOE_INTERMEDIATE, HIDDEN), "w2": (HIDDEN, MOE_INTERMEDIATE)}
@@ -86,9 +105,11 @@ def test_transformers_keeps_the_released_qwen3_moe_experts_fused():
         model = AutoModelForCausalLM.from_config(config)
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters() if ".layers.0.mlp." in name}
     experts, hidden, inner = raw["num_experts"], raw["hidden_size"], raw["moe_intermediate_size"]
-    assert shapes == {"model.layers.0.mlp.experts.gate_up_proj": (experts, 2 * inner, hidden),
-                      "model.layers.0.mlp.experts.down_proj": (experts, hidden, inner),
-                      "model.layers.0.mlp.gate.weight": (experts, hidden)}
+    assert shapes == {
+        "model.layers.0.mlp.experts.gate_up_proj": (experts, 2 * inner, hidden),
+        "model.layers.0.mlp.experts.down_proj": (experts, hidden, inner),
+        "model.layers.0.mlp.gate.weight": (experts, hidden),
+    }
     assert shapes["model.layers.0.mlp.experts.gate_up_proj"] == (128, 1536, 2048)
 
 
@@ -111,8 +132,9 @@ def test_unfused_experts_reassemble_to_the_fused_ones_exactly(moe):
     for layer in range(LAYERS):
         experts = moe.model.layers[layer].mlp.experts
         at = f"model.layers.{layer}.mlp.experts"
-        gate_up = torch.stack([torch.cat([sent[f"{at}.{e}.gate_proj.weight"], sent[f"{at}.{e}.up_proj.weight"]])
-                               for e in range(EXPERTS)])
+        gate_up = torch.stack(
+            [torch.cat([sent[f"{at}.{e}.gate_proj.weight"], sent[f"{at}.{e}.up_proj.weight"]]) for e in range(EXPERTS)]
+        )
         down = torch.stack([sent[f"{at}.{e}.down_proj.weight"] for e in range(EXPERTS)])
         assert torch.equal(gate_up, experts.gate_up_proj) and torch.equal(down, experts.down_proj)
 
@@ -172,8 +194,7 @@ def trl_generation(model, monkeypatch):
     from trl.generation.vllm_generation import VLLMGeneration
 
     monkeypatch.setattr(VLLMGeneration, "_init_vllm", lambda self: None)
-    generation = VLLMGeneration(model=model, accelerator=Accelerator(cpu=True), processing_class=None,
-                                mode="colocate")
+    generation = VLLMGeneration(model=model, accelerator=Accelerator(cpu=True), processing_class=None, mode="colocate")
     generation.llm = RecordingLLM()
     return generation
 

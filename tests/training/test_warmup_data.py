@@ -3,9 +3,9 @@ import json
 import pytest
 
 from kgreasoner.data.schema import SchemaError
+from kgreasoner.data.trajectories import read_warmup, write_warmup
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.protocol import build_prompt
-from kgreasoner.data.trajectories import read_warmup, write_warmup
 from kgreasoner.training.warmup_data import encode_record
 
 
