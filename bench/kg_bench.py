@@ -7,8 +7,8 @@ process), `oxigraph` (the on-disk store, in this process) and `sparql` (HTTP to 
 sample of entities (`neighbors(entity, direction)`, one client, one call at a time, after a
 warm-up), the highest-degree entities, and the first 64 edges of those hubs' biggest relation
 (`neighbors(hub, direction, relations=[r], limit=64)`, what a relation-first search fetches for its
-pool; the memory store reads them from its relation index without touching the hub's other edges). Datasets and stores are cached under `--work`, so only the first 1M run pays for
-generating and loading.
+pool; the memory store reads them from its relation index without touching the hub's other edges).
+Datasets and stores are cached under `--work`, so only the first 1M run pays for generating and loading.
 
     python bench/kg_bench.py [--work .cache/kg-bench] [--sizes 10k,1M] [--calls 2000]
 
@@ -214,13 +214,16 @@ def memory_scale(args: argparse.Namespace, sizes: list[int]) -> str:
         last = json.loads(done.stdout.strip().splitlines()[-1])
         lines.append(
             f"| {last['triples']:,} | {last['load_s']:.1f} | {last['rss'] / 2**20:,.0f} | "
-            f"{last['rss'] / last['triples']:.0f} | {last['peak'] / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |"
+            f"{last['rss'] / last['triples']:.0f} | {last['peak'] / 2**20:,.0f} | "
+            f"{last['peak'] / last['triples']:.0f} |"
         )
     if last is not None:
         scale = FREEBASE_TRIPLES / last["triples"]
         lines.append(
-            f"| {FREEBASE_TRIPLES:,} (projected) | {last['load_s'] * scale:,.0f} | {last['rss'] * scale / 2**20:,.0f} | "
-            f"{last['rss'] / last['triples']:.0f} | {last['peak'] * scale / 2**20:,.0f} | {last['peak'] / last['triples']:.0f} |"
+            f"| {FREEBASE_TRIPLES:,} (projected) | {last['load_s'] * scale:,.0f} | {last['rss'] * scale / 2**20:,.0f} "
+            f"| "
+            f"{last['rss'] / last['triples']:.0f} | {last['peak'] * scale / 2**20:,.0f} | "
+            f"{last['peak'] / last['triples']:.0f} |"
         )
     return "\n".join(lines)
 
@@ -237,7 +240,8 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row['triples']:,} | {row['backend']} | {row['workload']} | {row['open_s']:.2f} | {row.get('load', '')} "
+            f"| {row['triples']:,} | {row['backend']} | {row['workload']} | {row['open_s']:.2f} | "
+            f"{row.get('load', '')} "
             f"| {row['p50_ms']:.3f} | {row['p99_ms']:.3f} | {row['calls_per_s']:,.0f} | {row['edges_per_call']:.1f} |"
         )
     return "\n".join(lines)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     worst = 0.0
     for name, (text, spans) in shapes(args.size).items():
-        times = [best_ms(lambda: read(text, spans), args.repeats) for read in readers.values()]
+        times = [best_ms(partial(read, text, spans), args.repeats) for read in readers.values()]
         worst = max(worst, *times)
         print(f"{name:<16} {len(text):>9} " + " ".join(f"{t:>17.1f}" for t in times))
     print(f"slowest: {worst:.1f} ms")

@@ -35,7 +35,10 @@ class AugmentConfig:
     paraphrase_mixing: float = field(
         default=0.0,
         metadata={
-            "help": "share of training questions reworded with the wording of another question of the same relation path (another topic entity)"
+            "help": (
+                "share of training questions reworded with the wording of another question of the same relation "
+                "path (another topic entity)"
+            )
         },
     )
     name_dropout: float = field(

@@ -106,7 +106,10 @@ class PipelineSFTConfig:
     max_length: int = field(
         default=1024,
         metadata={
-            "help": "with tokenizer: records of more tokens (prompt + reply + eos) are dropped and counted (use SFT's max_length)"
+            "help": (
+                "with tokenizer: records of more tokens (prompt + reply + eos) are dropped and counted (use SFT's "
+                "max_length)"
+            )
         },
     )
     summary: str | None = field(

@@ -359,7 +359,7 @@ class NameMaker:
         lasts = self.unique_words(max(200, count // 2), min_syllables=1, max_syllables=3, endings=_SURNAME_ENDINGS)
         fi = self.rng.integers(len(firsts), size=count)
         li = self.rng.integers(len(lasts), size=count)
-        return self.with_namesakes([f"{firsts[f]} {lasts[l]}" for f, l in zip(fi, li)], 0.02)
+        return self.with_namesakes([f"{firsts[f]} {lasts[s]}" for f, s in zip(fi, li)], 0.02)
 
     def characters(self, count: int, person_names: list[str]) -> list[str]:
         """Film characters: a first name alone, a title and surname, or a full name (namesakes abound)."""
@@ -370,13 +370,13 @@ class NameMaker:
         li = self.rng.integers(len(lasts), size=count)
         ti = self.rng.integers(len(_TITLES), size=count)
         names = []
-        for form, f, l, t in zip(forms, fi, li, ti):
+        for form, f, s, t in zip(forms, fi, li, ti):
             if form == 0:
                 names.append(firsts[f])
             elif form == 1:
-                names.append(f"{_TITLES[t]} {lasts[l]}")
+                names.append(f"{_TITLES[t]} {lasts[s]}")
             else:
-                names.append(f"{firsts[f]} {lasts[l]}")
+                names.append(f"{firsts[f]} {lasts[s]}")
         return names
 
     def films(self, count: int, place_names: list[str]) -> list[str]:

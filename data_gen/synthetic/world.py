@@ -131,8 +131,8 @@ TYPE_SIZES: dict[str, TypeSize] = {
     "character": TypeSize(800),  # one per film performance: four per film on average
 }
 PERFORMANCES_PER_FILM = 4
-# Triples per unit of scale, a slight underestimate (measured: 18.8k-19.0k at scale 1, 18.6k at scale 11, across seeds),
-# so that a scale computed from `target_triples` reaches the target on the first try.
+# Triples per unit of scale, a slight underestimate (measured: 18.8k-19.0k at scale 1, 18.6k at scale 11,
+# across seeds), so that a scale computed from `target_triples` reaches the target on the first try.
 TRIPLES_PER_SCALE = 18_000
 
 

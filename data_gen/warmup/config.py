@@ -57,7 +57,10 @@ class TeacherConfig:
     max_consecutive_failures: int = field(
         default=5,
         metadata={
-            "help": "after this many failures in a row the teacher is not asked again (every later thought counts as a fallback)"
+            "help": (
+                "after this many failures in a row the teacher is not asked again (every later thought counts as "
+                "a fallback)"
+            )
         },
     )
 
@@ -92,7 +95,10 @@ class WarmupConfig:
     num_examples: int | str | None = field(
         default=500,
         metadata={
-            "help": "trajectories from train-split questions (the paper used ~500); `all` or null: one per training question (for hard-case mining)"
+            "help": (
+                "trajectories from train-split questions (the paper used ~500); `all` or null: one per training "
+                "question (for hard-case mining)"
+            )
         },
     )
     sample_size: int | None = field(
@@ -101,13 +107,20 @@ class WarmupConfig:
     sample_output: str | None = field(
         default=None,
         metadata={
-            "help": "also write the records of the first `sample_size` training questions (in `sample` order) and every dev record here: a small SFT warm-up beside the full set that hard-case mining scores"
+            "help": (
+                "also write the records of the first `sample_size` training questions (in `sample` order) and "
+                "every dev record here: a small SFT warm-up beside the full set that hard-case mining scores"
+            )
         },
     )
     sample: str = field(
         default="shuffled",
         metadata={
-            "help": "which training questions the first `num_examples` are: `shuffled` (a seeded shuffle) or `stratified` (hop counts take turns, and relation paths within a hop count, so a small warm-up covers every hop count and as many paths as fit)"
+            "help": (
+                "which training questions the first `num_examples` are: `shuffled` (a seeded shuffle) or "
+                "`stratified` (hop counts take turns, and relation paths within a hop count, so a small warm-up "
+                "covers every hop count and as many paths as fit)"
+            )
         },
     )
     dev_examples: int | str | None = field(
@@ -122,19 +135,31 @@ class WarmupConfig:
     answer_mode: str = field(
         default="first",
         metadata={
-            "help": "first: answer the gold answer the walk reached; all: every gold answer the last search showed (`A | B`)"
+            "help": (
+                "first: answer the gold answer the walk reached; all: every gold answer the last search showed "
+                "(`A | B`)"
+            )
         },
     )
     shuffle_triples: bool = field(
         default=False,
         metadata={
-            "help": "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber handles in order of appearance, so that handle numbers and line positions do not predict the relation; such records no longer replay verbatim"
+            "help": (
+                "shuffle the candidates in each tool block (a mediator's lines stay together) and renumber "
+                "handles in order of appearance, so that handle numbers and line positions do not predict the "
+                "relation; such records no longer replay verbatim"
+            )
         },
     )
     handle_numbers: str = field(
         default="appearance",
         metadata={
-            "help": "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: training records give every non-topic handle a random unused number up to `handle_pool`, so no handle can be predicted by counting and the model must copy it from the line that holds it; dev records keep the tool's numbers"
+            "help": (
+                "`appearance`: handles numbered in order of appearance, as the tool numbers them; `random`: "
+                "training records give every non-topic handle a random unused number up to `handle_pool`, so no "
+                "handle can be predicted by counting and the model must copy it from the line that holds it; dev "
+                "records keep the tool's numbers"
+            )
         },
     )
     handle_pool: int = field(
@@ -146,7 +171,10 @@ class WarmupConfig:
     copies: int = field(
         default=1,
         metadata={
-            "help": "records per training question; with `handle_numbers: random` each copy numbers its handles anew (a fresh numbering per epoch, as it were)"
+            "help": (
+                "records per training question; with `handle_numbers: random` each copy numbers its handles anew "
+                "(a fresh numbering per epoch, as it were)"
+            )
         },
     )
     lookup_drills: int = field(
@@ -160,25 +188,40 @@ class WarmupConfig:
     thought_names: bool = field(
         default=False,
         metadata={
-            "help": "with handles, also write labels after handles in the thinking (tiny models copy handles more easily than names)"
+            "help": (
+                "with handles, also write labels after handles in the thinking (tiny models copy handles more "
+                "easily than names)"
+            )
         },
     )
     pick: str = field(
         default="witness",
         metadata={
-            "help": "which shown entity a walk follows when several carry the gold relation: `witness` (the one on the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, as a model that takes the first matching line must do)"
+            "help": (
+                "which shown entity a walk follows when several carry the gold relation: `witness` (the one on "
+                "the question's own gold path, else the first shown) or `first_shown` (the first shown that reaches "
+                "a gold answer; a first-shown one that dead-ends in the KB is searched first and backtracked from, "
+                "as a model that takes the first matching line must do)"
+            )
         },
     )
     augment: AugmentConfig = field(
         default_factory=AugmentConfig,
         metadata={
-            "help": "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout (data_gen/augment.py)"
+            "help": (
+                "training-question rewrites before their trajectories are made: paraphrase mixing, name dropout "
+                "(data_gen/augment.py)"
+            )
         },
     )
     max_repeats: int = field(
         default=3,
         metadata={
-            "help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) of one entity when the gold continuation was not shown yet; beyond them the question is skipped (gold_not_shown:max_repeats)"
+            "help": (
+                "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) of one entity when the "
+                "gold continuation was not shown yet; beyond them the question is skipped "
+                "(gold_not_shown:max_repeats)"
+            )
         },
     )
     seed: int = field(default=0, metadata={"help": "seed of question order, template choice and error placement"})

@@ -207,7 +207,8 @@ class TrajectoryWriter:
 
     # --- the graph as shown ---
     def steps(self, source: str, hop: int) -> list[Step]:
-        """Moves from `source` along the gold path at `hop` that the shown triples support and that still reach an answer."""
+        """Moves from `source` along the gold path at `hop` that the shown triples support and that still
+        reach an answer."""
         path = self.route.path
         found: list[Step] = []
         frontier = [(source, ())]
@@ -233,7 +234,8 @@ class TrajectoryWriter:
         return bool(self.forward.get((node, relation)))
 
     def neighbours(self, source: str) -> list[Step]:
-        """Every move from `source` the shown triples support (any relation, mediators passed through), in shown order."""
+        """Every move from `source` the shown triples support (any relation, mediators passed through), in
+        shown order."""
         moves: list[Step] = []
         for (node, relation), targets in self.forward.items():
             if node != source:
@@ -297,7 +299,8 @@ _HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")
 def shuffle_blocks(
     record: WarmupRecord, units: dict[int, tuple[list[list[str]], list[str]]], rng: random.Random, handles: set[str]
 ) -> WarmupRecord:
-    """The record with each noted tool block's candidates in a random order (its `more:` line last) and handles renumbered.
+    """The record with each noted tool block's candidates in a random order (its `more:` line last) and
+    handles renumbered.
 
     Handles (only tokens in `handles`, the ones the session gave out) are renumbered in order of
     first appearance over the whole completion, topic entities keeping E1.., so the record reads

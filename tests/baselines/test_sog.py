@@ -61,7 +61,8 @@ def test_more_than_k_rows_without_filter_gives_distinct_properties(kg):
     llm = replies('Action: search("m.hub", "outgoing", [])', "Final answer: {x}")
     result = SoGMethod(kg).answer(ask("m.hub"), llm)
     assert observation(llm, 0) == (
-        "61 results, more than 50: only the distinct properties are listed. Search again with properties_to_filter_for.\n"
+        "61 results, more than 50: only the distinct properties are listed. Search again with "
+        "properties_to_filter_for.\n"
         "| property | propertyLabel |\n|---|---|\n"
         "| hub.thing.alpha | thing alpha |\n| hub.thing.beta | thing beta |\n| hub.thing.gamma | thing gamma |"
     )

@@ -111,11 +111,13 @@ def _bad_jsonl(tmp_path: Path, change) -> Path:
         ),
         (
             lambda r: r["graph"].append(["Israel", "location.country.capital"]),
-            ":3: field 'graph[5]' must be [head, relation, tail], three non-empty strings; got ['Israel', 'location.country.capital']",
+            ":3: field 'graph[5]' must be [head, relation, tail], three non-empty strings; got ['Israel', "
+            "'location.country.capital']",
         ),
         (
             lambda r: r["graph"].insert(1, ["Israel", "", "Jerusalem"]),
-            ":3: field 'graph[1]' must be [head, relation, tail], three non-empty strings; got ['Israel', '', 'Jerusalem']",
+            ":3: field 'graph[1]' must be [head, relation, tail], three non-empty strings; got ['Israel', '', "
+            "'Jerusalem']",
         ),
         (lambda r: r.update(id="WebQTrn-0"), ":3: field 'id' repeats 'WebQTrn-0' (first at {path}:2)"),
         (lambda r: r.update(id=""), ":3: field 'id' is empty"),
@@ -137,7 +139,8 @@ def test_jsonl_errors_name_file_line_and_field(tmp_path, change, message):
         ),
         (
             lambda r: r["graph"].insert(2, ["Israel", "r", None]),
-            ": row 1: field 'graph[2]' must be [head, relation, tail], three non-empty strings; got ['Israel', 'r', None]",
+            ": row 1: field 'graph[2]' must be [head, relation, tail], three non-empty strings; got ['Israel', 'r', "
+            "None]",
         ),
         (lambda r: r.update(question=None), ": row 1: field 'question' is null"),
     ],

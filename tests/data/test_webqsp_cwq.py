@@ -98,7 +98,10 @@ def test_split_from_filename(name, split):
 def test_split_from_filename_errors():
     with pytest.raises(
         ValueError,
-        match=r"^/d/WebQSP.json: the file name has no split word; name it with one of train, dev \(or validation\), test$",
+        match=(
+            r"^/d/WebQSP.json: the file name has no split word; name it with one of train, dev \(or validation\), "
+            r"test$"
+        ),
     ):
         split_from_filename("/d/WebQSP.json")
     with pytest.raises(ValueError, match=r"^x/train_test.json: the file name has several splits \(test, train\);"):

@@ -188,7 +188,8 @@ def test_patterns_come_from_the_package_yaml_in_file_order():
     [
         (
             "{start: person, path: [people.person.nickname], templates: ['Who is {e}?']}",
-            "patterns.yaml: single[0]: unknown relation 'people.person.nickname' (`^` before a relation walks it backwards)",
+            "patterns.yaml: single[0]: unknown relation 'people.person.nickname' (`^` before a relation walks it "
+            "backwards)",
         ),
         (
             "{start: planet, path: [people.person.gender], templates: ['Who is {e}?']}",

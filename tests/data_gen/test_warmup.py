@@ -261,8 +261,10 @@ def test_mediator_hop_is_one_search_with_exact_text(tiny_kg, templates_file):
         "(E1 Ann, people.person.spouse_s, E2 m1)\n(E2 m1, people.marriage.spouse, E3 Bob)\n"
         "(E2 m1, people.marriage.spouse, E1 Ann)\n"
         "(E1 Ann, people.person.profession, E4 Chef)\n</triples>\n"
-        "Here E1 has person spouse s / marriage spouse E3. Next I need the person nationality of E3. <search>E3</search>\n"
-        "<triples>\n(E3 Bob, people.person.nationality, E5 France)\n(E3 Bob, people.person.profession, E4 Chef)\n</triples>\n"
+        "Here E1 has person spouse s / marriage spouse E3. Next I need the person nationality of E3. "
+        "<search>E3</search>\n"
+        "<triples>\n(E3 Bob, people.person.nationality, E5 France)\n(E3 Bob, people.person.profession, E4 "
+        "Chef)\n</triples>\n"
         "Here E3 has person nationality E5. The answer is E5. </think>\n<answer>E5</answer>"
     )
     assert record.kind == "gold" and record.hops == 3

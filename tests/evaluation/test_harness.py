@@ -174,8 +174,8 @@ def test_repeated_questions_are_also_scored_once_each():
     assert s["hits1"] == pytest.approx(4 / 6) and s["distinct"] == 2 and s["hits1_distinct"] == pytest.approx(0.4)
     md = render_markdown(RunInfo("PQL-2H", "test", "grouped", 0), {"kgreasoner": s})
     assert (
-        "kgreasoner: the 6 questions hold 2 distinct texts; Hits@1 over distinct questions (each the mean of its rows) 0.400."
-        in md
+        "kgreasoner: the 6 questions hold 2 distinct texts; Hits@1 over distinct questions (each the mean of its "
+        "rows) 0.400." in md
     )
 
 

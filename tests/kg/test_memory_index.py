@@ -26,9 +26,16 @@ def random_graph(seed: int) -> tuple[list[tuple[str, str, str]], dict[str, str]]
 def walk(triples, names, entity, direction, relations=None, limit=None) -> list[Edge]:
     """The edges a per-edge walk over the distinct triples in file order finds, outgoing first."""
     distinct = list(dict.fromkeys(triples))
-    label = lambda x: names.get(x, x.strip('"'))
-    lit = lambda x: x.startswith('"')
-    unnamed = lambda x: not lit(x) and x not in names
+
+    def label(x):
+        return names.get(x, x.strip('"'))
+
+    def lit(x):
+        return x.startswith('"')
+
+    def unnamed(x):
+        return not lit(x) and x not in names
+
     out = [
         Edge(s, r, o, label(s), label(o), "out", lit(o), unnamed(s), unnamed(o))
         for s, r, o in distinct

@@ -67,6 +67,7 @@ def test_a_server_that_exits_is_named_with_its_output(tmp_path):
         port = taken.getsockname()[1]
         with pytest.raises(
             KGError,
-            match=rf"^oxigraph server for http://127.0.0.1:{port}/query exited with code \d+: .*Address already in use",
+            match=rf"^oxigraph server for http://127.0.0.1:{port}/query exited with code \d+: "
+            r".*Address already in use",
         ):
             start_oxigraph_server(store, port=port)

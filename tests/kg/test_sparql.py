@@ -251,7 +251,7 @@ WIKIDATA_TRIPLES = """
 <http://www.wikidata.org/entity/Q829> <http://www.wikidata.org/prop/direct/P421> <http://www.wikidata.org/entity/Q3134> .
 <http://www.wikidata.org/entity/Q829> <http://www.wikidata.org/prop/P421> <http://www.wikidata.org/entity/statement/X1> .
 <http://www.wikidata.org/entity/Q3134> <http://www.w3.org/2000/01/rdf-schema#label> "Mountain Time Zone"@en .
-"""
+"""  # noqa: E501 (N-Triples: one triple a line)
 
 
 def test_wikidata_dialect_truthy_claims_and_english_labels(oxigraph_server):

@@ -129,9 +129,10 @@ def endpoint(tmp_path_factory):
             try:
                 urllib.request.urlopen(f"{url}?query=ASK%7B%7D", timeout=2).read()
                 break
-            except (urllib.error.URLError, ConnectionError):
+            except (urllib.error.URLError, ConnectionError) as error:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Virtuoso did not start: {(folder / 'stdout.log').read_text()[-2000:]}")
+                    log = (folder / "stdout.log").read_text()[-2000:]
+                    raise RuntimeError(f"Virtuoso did not start: {log}") from error
                 time.sleep(0.2)
         _isql(sql_port, "DB.DBA.TTLP_MT(file_to_string_output('kb.nt'), '', 'http://kgreasoner.test/freebase', 0);")
         yield url

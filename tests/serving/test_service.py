@@ -308,7 +308,10 @@ def test_config_names_what_is_wrong():
         ServeConfig(llm="vllm:http://127.0.0.1:8000/v1")
     with pytest.raises(
         ValueError,
-        match=r"llm: unknown LLM spec .gpt:thing.: expected hf:PATH, vllm:PATH, vllm:URL\[#MODEL\] or openai:URL\[#MODEL\]",
+        match=(
+            r"llm: unknown LLM spec .gpt:thing.: expected hf:PATH, vllm:PATH, vllm:URL\[#MODEL\] or "
+            r"openai:URL\[#MODEL\]"
+        ),
     ):
         ServeConfig(llm="gpt:thing")
     with pytest.raises(ValueError, match="request_timeout must be > 0"):
