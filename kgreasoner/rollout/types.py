@@ -22,8 +22,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol
 
+from kgreasoner.data.gold_chains import SearchStep
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.protocol import split_answers
 from kgreasoner.retrieval.tool import ToolResult
@@ -127,15 +128,6 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-
-
-class SearchStep(TypedDict):
-    """One successful search of a trajectory (`Trajectory.search_record`)."""
-
-    entity: str | None
-    """The id of the entity searched."""
-    shown: list[str]
-    """Ids of the entities the call's block showed (`ToolCall.shown`)."""
 
 
 @dataclass
