@@ -23,10 +23,10 @@ Trained with cross-entropy on relevant / irrelevant labels. Our choices where th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -258,11 +258,15 @@ class GATRanker(nn.Module):
         return (scores, alpha) if return_attention_weights else scores
 
 
+RankerMeta = dict[str, Any]
+"""`ranker.json` as `json.loads` reads it: `model` (the `RankerModelConfig`), `encoder` (its `EncoderConfig`
+fields), `max_context` and whatever the trainer recorded; JSON of a shape the trainer writes, read by key."""
+
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "ranker.json"
 
 
-def save_ranker(model: GATRanker, folder: str | Path, meta: dict[str, object]) -> Path:
+def save_ranker(model: GATRanker, folder: str | Path, meta: Mapping[str, object]) -> Path:
     """Weights as safetensors plus `ranker.json` (model config and whatever `meta` records)."""
     from safetensors.torch import save_file
 
@@ -275,7 +279,7 @@ def save_ranker(model: GATRanker, folder: str | Path, meta: dict[str, object]) -
     return folder
 
 
-def load_ranker(folder: str | Path) -> tuple[GATRanker, dict[str, object]]:
+def load_ranker(folder: str | Path) -> tuple[GATRanker, RankerMeta]:
     """A saved ranker in eval mode, and its `ranker.json` contents."""
     from safetensors.torch import load_file
 
