@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 SEARCH_OPEN, SEARCH_CLOSE = "<search>", "</search>"
@@ -90,20 +93,37 @@ USER_TEMPLATE = "{question} " + TOPIC_MARKER + " {topics}"
 """The user turn when the tokenizer has a chat template; INSTRUCTIONS go in the system turn."""
 
 
-def topic_names(topic_entities: Sequence[Any]) -> list[str]:
+@runtime_checkable
+class NamedTopic(Protocol):
+    """A topic entity as an object (`data.schema.TopicEntity`): its name, else its id, is printed."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+Topic = NamedTopic | Mapping[str, object] | str
+"""A topic entity as `topic_names` reads it: an object with `id` and `name`, an `{"id", "name"}` dict, a name."""
+
+
+def topic_names(topic_entities: Sequence[Topic]) -> list[str]:
     """Names of topic entities given as `TopicEntity`, `{"id", "name"}` dicts or plain strings."""
     names = []
     for topic in topic_entities:
         if isinstance(topic, str):
             names.append(topic)
-        elif isinstance(topic, dict):
+        elif isinstance(topic, Mapping):
             names.append(str(topic.get("name") or topic.get("id") or ""))
         else:
-            names.append(str(getattr(topic, "name", "") or getattr(topic, "id", "")))
+            names.append(str(topic.name or topic.id))
     return [n for n in names if n]
 
 
-def build_prompt(question: str, topic_entities: Sequence[Any], tokenizer: Any = None) -> str:
+def build_prompt(
+    question: str, topic_entities: Sequence[Topic], tokenizer: PreTrainedTokenizerBase | None = None
+) -> str:
     """The prompt text, ending where the assistant's first token (`<think>`) goes.
 
     With a tokenizer that has a chat template: a system turn with INSTRUCTIONS and a user turn
@@ -112,12 +132,15 @@ def build_prompt(question: str, topic_entities: Sequence[Any], tokenizer: Any = 
     Tokenise the result with `add_special_tokens=False`: the template already wrote any BOS.
     """
     topics = TOPIC_SEPARATOR.join(topic_names(topic_entities))
-    if tokenizer is not None and getattr(tokenizer, "chat_template", None):
+    if tokenizer is not None and tokenizer.chat_template:
         messages = [
             {"role": "system", "content": INSTRUCTIONS},
             {"role": "user", "content": USER_TEMPLATE.format(question=question, topics=topics)},
         ]
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if not isinstance(rendered, str):
+            raise TypeError(f"the chat template rendered {type(rendered).__name__}, not text")
+        return rendered
     return PROMPT_TEMPLATE.format(question=question, topics=topics)
 
 

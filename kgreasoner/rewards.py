@@ -29,10 +29,10 @@ Gold answers come from the `answers` column (strings, `{"name", "aliases", "id"}
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from kgreasoner.data.gold_chains import chain_progress
+from kgreasoner.data.gold_chains import SearchStep, chain_progress
 from kgreasoner.data.normalize import normalize_answer
+from kgreasoner.data.schema import Answer
 from kgreasoner.protocol import (
     SEARCH_CLOSE,
     TRIPLES_CLOSE,
@@ -49,8 +49,9 @@ FORMAT_SCORE = 0.5
 ANSWER_SCORE = 1.0
 
 
-def completion_texts(completions: Sequence[Any], completion_text: Sequence[str] | None = None) -> list[str]:
-    """Plain text per completion: the rollout's own text if given, else the completion itself."""
+def completion_texts(completions: Sequence[object], completion_text: Sequence[str] | None = None) -> list[str]:
+    """Plain text per completion: the rollout's own text if given, else the completion itself (TRL's text, or
+    the completion's chat messages, whose assistant contents are joined; anything else as `str` gives it)."""
     if completion_text is not None:
         return [str(t) for t in completion_text]
     texts = []
@@ -105,16 +106,16 @@ def _has_triple_line(block: str) -> bool:
     return False
 
 
-def _spans(tool_spans: Sequence[ToolSpans] | None, i: int) -> ToolSpans | None:
+def _spans(tool_spans: Sequence[ToolSpans | None] | None, i: int) -> ToolSpans | None:
     return None if tool_spans is None else tool_spans[i]
 
 
 def search_reward(
-    completions: Sequence[Any],
+    completions: Sequence[object],
     num_searches: Sequence[int] | None = None,
     completion_text: Sequence[str] | None = None,
-    tool_spans: Sequence[ToolSpans] | None = None,
-    **kwargs: Any,
+    tool_spans: Sequence[ToolSpans | None] | None = None,
+    **kwargs: object,
 ) -> list[float]:
     texts = completion_texts(completions, completion_text)
     counts = (
@@ -126,16 +127,16 @@ def search_reward(
 
 
 def format_reward(
-    completions: Sequence[Any],
+    completions: Sequence[object],
     completion_text: Sequence[str] | None = None,
-    tool_spans: Sequence[ToolSpans] | None = None,
-    **kwargs: Any,
+    tool_spans: Sequence[ToolSpans | None] | None = None,
+    **kwargs: object,
 ) -> list[float]:
     texts = completion_texts(completions, completion_text)
     return [FORMAT_SCORE if check_format(t, _spans(tool_spans, i)).valid else 0.0 for i, t in enumerate(texts)]
 
 
-def gold_forms(answers: Any, aliases: Sequence[str] | None = None) -> set[str]:
+def gold_forms(answers: object, aliases: Sequence[str] | None = None) -> set[str]:
     """Normalised surface forms of one row's gold answers (names, aliases, ids)."""
     forms: list[str] = []
     items = answers if isinstance(answers, (list, tuple)) else [answers]
@@ -147,7 +148,7 @@ def gold_forms(answers: Any, aliases: Sequence[str] | None = None) -> set[str]:
         elif isinstance(item, dict):
             forms.extend(str(item[k]) for k in ("name", "id") if item.get(k))
             forms.extend(str(a) for a in item.get("aliases") or [])
-        elif hasattr(item, "surface_forms"):
+        elif isinstance(item, Answer):
             forms.extend(item.surface_forms())
         else:
             forms.append(str(item))
@@ -166,13 +167,13 @@ def first_answer(text: str, resolved: Sequence[str] | None = None, tool_spans: T
 
 
 def answer_reward(
-    completions: Sequence[Any],
-    answers: Sequence[Any] | None = None,
+    completions: Sequence[object],
+    answers: Sequence[object] | None = None,
     answer_aliases: Sequence[Sequence[str]] | None = None,
     resolved_answers: Sequence[Sequence[str]] | None = None,
     completion_text: Sequence[str] | None = None,
-    tool_spans: Sequence[ToolSpans] | None = None,
-    **kwargs: Any,
+    tool_spans: Sequence[ToolSpans | None] | None = None,
+    **kwargs: object,
 ) -> list[float]:
     texts = completion_texts(completions, completion_text)
     if answers is None:
@@ -188,11 +189,20 @@ def answer_reward(
     return scores
 
 
-def total_reward(completions: Sequence[Any], **kwargs: Any) -> list[float]:
+def total_reward(
+    completions: Sequence[object],
+    answers: Sequence[object] | None = None,
+    answer_aliases: Sequence[Sequence[str]] | None = None,
+    resolved_answers: Sequence[Sequence[str]] | None = None,
+    num_searches: Sequence[int] | None = None,
+    completion_text: Sequence[str] | None = None,
+    tool_spans: Sequence[ToolSpans | None] | None = None,
+    **kwargs: object,
+) -> list[float]:
     parts = (
-        search_reward(completions, **kwargs),
-        format_reward(completions, **kwargs),
-        answer_reward(completions, **kwargs),
+        search_reward(completions, num_searches, completion_text, tool_spans),
+        format_reward(completions, completion_text, tool_spans),
+        answer_reward(completions, answers, answer_aliases, resolved_answers, completion_text, tool_spans),
     )
     return [sum(values) for values in zip(*parts)]
 
@@ -224,12 +234,15 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
         return path_search_reward
 
     def shaped(
-        completions: Sequence[Any],
+        completions: Sequence[object],
         num_searches: Sequence[int] | None = None,
         completion_text: Sequence[str] | None = None,
         hops: Sequence[int] | None = None,
         tool_spans: Sequence[ToolSpans | None] | None = None,
-        **kwargs: Any,
+        answers: Sequence[object] | None = None,
+        answer_aliases: Sequence[Sequence[str]] | None = None,
+        resolved_answers: Sequence[Sequence[str]] | None = None,
+        **kwargs: object,
     ) -> list[float]:
         texts = completion_texts(completions, completion_text)
         spans = list(tool_spans) if tool_spans is not None else [None] * len(texts)
@@ -242,7 +255,7 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
             counts = [min(n, int(h)) if h else n for n, h in zip(counts, hops)]
         values = [min(SEARCH_STEP * n, SEARCH_CAP) for n in counts]
         if form in ("correct", "correct_hops"):
-            right = answer_reward(completions, completion_text=completion_text, tool_spans=tool_spans, **kwargs)
+            right = answer_reward(completions, answers, answer_aliases, resolved_answers, completion_text, tool_spans)
             values = [v if r > 0 else 0.0 for v, r in zip(values, right)]
         return values
 
@@ -251,11 +264,11 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
 
 
 def path_search_reward(
-    completions: Sequence[Any],
+    completions: Sequence[object],
     gold_chains: Sequence[str] | None = None,
-    search_record: Sequence[Sequence[dict[str, Any]]] | None = None,
+    search_record: Sequence[Sequence[SearchStep]] | None = None,
     hops: Sequence[int] | None = None,
-    **kwargs: Any,
+    **kwargs: object,
 ) -> list[float]:
     """The `path` form: `SEARCH_CAP` times the rollout's progress along its question's gold path.
 
@@ -278,13 +291,11 @@ def path_search_reward(
             f"search reward form 'path' needs the columns {missing}: the GRPO dataset's gold_chains "
             "(kgreasoner.data.gold_chains.GoldChains) and the rollout's search_record"
         )
-    values: list[float | None] = [
-        None if p is None else SEARCH_CAP * p for p in map(chain_progress, gold_chains, search_record)
-    ]
-    if any(v is None for v in values):
-        counted = shaped_search_reward("hops")(completions, hops=hops, **kwargs)
-        values = [counted[i] if v is None else v for i, v in enumerate(values)]
-    return values
+    progress = list(map(chain_progress, gold_chains, search_record))
+    if all(p is not None for p in progress):
+        return [SEARCH_CAP * p for p in progress if p is not None]
+    counted = shaped_search_reward("hops")(completions, hops=hops, **kwargs)
+    return [counted[i] if p is None else SEARCH_CAP * p for i, p in enumerate(progress)]
 
 
 path_search_reward.__name__ = "search_reward"  # TRL logs a reward under its function's name

@@ -11,7 +11,7 @@ from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rewards import SEARCH_CAP, SEARCH_FORMS, reward_functions, shaped_search_reward
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
-from kgreasoner.rollout.types import TextOutput, trl_rollout_output
+from kgreasoner.rollout.types import TextBackend, TextOutput, trl_rollout_output
 
 TRIPLES = [
     ("m.ada", "father", "m.byron"),
@@ -58,12 +58,9 @@ def question(paths, answers=(ENGLAND,), topics=(ADA,), **extra) -> QAExample:
     )
 
 
-class ScriptedText:
+class ScriptedText(TextBackend):
     """Stands for the model behind a text endpoint (a test can't sample the searches it needs): turn t writes
     `<search>QUERY</search>` for the t-th query, then the answer."""
-
-    kind = "text"
-    supports_constraints = False
 
     def __init__(self, queries):
         self.turns = [f"<think> <search>{q}</search>" for q in queries] + ["</think>\n<answer>England</answer>"]

@@ -36,7 +36,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypedDict
 
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
@@ -135,7 +135,16 @@ def _parse(chains: str) -> tuple[tuple[_Chain, ...], ...]:
     )
 
 
-def chain_progress(chains: str, searches: Sequence[dict[str, Any]]) -> float | None:
+class SearchStep(TypedDict):
+    """One successful search of a rollout (`rollout.types.Trajectory.search_record`)."""
+
+    entity: str | None
+    """The id of the entity searched."""
+    shown: list[str]
+    """Ids of the entities the call's tool block showed."""
+
+
+def chain_progress(chains: str, searches: Sequence[SearchStep]) -> float | None:
     """The rollout's progress along the chains, in [0, 1]; None when there are none (no gold path).
 
     `chains` is `GoldChains`'s JSON; `searches` the rollout's successful searches in order, each
@@ -147,7 +156,7 @@ def chain_progress(chains: str, searches: Sequence[dict[str, Any]]) -> float | N
     return sum(max(_progress(chain, searches) for chain in group) for group in groups) / len(groups)
 
 
-def _progress(chain: _Chain, searches: Sequence[dict[str, Any]]) -> float:
+def _progress(chain: _Chain, searches: Sequence[SearchStep]) -> float:
     if any(entity in chain.answers for search in searches for entity in search["shown"]):
         return 1.0
     deepest = 0

@@ -90,6 +90,7 @@ from kgreasoner.protocol import (
     split_relation_filter,
     split_search_query,
 )
+from kgreasoner.retrieval.tool import ToolResult
 
 CATEGORIES = (
     "wrong_relation",
@@ -126,9 +127,9 @@ Relations = tuple[str, ...]
 class RecordingSession:
     """A search session that also keeps what each call showed, by entity id, for `trace`.
 
-    Used by the rollout engine like the session it wraps (every other attribute is the wrapped
-    session's). One slot per `call`, taken before the call runs, so slots stay aligned with the
-    engine's tool calls even when a call raises or times out.
+    Used by the rollout engine like the session it wraps (a `ToolSession`; answers and shown entities
+    are the wrapped session's). One slot per `call`, taken before the call runs, so slots stay aligned
+    with the engine's tool calls even when a call raises or times out.
     """
 
     def __init__(
@@ -140,7 +141,7 @@ class RecordingSession:
             self._entities.setdefault(topic.id, topic.name or tool.kg.label(topic.id))
         self._shown: list[list[list[str]] | None] = []
 
-    def call(self, query: str) -> Any:
+    def call(self, query: str) -> ToolResult:
         slot = len(self._shown)
         self._shown.append(None)
         result = self.session.call(query)
@@ -154,12 +155,15 @@ class RecordingSession:
         self._shown[slot] = steps
         return result
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.session, name)
+    def resolve_answer(self, text: str) -> list[str]:
+        return self.session.resolve_answer(text)
+
+    def shown_entities(self) -> list[tuple[str, str]]:
+        return self.session.shown_entities()
 
     def trace(self, trajectory: Any) -> dict[str, Any]:
         """The trajectory's summary with the search record (`shown` per call, `entities`)."""
-        summary = trajectory.summary()
+        summary: dict[str, Any] = trajectory.summary()
         for index, (call, record) in enumerate(zip(trajectory.tool_calls, summary["tool_calls"])):
             steps = self._shown[index] if index < len(self._shown) else None
             if steps is None or call.error in LOST_CALLS:

@@ -84,7 +84,9 @@ def rollout_backend(llm: Any, tokenizer: str | None = None) -> Any:
     A text endpoint has no tokenizer of its own: without `tokenizer` (the model's, for its chat
     template) prompts take the plain protocol layout, which a chat-trained model never saw.
     """
-    if hasattr(llm, "kind"):
+    from kgreasoner.rollout.types import StepBackend, TextBackend, TurnBackend
+
+    if isinstance(llm, (StepBackend, TurnBackend, TextBackend)):
         return llm
     if isinstance(llm, HFClient):
         from kgreasoner.rollout.hf_backend import HFBackend

@@ -23,8 +23,10 @@ Trained with cross-entropy on relevant / irrelevant labels. Our choices where th
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -79,10 +81,11 @@ def condition(v: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.cat([v, q * v], dim=-1)
 
 
-class QuestionConditionedAttention(MessagePassing):
+class QuestionConditionedAttention(MessagePassing):  # type: ignore[misc]  # torch_geometric ships no types
     """The attention layer: context edges (sources) -> candidates (targets), conditioned on q.
 
-    Computes ĥ = σ(W_h [h ‖ Σ_i α_i t_i]) with the α_i of the module docstring.
+    Computes ĥ = σ(W_h [h ‖ Σ_i α_i t_i]) with the α_i of the module docstring. Like PyG's `GATConv`,
+    the layer keeps no state between calls: pass `return_attention_weights=True` to get the α_i back.
     """
 
     def __init__(self, dim: int, hidden: int, negative_slope: float = 0.2) -> None:
@@ -93,7 +96,6 @@ class QuestionConditionedAttention(MessagePassing):
         self.w_a = nn.Linear(hidden, 1, bias=False)
         self.W_h = nn.Linear(4 * dim + 2 * dim, hidden)
         self.negative_slope = negative_slope
-        self.last_attention: torch.Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -101,33 +103,56 @@ class QuestionConditionedAttention(MessagePassing):
         for layer in (self.W_q, self.W_c, self.A, self.w_a, self.W_h):
             layer.reset_parameters()
 
+    @overload
     def forward(
-        self, q_cand: torch.Tensor, h: torch.Tensor, t: torch.Tensor, r: torch.Tensor, ctx_target: torch.Tensor
-    ) -> torch.Tensor:
-        """q_cand [C, d] the question per candidate, h [C, 4d], t and r [N, d], ctx_target [N]."""
+        self,
+        q_cand: torch.Tensor,
+        h: torch.Tensor,
+        t: torch.Tensor,
+        r: torch.Tensor,
+        ctx_target: torch.Tensor,
+        return_attention_weights: Literal[False] = False,
+    ) -> torch.Tensor: ...
+
+    @overload
+    def forward(
+        self,
+        q_cand: torch.Tensor,
+        h: torch.Tensor,
+        t: torch.Tensor,
+        r: torch.Tensor,
+        ctx_target: torch.Tensor,
+        return_attention_weights: Literal[True],
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def forward(
+        self,
+        q_cand: torch.Tensor,
+        h: torch.Tensor,
+        t: torch.Tensor,
+        r: torch.Tensor,
+        ctx_target: torch.Tensor,
+        return_attention_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """ĥ [C, k] from q_cand [C, d] the question per candidate, h [C, 4d], t and r [N, d], ctx_target [N];
+        with `return_attention_weights`, also α [N]: each context edge's weight, summing to 1 over the
+        edges of one candidate (a candidate without context has no edge and pools nothing)."""
         num_ctx, num_cand = t.shape[0], h.shape[0]
         edge_index = torch.stack([torch.arange(num_ctx, device=t.device), ctx_target])
-        pooled = self.propagate(edge_index, x=(t, None), r=r, q=q_cand, size=(num_ctx, num_cand))
-        return F.elu(self.W_h(torch.cat([h, pooled], dim=-1)))
-
-    def message(
-        self,
-        x_j: torch.Tensor,
-        r: torch.Tensor,
-        q_i: torch.Tensor,
-        index: torch.Tensor,
-        ptr: torch.Tensor | None,
-        size_i: int | None,
-    ) -> torch.Tensor:
-        t_i, r_i = condition(x_j, q_i), condition(r, q_i)
-        x, y = self.W_q(q_i), self.W_c(t_i * r_i)
+        q_edge = q_cand[ctx_target]
+        t_i, r_i = condition(t, q_edge), condition(r, q_edge)
+        x, y = self.W_q(q_edge), self.W_c(t_i * r_i)
         s = self.w_a(F.leaky_relu(self.A(torch.cat([x, y, x * y], dim=-1)), self.negative_slope))
-        alpha = segment_softmax(s, index, ptr, size_i)
-        self.last_attention = alpha.detach().squeeze(-1)
-        return alpha * t_i
+        alpha = segment_softmax(s, ctx_target, num_nodes=num_cand)
+        pooled = self.propagate(edge_index, x=(t_i, None), alpha=alpha, size=(num_ctx, num_cand))
+        out = F.elu(self.W_h(torch.cat([h, pooled], dim=-1)))
+        return (out, alpha.squeeze(-1)) if return_attention_weights else out
 
-    def folded(self, inputs: RankerInputs) -> torch.Tensor:
-        """ĥ of `forward` for scoring, with each question's terms folded into the weights.
+    def message(self, x_j: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        return alpha * x_j
+
+    def folded(self, inputs: RankerInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        """ĥ and α of `forward` for scoring, with each question's terms folded into the weights.
 
         With u = t ⊙ r, t_i ⊙ r_i = [u ‖ q² ⊙ u], so W_c (t_i ⊙ r_i) = u M_q with
         M_q = W_c1ᵀ + diag(q²) W_c2ᵀ; likewise A [x ‖ y ‖ x ⊙ y] = x A_1ᵀ + y (A_2ᵀ + diag(x) A_3ᵀ) + b,
@@ -152,7 +177,6 @@ class QuestionConditionedAttention(MessagePassing):
             pre[rows] = F.linear(F.linear(u[rows], m[j]), n[j], const[j])
         s = F.linear(F.leaky_relu(pre, self.negative_slope), self.w_a.weight)
         alpha = segment_softmax(s, ctx_target, num_nodes=num_cand)
-        self.last_attention = alpha.squeeze(-1)
         pooled = u.new_zeros((num_cand, d)).index_add_(0, ctx_target, alpha * inputs.ctx_value)
         # W_h's input is [rel ‖ q⊙rel ‖ ent ‖ q⊙ent ‖ Σαt ‖ q⊙Σαt]: three (v, q ⊙ v) pairs of blocks
         w_h = self.W_h.weight.view(k, 3, 2, d)
@@ -161,10 +185,10 @@ class QuestionConditionedAttention(MessagePassing):
         out = u.new_empty((num_cand, k))
         for j, rows in _rows_by_question(cand_question, num_questions):
             out[rows] = F.linear(parts[rows], g[j], self.W_h.bias)
-        return F.elu(out)
+        return F.elu(out), alpha.squeeze(-1)
 
 
-def _rows_by_question(question_of_row: torch.Tensor, num_questions: int):
+def _rows_by_question(question_of_row: torch.Tensor, num_questions: int) -> Iterator[tuple[int, slice | torch.Tensor]]:
     """(question, rows) pairs: all rows at once for a single question, else an index per question."""
     if num_questions == 1:
         yield 0, slice(None)
@@ -190,27 +214,59 @@ class GATRanker(nn.Module):
         self.W_1.reset_parameters()
         self.W_2.reset_parameters()
 
-    def forward(self, inputs: RankerInputs) -> torch.Tensor:
+    @overload
+    def forward(self, inputs: RankerInputs, return_attention_weights: Literal[False] = False) -> torch.Tensor: ...
+
+    @overload
+    def forward(
+        self, inputs: RankerInputs, return_attention_weights: Literal[True]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def forward(
+        self, inputs: RankerInputs, return_attention_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits [C, 2]; with `return_attention_weights`, also α [N] (`QuestionConditionedAttention.forward`)."""
         q_cand = inputs.question[inputs.cand_question]
         h = torch.cat([condition(inputs.cand_relation, q_cand), condition(inputs.cand_entity, q_cand)], dim=-1)
-        h_hat = self.attention(q_cand, h, inputs.ctx_value, inputs.ctx_relation, inputs.ctx_target)
+        h_hat, alpha = self.attention(
+            q_cand, h, inputs.ctx_value, inputs.ctx_relation, inputs.ctx_target, return_attention_weights=True
+        )
         hidden = self.dropout(F.relu(self.W_1(self.dropout(h_hat))))
-        return self.W_2(hidden)
+        logits: torch.Tensor = self.W_2(hidden)
+        return (logits, alpha) if return_attention_weights else logits
 
-    def score(self, inputs: RankerInputs) -> torch.Tensor:
-        """ŷ[1] per candidate without dropout, whatever the module's mode (`QuestionConditionedAttention.folded`)."""
+    @overload
+    def score(self, inputs: RankerInputs, return_attention_weights: Literal[False] = False) -> torch.Tensor: ...
+
+    @overload
+    def score(
+        self, inputs: RankerInputs, return_attention_weights: Literal[True]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def score(
+        self, inputs: RankerInputs, return_attention_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """ŷ[1] per candidate without dropout, whatever the module's mode (`QuestionConditionedAttention.folded`);
+        with `return_attention_weights`, also α [N] as `forward` gives it."""
         if inputs.num_candidates == 0:
-            return inputs.question.new_zeros(0)
+            empty = inputs.question.new_zeros(0)
+            return (empty, inputs.ctx_value.new_zeros(0)) if return_attention_weights else empty
         with torch.inference_mode():
-            hidden = F.relu(F.linear(self.attention.folded(inputs), self.W_1.weight, self.W_1.bias))
-            return torch.softmax(F.linear(hidden, self.W_2.weight, self.W_2.bias), dim=-1)[:, 1]
+            h_hat, alpha = self.attention.folded(inputs)
+            hidden = F.relu(F.linear(h_hat, self.W_1.weight, self.W_1.bias))
+            scores = torch.softmax(F.linear(hidden, self.W_2.weight, self.W_2.bias), dim=-1)[:, 1]
+        return (scores, alpha) if return_attention_weights else scores
 
+
+RankerMeta = dict[str, Any]
+"""`ranker.json` as `json.loads` reads it: `model` (the `RankerModelConfig`), `encoder` (its `EncoderConfig`
+fields), `max_context` and whatever the trainer recorded; JSON of a shape the trainer writes, read by key."""
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "ranker.json"
 
 
-def save_ranker(model: GATRanker, folder: str | Path, meta: dict) -> Path:
+def save_ranker(model: GATRanker, folder: str | Path, meta: Mapping[str, object]) -> Path:
     """Weights as safetensors plus `ranker.json` (model config and whatever `meta` records)."""
     from safetensors.torch import save_file
 
@@ -223,7 +279,7 @@ def save_ranker(model: GATRanker, folder: str | Path, meta: dict) -> Path:
     return folder
 
 
-def load_ranker(folder: str | Path) -> tuple[GATRanker, dict]:
+def load_ranker(folder: str | Path) -> tuple[GATRanker, RankerMeta]:
     """A saved ranker in eval mode, and its `ranker.json` contents."""
     from safetensors.torch import load_file
 

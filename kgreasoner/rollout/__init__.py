@@ -2,19 +2,31 @@
 
 `RolloutEngine(backend, tool, RolloutConfig(...)).run(prompts, sessions, SamplingParams(...))`
 returns `Trajectory` objects; `trl_rollout_output` turns them into what TRL's GRPO `rollout_func`
-returns. Backends are imported from their modules (`kgreasoner.rollout.hf_backend.HFBackend`,
-`...vllm_backend.VLLMBackend`, `...openai_backend.OpenAIBackend`) so that importing this package
-loads neither torch nor vLLM.
+returns. A backend derives from `StepBackend`, `TurnBackend` or `TextBackend` and a search session
+fits `ToolSession` (all in `kgreasoner.rollout.types`). Backends are imported from their modules
+(`kgreasoner.rollout.hf_backend.HFBackend`, `...vllm_backend.VLLMBackend`,
+`...openai_backend.OpenAIBackend`) so that importing this package loads no vLLM.
 """
 
-from kgreasoner.rollout.engine import RolloutEngine, RowState
+from kgreasoner.rollout.engine import RolloutEngine
 from kgreasoner.rollout.types import (
     ENDED_REASONS,
     FINISH_REASONS,
+    Backend,
     RolloutConfig,
+    RowState,
     SamplingParams,
+    SessionSource,
+    StepBackend,
+    StepDriver,
+    TextBackend,
+    TextOutput,
+    TokenBackend,
     ToolCall,
+    ToolSession,
     Trajectory,
+    TurnBackend,
+    TurnOutput,
     completion_tokens,
     sequence_tokens,
     trl_rollout_output,
@@ -23,12 +35,22 @@ from kgreasoner.rollout.types import (
 __all__ = [
     "ENDED_REASONS",
     "FINISH_REASONS",
+    "Backend",
     "RolloutConfig",
     "RolloutEngine",
     "RowState",
     "SamplingParams",
+    "SessionSource",
+    "StepBackend",
+    "StepDriver",
+    "TextBackend",
+    "TextOutput",
+    "TokenBackend",
     "ToolCall",
+    "ToolSession",
     "Trajectory",
+    "TurnBackend",
+    "TurnOutput",
     "completion_tokens",
     "sequence_tokens",
     "trl_rollout_output",

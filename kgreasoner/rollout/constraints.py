@@ -48,6 +48,9 @@ from kgreasoner.retrieval.tool import parse_listing
 _END = -1
 """Trie key marking that a complete continuation ends at this node."""
 
+Trie = dict[int, "Trie"]
+"""Token id -> the continuations after it; the key `_END` marks where a complete continuation ends."""
+
 _FOLLOWING_PUNCTUATION = (".", ",", ";", ":", "?", "!")
 
 QUOTE_OPEN, QUOTE_CLOSE = "(", ")"
@@ -113,8 +116,8 @@ class ConstraintVocabulary:
                 out.append(spelled)
         return out
 
-    def trie(self, names: Sequence[str], tails: Sequence[tuple[int, ...]]) -> dict:
-        root: dict = {}
+    def trie(self, names: Sequence[str], tails: Sequence[tuple[int, ...]]) -> Trie:
+        root: Trie = {}
         for name in dict.fromkeys(n for n in names if n.strip()):
             for spelled in self.variants(name):
                 for tail in tails:
@@ -141,7 +144,7 @@ class RowConstraint:
         """Shown triple lines (`quoted_lines`) when quotes are constrained, else None."""
         self.allowed_relations = allowed_relations or (lambda: [])
         """Relations the row's `more:` lines listed (`listed_relations`): what a search's filter may name."""
-        self.node: dict | None = None
+        self.node: Trie | None = None
 
     @property
     def active(self) -> bool:

@@ -14,9 +14,10 @@ one `Trajectory` per prompt. The engine owns everything that is the same for eve
 - Tool calls: the query is the text after the turn's last `<search>`; the session's text is
   wrapped by `protocol.format_tool_block`, tokenised alone (`add_special_tokens=False`) and
   appended with `env_mask` 0 and logprob 0.0. `Trajectory.tool_spans` records where each block
-  sits in the text, so answers, searches and the format check read model-written text only. Text longer than `max_tool_tokens` is cut at a line
-  boundary with a closing note (`[N more lines cut: tool output limit]`); `ToolCall.truncated`
-  says so. Tool calls of one step run concurrently when `tool_workers > 0`, each with a timeout.
+  sits in the text, so answers, searches and the format check read model-written text only. Text
+  longer than `max_tool_tokens` is cut at a line boundary with a closing note
+  (`[N more lines cut: tool output limit]`); `ToolCall.truncated` says so. Tool calls of one step run
+  concurrently when `tool_workers > 0`, each with a timeout.
 - Limits and finish reasons: `answer` (`</answer>` written), `eos`, `max_tokens` (turn or total
   budget of model tokens), `max_turns` (a `</search>` beyond `max_turns` calls; the tool is not
   called), `error` (a `</search>` with no `<search>` in its turn, a backend or tool failure).
@@ -44,20 +45,22 @@ off this is exactly what TRL's GRPOTrainer recomputes for the same tokens (it sc
 `temperature` and applies no top-k/top-p), so old and new policy logprobs agree up to numerics.
 vLLM servers should run with `--logprobs-mode processed_logprobs` for the same reason.
 
-Backends have one of three kinds (`backend.kind`):
-- `step` (`HFBackend`): drives its own batched decode loop and calls `accept` per sampled token
-  and `run_tools` for rows that paused;
-- `turn` (`VLLMBackend`): generates one turn per request from token ids; the engine loops;
-- `text` (`OpenAIBackend`): generates one turn per request from text; token fields stay empty.
+A backend derives from one of three bases (`kgreasoner.rollout.types`, where each member is documented):
+- `StepBackend` (`HFBackend`): drives its own batched decode loop and calls `accept` per sampled token
+  and `run_tools` for rows that paused (the engine is its `StepDriver`);
+- `TurnBackend` (`VLLMBackend`): generates one turn per request from token ids; the engine loops;
+- `TextBackend` (`OpenAIBackend`): generates one turn per request from text; token fields stay empty.
+The search tool is a `SessionSource` and each row's session a `ToolSession`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
+from kgreasoner.data.schema import TopicEntity
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
     SEARCH_CLOSE,
@@ -72,6 +75,7 @@ from kgreasoner.protocol import (
     parse_trajectory,
     topic_names,
 )
+from kgreasoner.retrieval.tool import ToolResult
 from kgreasoner.rollout.constraints import (
     ConstraintVocabulary,
     RowConstraint,
@@ -79,78 +83,95 @@ from kgreasoner.rollout.constraints import (
     quoted_lines,
     turn_regex,
 )
-from kgreasoner.rollout.types import RolloutConfig, SamplingParams, ToolCall, Trajectory
+from kgreasoner.rollout.types import (
+    Backend,
+    RolloutConfig,
+    RowState,
+    SamplingParams,
+    SessionSource,
+    StepBackend,
+    TextBackend,
+    TokenBackend,
+    ToolCall,
+    ToolSession,
+    Trajectory,
+    TurnBackend,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 TRUNCATION_NOTE = "[{count} more lines cut: tool output limit]"
 NO_SESSION_TEXT = "The search tool is not available in this rollout."
 
 
-class RowState:
-    """The growing rollout of one prompt while the engine runs."""
-
-    def __init__(
-        self, index: int, prompt_ids: list[int], prompt_text: str, session: Any, constraint: RowConstraint | None
-    ) -> None:
-        self.index = index
-        self.prompt_ids = prompt_ids
-        self.prompt_text = prompt_text
-        self.session = session
-        self.constraint = constraint
-        self.completion_ids: list[int] = []
-        self.env_mask: list[int] = []
-        self.logprobs: list[float] = []
-        self.turn_ids: list[int] = []
-        """Model-written ids since the last tool block (where stop tags and queries are read)."""
-        self.text = ""
-        """The completion text of text-only backends."""
-        self.tool_ranges: list[tuple[int, int]] = []
-        """Where each tool block sits: indices into `completion_ids`, or into `text` for text-only backends."""
-        self.num_model_tokens = 0
-        self.tool_calls: list[ToolCall] = []
-        self.finish_reason: str | None = None
-        self.error: str | None = None
-        self.ended_with_eos = False
-        self.prefix_tokens = 0
-        """Completion ids written from a given prefix (its turns and tool blocks), before any sampled one."""
+@runtime_checkable
+class QuestionPrompt(Protocol):
+    """A QA example as a prompt (`data.schema.QAExample`, a training record): its prompt is built with
+    `protocol.build_prompt`, and its session opened with the engine's tool when `run` gets none."""
 
     @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
+    def question(self) -> str: ...
 
-    def finish(self, reason: str, error: str | None = None) -> None:
-        if self.finish_reason is None:
-            self.finish_reason, self.error = reason, error
+    @property
+    def topic_entities(self) -> Sequence[TopicEntity]: ...
+
+
+class ExampleDict(TypedDict):
+    """A QA example as a dict prompt (the serving path's requests)."""
+
+    question: str
+    topic_entities: Sequence[TopicEntity]
+
+
+ChatMessage = Mapping[str, str]
+"""`{"role": ..., "content": ...}`, rendered with the tokenizer's chat template."""
+Prompt = str | Sequence[int] | Sequence[ChatMessage] | QuestionPrompt | ExampleDict
+"""A prompt of `RolloutEngine.run`: text, token ids (token backends), chat messages or a QA example."""
+ToolOutcome = tuple[ToolResult | None, float, tuple[str, str] | None]
+"""(result, seconds, failure) of one tool call; failure = (error kind, text) when there is no result."""
 
 
 class RolloutEngine:
     """Multi-turn generation with KG tool calls over a step, turn or text backend."""
 
-    def __init__(self, backend: Any, tool_or_session_factory: Any = None, config: RolloutConfig | None = None) -> None:
+    def __init__(
+        self, backend: Backend, tool: SessionSource | None = None, config: RolloutConfig | None = None
+    ) -> None:
+        """`tool` opens the sessions of QA-example prompts that `run` is given no sessions for."""
+        if not isinstance(backend, (StepBackend, TurnBackend, TextBackend)):
+            raise TypeError(
+                f"backend {type(backend).__name__} must derive from StepBackend, TurnBackend or TextBackend "
+                "(kgreasoner.rollout.types)"
+            )
         self.backend = backend
         self.config = config or RolloutConfig()
-        self._session_factory = _session_factory(tool_or_session_factory)
+        self.tool = tool
         self._halt: Callable[[int], str | None] | None = None  # the running `run`'s stop rule
-        self.kind = getattr(backend, "kind", None)
-        if self.kind not in ("step", "turn", "text"):
-            raise ValueError(f"backend {type(backend).__name__} must have kind 'step', 'turn' or 'text'")
-        if self.config.constrained_decoding and not getattr(backend, "supports_constraints", False):
+        self.text_only = isinstance(backend, TextBackend)
+        """True for a text backend: rows keep text, no token ids."""
+        if self.config.constrained_decoding and not (
+            isinstance(backend, TokenBackend) and backend.supports_constraints
+        ):
             raise ValueError(f"constrained_decoding is not supported by the {type(backend).__name__} backend")
-        self.tokenizer = getattr(backend, "tokenizer", None)
-        if self.kind != "text":
-            if self.tokenizer is None:
+        self.tokenizer: PreTrainedTokenizerBase | None = backend.tokenizer
+        self._vocabulary: ConstraintVocabulary | None = None
+        if isinstance(backend, TokenBackend):
+            if backend.tokenizer is None:
                 raise ValueError(f"backend {type(backend).__name__} needs a tokenizer")
             self._stop_tokens = {ids[0]: tag for tag in STOP_TAGS if len(ids := self.encode(tag)) == 1}
             self._stop_window = 2 * max(len(tag) for tag in STOP_TAGS)
             self._tag_enders = {tag[-1] for tag in STOP_TAGS}
             self._may_end_tag: dict[int, bool] = {}
             self.eos_token_ids = frozenset(backend.eos_token_ids)
-            self._vocabulary = ConstraintVocabulary(self.encode) if self.config.constrained_decoding else None
+            if self.config.constrained_decoding:
+                self._vocabulary = ConstraintVocabulary(self.encode)
 
     # ----------------------------------------------------------------- public API
     def run(
         self,
-        prompts: Sequence[Any],
-        sessions: Sequence[Any] | None = None,
+        prompts: Sequence[Prompt],
+        sessions: Sequence[ToolSession | None] | None = None,
         sampling: SamplingParams | None = None,
         halt: Callable[[int], str | None] | None = None,
         prefixes: Sequence[Sequence[str]] | None = None,
@@ -176,22 +197,29 @@ class RolloutEngine:
             for row, turns in zip(rows, prefixes or ()):
                 self._write_prefix(row, turns)
             # a turn backend shared by a tensor-parallel group joins the group's turns even with no rows
-            if rows or self.kind == "turn":
-                if self.kind == "step":
-                    self.backend.generate(self, rows, sampling)
-                elif self.kind == "turn":
-                    self._turn_loop(rows, sampling)
-                else:
-                    self._text_loop(rows, sampling)
+            if isinstance(self.backend, TurnBackend):
+                self._turn_loop(self.backend, rows, sampling)
+            elif rows and isinstance(self.backend, StepBackend):
+                self.backend.generate(self, rows, sampling)
+            elif rows and isinstance(self.backend, TextBackend):
+                self._text_loop(self.backend, rows, sampling)
         finally:
             self._halt = None
         return [self._trajectory(row) for row in rows]
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return [int(token) for token in self._token_tokenizer()(text, add_special_tokens=False)["input_ids"]]
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text = self._token_tokenizer().decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        if not isinstance(text, str):  # one sequence of ids decodes to one string
+            raise TypeError(f"the tokenizer decoded one sequence to {type(text).__name__}")
+        return text
+
+    def _token_tokenizer(self) -> PreTrainedTokenizerBase:
+        if self.tokenizer is None:
+            raise ValueError(f"the {type(self.backend).__name__} backend has no tokenizer to encode or decode with")
+        return self.tokenizer
 
     def accept(self, row: RowState, token: int, logprob: float) -> bool:
         """Append one sampled token; True when the row now waits for a tool call.
@@ -255,16 +283,20 @@ class RolloutEngine:
         results = self._call_tools(calls)
         inserted: dict[int, list[int]] = {}
         for (row, query), (result, seconds, failure) in zip(calls, results):
-            if failure is not None:
-                text, error, entity, backtracked, edges, ends = failure[1], failure[0], None, False, 0, []
+            ends: list[tuple[str, str]] = []
+            error: str | None
+            if result is None:
+                error, text = failure or ("tool_exception", "The search failed.")
+                entity, backtracked, edges = None, False, 0
             else:
                 text, error, entity = result.text, result.error, result.entity
                 backtracked, edges = bool(result.backtracked), len(result.edges)
                 ends = [
                     end for e in result.edges for end in ((e.subject, e.subject_label), (e.object, e.object_label))
                 ]
-            if self.kind == "text":
-                block, truncated, ids = format_tool_block(text), False, []
+            ids: list[int] = []
+            if self.text_only:
+                block, truncated = format_tool_block(text), False
                 row.tool_ranges.append((len(row.text), len(row.text) + len(block)))
                 row.text += block
             else:
@@ -293,22 +325,29 @@ class RolloutEngine:
             )
         return inserted
 
-    def prompt_of(self, prompt: Any) -> tuple[str, list[int]]:
+    def prompt_of(self, prompt: Prompt) -> tuple[str, list[int]]:
         """(prompt text, prompt ids) as `run` builds them for one prompt; raises what the tokenizer raises."""
-        if _is_example(prompt):
-            question, topics = _example_fields(prompt)
-            text = build_prompt(question, topics, self.tokenizer)
+        example = _example_fields(prompt)
+        if example is not None:
+            text = build_prompt(example[0], example[1], self.tokenizer)
         elif isinstance(prompt, str):
             text = prompt
-        elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, dict) for m in prompt):
-            text = self.tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True)
+        elif isinstance(prompt, (list, tuple)) and prompt and all(isinstance(m, Mapping) for m in prompt):
+            if self.tokenizer is None:
+                raise ValueError(f"chat-message prompts need a tokenizer; the {type(self.backend).__name__} has none")
+            rendered = self.tokenizer.apply_chat_template(
+                [dict(m) for m in prompt], tokenize=False, add_generation_prompt=True
+            )
+            if not isinstance(rendered, str):
+                raise TypeError(f"the chat template rendered {type(rendered).__name__}, not text")
+            text = rendered
         elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
-            if self.kind == "text":
+            if self.text_only:
                 raise ValueError("the text backend needs prompt strings, not token ids")
-            return "", list(prompt)
+            return "", [int(t) for t in prompt]
         else:
             raise ValueError(f"unsupported prompt type {type(prompt).__name__}")
-        if self.kind == "text":
+        if self.text_only:
             return text, []
         ids = self.encode(text)
         if not ids:
@@ -316,19 +355,20 @@ class RolloutEngine:
         return text, ids
 
     # ----------------------------------------------------------------- rows
-    def _new_row(self, index: int, prompt: Any, session: Any) -> RowState:
+    def _new_row(self, index: int, prompt: Prompt, session: ToolSession | None) -> RowState:
         prompt_text, prompt_ids = self.prompt_of(prompt)
-        if session is None and self._session_factory is not None and _is_example(prompt):
-            question, topics = _example_fields(prompt)
-            session = self._session_factory(question, topics)
+        example = _example_fields(prompt)
+        if session is None and self.tool is not None and example is not None:
+            session = self.tool.session(example[0], example[1])
         row = RowState(index, prompt_ids, prompt_text, session, None)
-        if self.config.constrained_decoding:
+        if self._vocabulary is not None:
             lines = _shown_lines(row) if self.config.constrained_quotes else None
-            row.constraint = RowConstraint(self._vocabulary, _allowed_names(prompt, session), lines, _listed(row))
+            topics = topic_names(example[1]) if example is not None else []
+            row.constraint = RowConstraint(self._vocabulary, _allowed_names(topics, session), lines, _listed(row))
         return row
 
     def _check_prefixes(self, prefixes: Sequence[Sequence[str]], count: int) -> None:
-        if self.kind == "text":
+        if self.text_only:
             raise ValueError("prefixes need a token backend (hf or vllm): the text backend counts no prefix tokens")
         if len(prefixes) != count:
             raise ValueError(f"got {count} prompts but {len(prefixes)} prefixes")
@@ -369,9 +409,10 @@ class RolloutEngine:
         return True
 
     def _trajectory(self, row: RowState) -> Trajectory:
-        if not row.finished:
+        if row.finish_reason is None:
             row.finish("error", "the backend returned without finishing this row")
-        if self.kind == "text":
+        finish_reason = row.finish_reason or "error"
+        if self.text_only:
             text, spans = row.text, list(row.tool_ranges)
         else:
             text, spans = self._text_and_spans(row)
@@ -382,7 +423,7 @@ class RolloutEngine:
             text, spans = lead + text, [(start + len(lead), end + len(lead)) for start, end in spans]
         parsed = parse_trajectory(text, spans)
         resolved = list(parsed.answers)
-        if parsed.answer_text is not None and row.session is not None and hasattr(row.session, "resolve_answer"):
+        if parsed.answer_text is not None and row.session is not None:
             try:
                 resolved = list(row.session.resolve_answer(parsed.answer_text))
             except Exception:  # a resolver bug must not lose the rollout; the raw answers stand
@@ -395,7 +436,7 @@ class RolloutEngine:
             logprobs=row.logprobs,
             text=text,
             tool_calls=row.tool_calls,
-            finish_reason=row.finish_reason,
+            finish_reason=finish_reason,
             error=row.error,
             answers=parsed.answers,
             resolved_answers=resolved,
@@ -448,7 +489,7 @@ class RolloutEngine:
         return min(ends)[1] if ends else None
 
     def _turn_text(self, row: RowState) -> str:
-        if self.kind == "text":
+        if self.text_only:
             end = row.text.rfind(TRIPLES_CLOSE)
             return row.text if end < 0 else row.text[end + len(TRIPLES_CLOSE) :]
         return self.decode(row.turn_ids)
@@ -485,10 +526,10 @@ class RolloutEngine:
         ids = self.encode(format_tool_block(shown))
         return ids[:limit], shown, True
 
-    def _call_tools(self, calls: list[tuple[RowState, str]]) -> list[tuple[Any, float, tuple[str, str] | None]]:
+    def _call_tools(self, calls: list[tuple[RowState, str]]) -> list[ToolOutcome]:
         """(result, seconds, failure) per call; failure = (error kind, text) when there is no result."""
 
-        def one(row: RowState, query: str):
+        def one(row: RowState, query: str) -> ToolOutcome:
             start = time.perf_counter()
             if row.session is None:
                 return None, 0.0, ("no_session", NO_SESSION_TEXT)
@@ -504,7 +545,7 @@ class RolloutEngine:
 
         if self.config.tool_workers == 0 or not calls:
             return [one(row, query) for row, query in calls]
-        results = []
+        results: list[ToolOutcome] = []
         # No `with`: its exit would wait for a call that overran its timeout.
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.config.tool_workers)
         futures = [pool.submit(one, row, query) for row, query in calls]
@@ -514,38 +555,31 @@ class RolloutEngine:
             try:
                 results.append(future.result(timeout=timeout))
             except concurrent.futures.TimeoutError:
-                results.append((None, float(self.config.tool_timeout), ("tool_timeout", "The search timed out.")))
+                waited = float(self.config.tool_timeout or 0.0)
+                results.append((None, waited, ("tool_timeout", "The search timed out.")))
         pool.shutdown(wait=False, cancel_futures=True)
         return results
 
     # ----------------------------------------------------------------- turn and text loops
-    def _turn_loop(self, rows: list[RowState], sampling: SamplingParams) -> None:
+    def _turn_loop(self, backend: TurnBackend, rows: list[RowState], sampling: SamplingParams) -> None:
         """One backend call per turn for all active rows, from their token ids (vLLM)."""
         turn = 0
         active = [row for row in rows if not row.finished]
         # a backend shared by a tensor-parallel group turns while any rank of the group has rows
-        group_active = getattr(self.backend, "group_active", bool)
-        while group_active(bool(active)):
+        while backend.group_active(bool(active)):
             budgets = [self.turn_budget(row) for row in active]
-            extra = {}
+            regexes = None
             if self.config.constrained_decoding:
-                extra["regexes"] = [
-                    turn_regex(
-                        row.constraint.allowed_names(),
-                        row.constraint.allowed_lines and row.constraint.allowed_lines(),
-                        row.constraint.allowed_relations(),
-                    )
-                    for row in active
-                ]
-            outputs = self.backend.complete(
+                regexes = [_turn_regex(row.constraint) for row in active if row.constraint is not None]
+            outputs = backend.complete(
                 [row.prompt_ids + row.completion_ids for row in active],
                 budgets,
                 sampling,
                 turn,
                 [row.index for row in active],
-                **extra,
+                regexes,
             )
-            waiting = []
+            waiting: list[RowState] = []
             for row, budget, output in zip(active, budgets, outputs):
                 if output.error is not None:
                     row.finish("error", output.error)
@@ -563,16 +597,16 @@ class RolloutEngine:
             active = [row for row in rows if not row.finished]
             turn += 1
 
-    def _text_loop(self, rows: list[RowState], sampling: SamplingParams) -> None:
+    def _text_loop(self, backend: TextBackend, rows: list[RowState], sampling: SamplingParams) -> None:
         """One backend call per turn for all active rows, by text (OpenAI-compatible endpoints)."""
         turn = 0
         active = list(rows)
         while active:
             budgets = [self.turn_budget(row) for row in active]
-            outputs = self.backend.complete_text(
+            outputs = backend.complete_text(
                 [row.prompt_text + row.text for row in active], budgets, sampling, turn, [row.index for row in active]
             )
-            waiting = []
+            waiting: list[RowState] = []
             for row, output in zip(active, outputs):
                 if output.error is not None:
                     row.finish("error", output.error)
@@ -605,26 +639,21 @@ def _cut_at_stop(text: str) -> tuple[str, str | None]:
     return text[: start + len(tag)], tag
 
 
-def _is_example(prompt: Any) -> bool:
-    if isinstance(prompt, dict):
-        return "question" in prompt and "topic_entities" in prompt
-    return hasattr(prompt, "question") and hasattr(prompt, "topic_entities")
-
-
-def _example_fields(prompt: Any) -> tuple[str, list]:
-    if isinstance(prompt, dict):
-        return prompt["question"], list(prompt["topic_entities"])
-    return prompt.question, list(prompt.topic_entities)
-
-
-def _session_factory(tool_or_factory: Any) -> Callable[[str, list], Any] | None:
-    if tool_or_factory is None:
+def _example_fields(prompt: Prompt) -> tuple[str, list[TopicEntity]] | None:
+    """(question, topic entities) of a QA-example prompt; None for any other prompt."""
+    if isinstance(prompt, Mapping):
+        if "question" in prompt and "topic_entities" in prompt:
+            return prompt["question"], list(prompt["topic_entities"])
         return None
-    if hasattr(tool_or_factory, "session"):
-        return tool_or_factory.session
-    if callable(tool_or_factory):
-        return tool_or_factory
-    raise ValueError("tool_or_session_factory must have a .session(question, topic_entities) method or be callable")
+    if isinstance(prompt, QuestionPrompt):
+        return prompt.question, list(prompt.topic_entities)
+    return None
+
+
+def _turn_regex(constraint: RowConstraint) -> str:
+    """The structured-output pattern of a row's next turn (`constraints.turn_regex`)."""
+    lines = constraint.allowed_lines() if constraint.allowed_lines is not None else None
+    return turn_regex(constraint.allowed_names(), lines, constraint.allowed_relations())
 
 
 def _shown_lines(row: RowState) -> Callable[[], list[str]]:
@@ -637,15 +666,12 @@ def _listed(row: RowState) -> Callable[[], list[str]]:
     return lambda: listed_relations([call.text for call in row.tool_calls])
 
 
-def _allowed_names(prompt: Any, session: Any) -> Callable[[], list[str]]:
+def _allowed_names(topics: list[str], session: ToolSession | None) -> Callable[[], list[str]]:
     """Topic names plus every handle and label the session has shown, read when a span opens."""
-    topics = topic_names(_example_fields(prompt)[1]) if _is_example(prompt) else []
-    if not topics and session is not None:
-        topics = topic_names(getattr(session, "topic_entities", []) or [])
 
     def names() -> list[str]:
         shown: list[str] = list(topics)
-        if session is not None and hasattr(session, "shown_entities"):
+        if session is not None:
             for handle, label in session.shown_entities():
                 shown.extend(x for x in (handle, label) if x)
         return shown

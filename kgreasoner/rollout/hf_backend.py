@@ -34,23 +34,29 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import DynamicCache, GenerationConfig
 from transformers.cache_utils import DynamicLayer
 from transformers.utils import GENERATION_CONFIG_NAME
 
-from kgreasoner.rollout.types import SamplingParams
+from kgreasoner.rollout.types import RowState, SamplingParams, StepBackend, StepDriver
 
-LogitsProcessor = Callable[[Sequence[Any], torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+LogitsProcessor = Callable[[Sequence[RowState], torch.Tensor], torch.Tensor]
+"""`(rows, logits [B, V]) -> logits`, applied before the constrained-decoding mask and temperature."""
 MIN_SPARE_COLUMNS = 64
 """Cache columns allocated ahead of need (the buffer then grows by half its length)."""
 MIN_SHARED_PREFIX = 8
 """Prompt tokens all rows must share before the prefix is computed once for the batch."""
 
 
-def eos_token_ids(model: Any, tokenizer: Any, model_dir: str | Path | None = None) -> list[int]:
+def eos_token_ids(
+    model: PreTrainedModel | None, tokenizer: PreTrainedTokenizerBase, model_dir: str | Path | None = None
+) -> list[int]:
     """The generation config's EOS ids plus the tokenizer's EOS id.
 
     The generation config is the model's; without a model object (a vLLM engine or server), the
@@ -59,10 +65,12 @@ def eos_token_ids(model: Any, tokenizer: Any, model_dir: str | Path | None = Non
     as <|im_end|>, Llama 3.1 at <|end_of_text|> and <|eom_id|> as well as <|eot_id|>.
     """
     ids: list[int] = []
+    configured: int | list[int] | None = None
     if model is not None:
-        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if model.generation_config is not None:
+            configured = model.generation_config.eos_token_id
     else:
-        folder = Path(model_dir if model_dir is not None else getattr(tokenizer, "name_or_path", "") or "")
+        folder = Path(model_dir if model_dir is not None else tokenizer.name_or_path or "")
         saved = folder / GENERATION_CONFIG_NAME
         configured = GenerationConfig.from_pretrained(folder).eos_token_id if saved.is_file() else None
     for value in (configured, tokenizer.eos_token_id):
@@ -74,16 +82,15 @@ def eos_token_ids(model: Any, tokenizer: Any, model_dir: str | Path | None = Non
     return ids
 
 
-class HFBackend:
+class HFBackend(StepBackend):
     """A `transformers` causal LM as a step backend of `RolloutEngine`."""
 
-    kind = "step"
     supports_constraints = True
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         logits_processors: Sequence[LogitsProcessor] = (),
         autocast_dtype: torch.dtype | None = None,
     ) -> None:
@@ -96,26 +103,26 @@ class HFBackend:
         self.autocast_dtype = autocast_dtype
         self.device = next(model.parameters()).device
 
-    def _autocast(self):
+    def _autocast(self) -> contextlib.AbstractContextManager[object]:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     @torch.no_grad()
-    def generate(self, engine: Any, rows: list[Any], sampling: SamplingParams) -> None:
-        """Run every row to its finish, calling back into the engine per token."""
+    def generate(self, driver: StepDriver, rows: list[RowState], sampling: SamplingParams) -> None:
+        """Run every row to its finish, calling back into the engine per token (`StepBackend.generate`)."""
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
         was_training = self.model.training
-        self.model.eval()  # no dropout while sampling; the trainer's mode is restored below
+        self.model.eval()  # type: ignore[no-untyped-call]  # no dropout while sampling; mode restored below
         try:
-            self._generate(engine, rows, sampling, generator)
+            self._generate(driver, rows, sampling, generator)
         finally:
             self.model.train(was_training)
 
     def _generate(
-        self, engine: Any, rows: list[Any], sampling: SamplingParams, generator: torch.Generator | None
+        self, engine: StepDriver, rows: list[RowState], sampling: SamplingParams, generator: torch.Generator | None
     ) -> None:
         with self._autocast():
             state = _Batch(self, rows)
@@ -139,8 +146,8 @@ class HFBackend:
 
     def _sample(
         self,
-        engine: Any,
-        rows: list[Any],
+        engine: StepDriver,
+        rows: list[RowState],
         logits: torch.Tensor,
         sampling: SamplingParams,
         generator: torch.Generator | None,
@@ -179,7 +186,7 @@ def _top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor
     return logits
 
 
-class _BufferedLayer(DynamicLayer):
+class _BufferedLayer(DynamicLayer):  # type: ignore[no-untyped-call]  # transformers' __init_subclass__
     """A cache layer whose keys/values sit in a buffer with spare columns.
 
     `DynamicLayer.update` concatenates, i.e. copies the whole cache at every decoded token
@@ -188,7 +195,7 @@ class _BufferedLayer(DynamicLayer):
     """
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
         self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
         self.set(keys, values)
 
@@ -204,19 +211,25 @@ class _BufferedLayer(DynamicLayer):
 
     def _view(self, length: int) -> None:
         self.length = length
-        self.keys, self.values = self._keys[:, :, :length], self._values[:, :, :length]
+        self.keys, self.values = self.filled()
+
+    def filled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """`keys` and `values`: views of the filled columns."""
+        return self._keys[:, :, : self.length], self._values[:, :, : self.length]
 
     def _reserve(self, columns: int) -> None:
         if self.length + columns > self._keys.shape[2]:
-            self.set(self.keys, self.values, extra=columns)
+            self.set(*self.filled(), extra=columns)
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         columns = key_states.shape[2]
         self._reserve(columns)
         self._keys[:, :, self.length : self.length + columns] = key_states
         self._values[:, :, self.length : self.length + columns] = value_states
         self._view(self.length + columns)
-        return self.keys, self.values
+        return self.filled()
 
     def append_rows(self, select: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Append columns holding `keys`/`values` for rows `select` and zeros (masked) for others."""
@@ -233,13 +246,24 @@ class _BufferedLayer(DynamicLayer):
 class _Batch:
     """The live rows with their shared KV cache, attention mask and next positions."""
 
-    def __init__(self, backend: HFBackend, rows: list[Any]) -> None:
+    def __init__(self, backend: HFBackend, rows: list[RowState]) -> None:
         self.backend = backend
         self.model = backend.model
         self.rows = list(rows)
         self.cache = DynamicCache()
-        self.attention: torch.Tensor | None = None
-        self.next_position: torch.Tensor | None = None
+        device = backend.device
+        self.attention = torch.zeros((len(self.rows), 0), dtype=torch.long, device=device)
+        """[rows, columns]: 1 where a row's cache column holds one of its tokens (set by `prefill`)."""
+        self.next_position = torch.zeros(len(self.rows), dtype=torch.long, device=device)
+        """[rows]: the position of each row's next token."""
+
+    @property
+    def layers(self) -> list[_BufferedLayer]:
+        """The cache's layers, buffered since the first forward (`_buffer_layers`)."""
+        layers = [layer for layer in self.cache.layers if isinstance(layer, _BufferedLayer)]
+        if len(layers) != len(self.cache.layers):
+            raise RuntimeError("the rollout cache holds an unbuffered layer: prefill has not run")
+        return layers
 
     def _forward(
         self, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor, cache: DynamicCache
@@ -252,7 +276,8 @@ class _Batch:
             use_cache=True,
             logits_to_keep=1,
         )
-        return out.logits[:, -1, :]
+        logits: torch.Tensor = out.logits[:, -1, :]
+        return logits
 
     def prefill(self) -> torch.Tensor:
         """Run each row's prompt and what its completion already holds (a given prefix, see the engine).
@@ -288,13 +313,12 @@ class _Batch:
     def _buffer_layers(self, batch: int) -> None:
         """Swap the plain layers the first forward created for buffered ones (broadcast to `batch`)."""
         for i, layer in enumerate(self.cache.layers):
-            if type(layer) is not DynamicLayer:
+            if type(layer) is not DynamicLayer or not isinstance(layer, DynamicLayer):
                 raise ValueError(
                     f"the hf rollout backend supports full-attention layers only, got {type(layer).__name__}"
                 )
-            self.cache.layers[i] = _BufferedLayer(
-                layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)
-            )
+            keys, values = _filled(layer)
+            self.cache.layers[i] = _BufferedLayer(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1))
 
     def decode(self, tokens: torch.Tensor) -> torch.Tensor:
         """Feed each row's sampled token (finished rows feed a masked pad)."""
@@ -330,11 +354,13 @@ class _Batch:
             logits[:] = self._forward(chunk, self.attention, positions, self.cache)
             self.next_position = self.next_position + chunk_mask.sum(dim=1)
             return
-        sub = DynamicCache(ddp_cache_data=[(layer.keys[select], layer.values[select]) for layer in self.cache.layers])
+        layers = self.layers
+        sub = DynamicCache(ddp_cache_data=[(keys[select], values[select]) for keys, values in map(_filled, layers)])
         sub_attention = torch.cat([self.attention[select], chunk_mask], dim=1)
         logits[select] = self._forward(chunk, sub_attention, positions, sub).to(logits.dtype)
-        for layer, sub_layer in zip(self.cache.layers, sub.layers):
-            layer.append_rows(select, sub_layer.keys[:, :, length:], sub_layer.values[:, :, length:])
+        for layer, sub_layer in zip(layers, sub.layers):
+            keys, values = _filled(sub_layer)
+            layer.append_rows(select, keys[:, :, length:], values[:, :, length:])
         grown = torch.zeros((len(self.rows), width), dtype=torch.long, device=device)
         grown[select] = chunk_mask
         self.attention = torch.cat([self.attention, grown], dim=1)
@@ -353,13 +379,23 @@ class _Batch:
         attention = self.attention[keep]
         # Stable sort puts masked columns first and real ones after, each row's in order.
         order = torch.argsort(attention, dim=1, stable=True)[:, attention.shape[1] - longest :]
-        for layer in self.cache.layers:
-            index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.set(torch.gather(layer.keys[keep], 2, index), torch.gather(layer.values[keep], 2, index))
+        for layer in self.layers:
+            keys, values = layer.filled()
+            index = order[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+            layer.set(torch.gather(keys[keep], 2, index), torch.gather(values[keep], 2, index))
         self.attention = attention.gather(1, order)
         self.next_position = self.next_position[keep]
         self.rows = [self.rows[i] for i in live]
         return keep
+
+
+def _filled(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """The keys and values of a full-attention cache layer a forward has filled."""
+    if isinstance(layer, _BufferedLayer):
+        return layer.filled()
+    if not isinstance(layer, DynamicLayer) or layer.keys is None or layer.values is None:
+        raise ValueError(f"the hf rollout backend needs filled key/value cache layers, got {type(layer).__name__}")
+    return layer.keys, layer.values
 
 
 def _common_prefix(sequences: list[list[int]]) -> int:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeVar
 
 from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS
-from kgreasoner.rollout.types import SamplingParams, TextOutput
+from kgreasoner.rollout.types import SamplingParams, TextBackend, TextOutput
+
+T = TypeVar("T")
 
 
 def row_seed(sampling: SamplingParams, index: int, turn: int) -> int | None:
@@ -30,14 +32,26 @@ def row_seed(sampling: SamplingParams, index: int, turn: int) -> int | None:
     return (sampling.seed * 1_000_003 + index * 1_009 + turn) % (2**31 - 1)
 
 
-def run_concurrently(jobs: Sequence[Callable[[], Any]], workers: int) -> list[Any]:
+def run_concurrently(jobs: Sequence[Callable[[], T]], workers: int) -> list[T]:
     if workers <= 1 or len(jobs) < 2:
         return [job() for job in jobs]
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda job: job(), jobs))
 
 
-def restore_stop(text: str, finish_reason: str | None, stop_reason: Any) -> str:
+JSONObject = dict[str, object]
+"""A JSON object as `json.loads` gives it: values are read with isinstance checks."""
+
+
+def first_choice(reply: JSONObject) -> JSONObject:
+    """`reply["choices"][0]` of a completions reply; a KeyError or TypeError when it has none (the row's error)."""
+    choices = reply["choices"]
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise TypeError(f"the reply's choices are not a list of objects: {str(choices)[:200]}")
+    return choices[0]
+
+
+def restore_stop(text: str, finish_reason: str | None, stop_reason: object) -> str:
     """Put back the stop tag an OpenAI-style server cut from the end of `text`."""
     if text.endswith(STOP_TAGS):
         return text
@@ -51,11 +65,8 @@ def restore_stop(text: str, finish_reason: str | None, stop_reason: Any) -> str:
     return text
 
 
-class OpenAIBackend:
+class OpenAIBackend(TextBackend):
     """Text completions from an OpenAI-compatible server (`base_url` ends with `/v1`)."""
-
-    kind = "text"
-    supports_constraints = False
 
     def __init__(
         self,
@@ -79,8 +90,8 @@ class OpenAIBackend:
     def close(self) -> None:
         self.endpoint.close()
 
-    def request_body(self, prompt: str, budget: int, sampling: SamplingParams, seed: int | None) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def request_body(self, prompt: str, budget: int, sampling: SamplingParams, seed: int | None) -> JSONObject:
+        body: JSONObject = {
             "model": self.model,
             "prompt": prompt,
             "max_tokens": budget,
@@ -92,11 +103,16 @@ class OpenAIBackend:
             body["seed"] = seed
         return body
 
-    def parse(self, reply: dict[str, Any]) -> TextOutput:
-        choice = reply["choices"][0]
-        text = restore_stop(choice.get("text") or "", choice.get("finish_reason"), choice.get("stop_reason"))
-        tokens = int((reply.get("usage") or {}).get("completion_tokens") or 0)
-        return TextOutput(text=text, finish_reason=choice.get("finish_reason"), num_tokens=tokens)
+    def parse(self, reply: JSONObject) -> TextOutput:
+        choice = first_choice(reply)
+        reason = choice.get("finish_reason")
+        finish_reason = reason if isinstance(reason, str) else None
+        written = choice.get("text")
+        text = restore_stop(written if isinstance(written, str) else "", finish_reason, choice.get("stop_reason"))
+        usage = reply.get("usage")
+        count = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        tokens = int(count) if isinstance(count, (int, float)) else 0
+        return TextOutput(text=text, finish_reason=finish_reason, num_tokens=tokens)
 
     def complete_text(
         self,

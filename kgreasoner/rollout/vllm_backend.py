@@ -37,14 +37,22 @@ from the constrained distribution, as with the hf backend's token-level mask.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import STOP_TAGS
 from kgreasoner.rollout.hf_backend import eos_token_ids as _model_eos_ids
-from kgreasoner.rollout.openai_backend import row_seed, run_concurrently
-from kgreasoner.rollout.types import SamplingParams, TurnOutput
+from kgreasoner.rollout.openai_backend import JSONObject, first_choice, row_seed, run_concurrently
+from kgreasoner.rollout.types import SamplingParams, TurnBackend, TurnOutput
+
+if TYPE_CHECKING:
+    import torch.distributed
+    import vllm
+    from transformers import PreTrainedTokenizerBase
+
+Request = tuple[list[int], JSONObject, str | None]
+"""One row's turn as plain data a tensor-parallel group can gather: (ids, `sampling_kwargs`, regex)."""
 
 TOKEN_ID_PREFIX = "token_id:"
 """How vLLM spells tokens with `return_tokens_as_token_ids`: `token_id:1234`."""
@@ -52,7 +60,7 @@ TOKEN_ID_PREFIX = "token_id:"
 
 def sampling_kwargs(
     sampling: SamplingParams, budget: int, seed: int | None, eos_ids: Sequence[int] = ()
-) -> dict[str, Any]:
+) -> JSONObject:
     """Keyword arguments of `vllm.SamplingParams` for one row's turn; it stops at every id of `eos_ids` too."""
     return {
         "n": 1,
@@ -69,23 +77,22 @@ def sampling_kwargs(
     }
 
 
-class VLLMBackend:
+class VLLMBackend(TurnBackend):
     """Offline `vllm.LLM` or a vLLM OpenAI-compatible server, generating one turn from token ids."""
 
-    kind = "turn"
     supports_constraints = True
 
     def __init__(
         self,
-        tokenizer: Any,
-        llm: Any = None,
+        tokenizer: PreTrainedTokenizerBase,
+        llm: vllm.LLM | None = None,
         base_url: str | None = None,
         model: str | None = None,
         eos_ids: Sequence[int] | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         timeout: float = 600.0,
         max_concurrency: int = 64,
-        tp_group: Any = None,
+        tp_group: torch.distributed.ProcessGroup | None = None,
         retries: int = 2,
         backoff: float = 0.5,
         model_dir: str | None = None,
@@ -101,7 +108,7 @@ class VLLMBackend:
             if base_url is None
             else JSONEndpoint(base_url, api_key_env, timeout=timeout, retries=retries, backoff=backoff)
         )
-        self.url = None if base_url is None else self.endpoint.base_url + "/completions"
+        self.url = None if self.endpoint is None else self.endpoint.base_url + "/completions"
         self.model = model
         self.timeout = timeout
         self.max_concurrency = max_concurrency
@@ -119,12 +126,12 @@ class VLLMBackend:
         # An object collective, not a tensor one: TRL's group is NCCL, which takes no CPU tensors, and torch
         # puts an object collective's buffers on the device the group's backend takes (for NCCL the rank's
         # current CUDA device, which accelerate sets).
-        flags: list = [None] * dist.get_world_size(group=self.tp_group)
+        flags: list[object] = [None] * dist.get_world_size(group=self.tp_group)
         dist.all_gather_object(flags, bool(active), group=self.tp_group)
         return any(flags)
 
     @classmethod
-    def offline(cls, model_path: str, tokenizer: Any, **llm_kwargs: Any) -> VLLMBackend:
+    def offline(cls, model_path: str, tokenizer: PreTrainedTokenizerBase, **llm_kwargs: object) -> VLLMBackend:
         """Build `vllm.LLM(model_path, **llm_kwargs)`; vLLM is imported only here."""
         import vllm
 
@@ -133,8 +140,8 @@ class VLLMBackend:
     # ------------------------------------------------------------------ server mode
     def request_body(
         self, prompt_ids: list[int], budget: int, sampling: SamplingParams, seed: int | None, regex: str | None = None
-    ) -> dict[str, Any]:
-        body = {
+    ) -> JSONObject:
+        body: JSONObject = {
             key: value
             for key, value in sampling_kwargs(sampling, budget, seed, self.eos_token_ids).items()
             if key not in ("n", "seed") or value is not None
@@ -152,20 +159,29 @@ class VLLMBackend:
         return body
 
     @staticmethod
-    def parse(reply: dict[str, Any]) -> TurnOutput:
+    def parse(reply: JSONObject) -> TurnOutput:
         """Sampled ids and logprobs from a `/v1/completions` reply (one choice)."""
-        choice = reply["choices"][0]
+        choice = first_choice(reply)
         logprobs = choice.get("logprobs") or {}
-        values = [float("nan") if v is None else float(v) for v in logprobs.get("token_logprobs") or []]
-        ids = choice.get("token_ids")
-        if ids is None:
+        if not isinstance(logprobs, dict):
+            return TurnOutput([], [], f"the server's logprobs are not an object: {str(logprobs)[:200]}")
+        listed = logprobs.get("token_logprobs") or []
+        if not isinstance(listed, list):
+            return TurnOutput([], [], f"the server's token_logprobs are not a list: {str(listed)[:200]}")
+        values = [float("nan") if v is None else float(v) for v in listed]
+        returned = choice.get("token_ids")
+        if isinstance(returned, list):
+            ids = [int(t) for t in returned]
+        else:
             tokens = logprobs.get("tokens") or []
-            if not all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens):
+            if not isinstance(tokens, list) or not all(
+                isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in tokens
+            ):
                 return TurnOutput([], [], "the server returned no token ids (needs vLLM with return_token_ids)")
             ids = [int(t[len(TOKEN_ID_PREFIX) :]) for t in tokens]
         if len(values) != len(ids):
             return TurnOutput([], [], f"the server returned {len(ids)} token ids but {len(values)} logprobs")
-        return TurnOutput(list(ids), values)
+        return TurnOutput(ids, values)
 
     # ------------------------------------------------------------------ the turn
     def complete(
@@ -181,15 +197,17 @@ class VLLMBackend:
         seeds = [row_seed(sampling, index, turn) for index in indices]
         patterns = list(regexes) if regexes is not None else [None] * len(prompts)
         if self.llm is not None:
-            return self._complete_offline(prompts, budgets, sampling, seeds, patterns)
+            return self._complete_offline(self.llm, prompts, budgets, sampling, seeds, patterns)
+        endpoint = self.endpoint
+        assert endpoint is not None  # __init__ takes exactly one of llm and base_url
 
-        def job(ids: list[int], budget: int, seed: int | None, regex: str | None):
+        def job(ids: list[int], budget: int, seed: int | None, regex: str | None) -> Callable[[], TurnOutput]:
             def run() -> TurnOutput:
                 if budget <= 0:
                     return TurnOutput([], [])
                 try:
                     return self.parse(
-                        self.endpoint.post("/completions", self.request_body(ids, budget, sampling, seed, regex))
+                        endpoint.post("/completions", self.request_body(ids, budget, sampling, seed, regex))
                     )
                 except Exception as err:  # a network or server fault ends this row, not the batch
                     return TurnOutput([], [], f"vLLM request failed: {err}")
@@ -199,13 +217,21 @@ class VLLMBackend:
         jobs = [job(p, b, s, r) for p, b, s, r in zip(prompts, budgets, seeds, patterns)]
         return run_concurrently(jobs, self.max_concurrency)
 
-    def _complete_offline(self, prompts, budgets, sampling, seeds, patterns) -> list[TurnOutput]:
+    def _complete_offline(
+        self,
+        llm: vllm.LLM,
+        prompts: Sequence[list[int]],
+        budgets: Sequence[int],
+        sampling: SamplingParams,
+        seeds: Sequence[int | None],
+        patterns: Sequence[str | None],
+    ) -> list[TurnOutput]:
         import vllm
         from vllm.inputs import TokensPrompt
 
         outputs: list[TurnOutput] = [TurnOutput([], []) for _ in prompts]
         todo = [i for i, budget in enumerate(budgets) if budget > 0]
-        requests = []  # plain data, so a tensor-parallel group can gather it
+        requests: list[Request] = []  # plain data, so a tensor-parallel group can gather it
         for i in todo:
             kwargs = sampling_kwargs(sampling, budgets[i], seeds[i], self.eos_token_ids)
             requests.append((list(prompts[i]), kwargs, patterns[i]))
@@ -220,7 +246,7 @@ class VLLMBackend:
                 kwargs = {**kwargs, "structured_outputs": StructuredOutputsParams(regex=pattern)}
             params.append(vllm.SamplingParams(**kwargs))
         try:
-            results = self.llm.generate(
+            results = llm.generate(
                 [TokensPrompt(prompt_token_ids=ids) for ids, _, _ in everything], params, use_tqdm=False
             )
         except Exception as err:  # the engine records it per row
@@ -236,13 +262,13 @@ class VLLMBackend:
             )
         return outputs
 
-    def _gather(self, requests: list) -> tuple[list, int]:
+    def _gather(self, requests: list[Request]) -> tuple[list[Request], int]:
         """Every request of the tensor-parallel group in rank order, and where this rank's start."""
         if self.tp_group is None:
             return requests, 0
         import torch.distributed as dist
 
-        gathered: list = [None] * dist.get_world_size(group=self.tp_group)
+        gathered: list[list[Request]] = [[] for _ in range(dist.get_world_size(group=self.tp_group))]
         dist.all_gather_object(gathered, requests, group=self.tp_group)
         rank = dist.get_rank(group=self.tp_group)
         return [r for part in gathered for r in part], sum(len(part) for part in gathered[:rank])

@@ -26,19 +26,31 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KnowledgeGraph
 from kgreasoner.llm.spec import SPEC_FORMS, describe_forms, parse_llm_spec
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.rollout import RolloutConfig, RolloutEngine, Trajectory
+from kgreasoner.rollout import (
+    Backend,
+    RolloutConfig,
+    RolloutEngine,
+    SamplingParams,
+    TextBackend,
+    TextOutput,
+    Trajectory,
+    TurnBackend,
+    TurnOutput,
+)
+from kgreasoner.rollout.engine import ExampleDict
 from kgreasoner.serving.batching import Batcher
 from kgreasoner.serving.config import ServeConfig
 from kgreasoner.serving.deadlines import TIMEOUT_ERROR, Deadlines
 from kgreasoner.serving.validation import AnswerOptions, AnswerRequest, RequestError, RequestValidator
 
 logger = logging.getLogger(__name__)
+_Output = TypeVar("_Output", TurnOutput, TextOutput)
 
 ENGINE_CACHE = 8
 """Rollout engines kept for distinct (max_turns, max_new_tokens) requests; building one is cheap."""
@@ -77,27 +89,68 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
         raise FileNotFoundError(f"llm: {err}") from err
 
 
-class _RecordingBackend:
-    """Passes every call to the real backend and notes which rows' generation requests failed."""
+class _RecordingTurns(TurnBackend):
+    """Passes every call to the real turn backend and notes which rows' generation requests failed."""
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.failures: dict[int, str] = {}
+    def __init__(self, inner: TurnBackend, failures: dict[int, str]) -> None:
+        self._inner, self._failures = inner, failures
+        self.tokenizer, self.eos_token_ids = inner.tokenizer, inner.eos_token_ids
+        self.supports_constraints = inner.supports_constraints
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    def complete(
+        self,
+        prompts: Sequence[list[int]],
+        budgets: Sequence[int],
+        sampling: SamplingParams,
+        turn: int,
+        indices: Sequence[int],
+        regexes: Sequence[str] | None = None,
+    ) -> list[TurnOutput]:
+        outputs = self._inner.complete(prompts, budgets, sampling, turn, indices, regexes)
+        return _note_failures(self._failures, indices, outputs)
 
-    def complete(self, prompts, budgets, sampling, turn, indices, **constraints):
-        return self._note(indices, self._inner.complete(prompts, budgets, sampling, turn, indices, **constraints))
+    def group_active(self, active: bool) -> bool:
+        return self._inner.group_active(active)
 
-    def complete_text(self, prompts, budgets, sampling, turn, indices):
-        return self._note(indices, self._inner.complete_text(prompts, budgets, sampling, turn, indices))
 
-    def _note(self, indices: Sequence[int], outputs: list) -> list:
-        for index, output in zip(indices, outputs):
-            if output.error is not None:
-                self.failures[index] = output.error
-        return outputs
+class _RecordingText(TextBackend):
+    """Passes every call to the real text backend and notes which rows' generation requests failed."""
+
+    def __init__(self, inner: TextBackend, failures: dict[int, str]) -> None:
+        self._inner, self._failures = inner, failures
+        self.tokenizer = inner.tokenizer
+
+    def complete_text(
+        self,
+        prompts: Sequence[str],
+        budgets: Sequence[int],
+        sampling: SamplingParams,
+        turn: int,
+        indices: Sequence[int],
+    ) -> list[TextOutput]:
+        outputs = self._inner.complete_text(prompts, budgets, sampling, turn, indices)
+        return _note_failures(self._failures, indices, outputs)
+
+
+def _note_failures(failures: dict[int, str], indices: Sequence[int], outputs: list[_Output]) -> list[_Output]:
+    for index, output in zip(indices, outputs):
+        if output.error is not None:
+            failures[index] = output.error
+    return outputs
+
+
+def _recording(backend: Backend, failures: dict[int, str]) -> Backend:
+    """`backend`, noting its failed generation requests in `failures` (a step backend makes none)."""
+    if isinstance(backend, TurnBackend):
+        return _RecordingTurns(backend, failures)
+    if isinstance(backend, TextBackend):
+        return _RecordingText(backend, failures)
+    return backend
+
+
+def backend_kind(backend: Backend) -> str:
+    """The backend's kind as the server reports it: step, turn or text."""
+    return "text" if isinstance(backend, TextBackend) else "turn" if isinstance(backend, TurnBackend) else "step"
 
 
 class AnswerService:
@@ -106,7 +159,7 @@ class AnswerService:
     def __init__(
         self,
         config: ServeConfig,
-        backend: Any,
+        backend: Backend,
         kg: KnowledgeGraph,
         tool: KGSearchTool | None = None,
         model_name: str = "kgreasoner",
@@ -117,9 +170,11 @@ class AnswerService:
         self.kg = kg
         self.tool = tool or KGSearchTool(kg, config.tool)
         self.model_name = config.model_name or model_name
-        self.kind = backend.kind
+        self.kind = backend_kind(backend)
+        self.text_only = isinstance(backend, TextBackend)
         self.validator = RequestValidator(config, kg)
-        self._backend = _RecordingBackend(backend)
+        self._failures: dict[int, str] = {}
+        self._backend = _recording(backend, self._failures)
         self._close_backend = close
         self._on_batch = on_batch
         self._engines: collections.OrderedDict[tuple[int, int], RolloutEngine] = collections.OrderedDict()
@@ -206,21 +261,21 @@ class AnswerService:
             with self._run_lock:
                 engine = self._engine(requests[todo[0]].rollout)
                 todo = [i for i in todo if not self._refuse_untokenisable(engine, requests[i], results, i)]
-                examples = [
+                examples: list[ExampleDict] = [
                     {"question": requests[i].question, "topic_entities": list(requests[i].topic_entities)}
                     for i in todo
                 ]
                 # A fresh session per request: its handles, explored tree and shown triples are its own.
-                sessions = [self.tool.session(e["question"], e["topic_entities"]) for e in examples]
+                sessions = [self.tool.session(e["question"], list(e["topic_entities"])) for e in examples]
                 deadlines = Deadlines(
                     {row: requests[i].deadline for row, i in enumerate(todo) if requests[i].deadline is not None},
                     self.config.request_timeout,
                 )
-                self._backend.failures = {}
+                self._failures.clear()
                 trajectories = (
                     engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines) if todo else []
                 )
-                failures = dict(self._backend.failures)
+                failures = dict(self._failures)
             end = time.monotonic()
             for row, (i, trajectory) in enumerate(zip(todo, trajectories)):
                 results[i] = Answered(
@@ -291,7 +346,7 @@ class AnswerService:
                 }
             )
             return record
-        tokens = self.kind != "text"  # text backends return no token ids to count
+        tokens = not self.text_only  # text backends return no token ids to count
         names = {t.id: t.name for t in request.topic_entities}
         record.update(
             {

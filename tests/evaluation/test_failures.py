@@ -11,7 +11,7 @@ from kgreasoner.evaluation.rollout_method import KGReasonerMethod
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig, ToolCall, Trajectory
-from kgreasoner.rollout.types import TextOutput
+from kgreasoner.rollout.types import TextBackend, TextOutput
 
 TRIPLES = [
     ("m.utah", "contains", "m.provo"),
@@ -64,14 +64,11 @@ CHILD = example(
 )
 
 
-class ScriptedText:
+class ScriptedText(TextBackend):
     """Stands for the model behind a text endpoint: row i writes turns[i][turn], then stops.
 
     A turn is text (finish reason `stop`) or (text, finish reason), or an Exception for a failed request.
     """
-
-    kind = "text"
-    supports_constraints = False
 
     def __init__(self, turns):
         self.turns = turns

@@ -28,26 +28,49 @@ def test_shapes_and_attention_sums_to_one_per_candidate():
     torch.manual_seed(0)
     model = GATRanker(RankerModelConfig(dim=8, hidden=6, head_hidden=4, dropout=0.0))
     inputs = random_inputs()
-    logits = model(inputs)
+    logits, alpha = model(inputs, return_attention_weights=True)
     assert logits.shape == (5, 2)
-    alpha = model.attention.last_attention
     assert alpha.shape == (7,)
     sums = torch.zeros(5).index_add_(0, inputs.ctx_target, alpha)
     assert torch.allclose(sums, torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0]))
-    scores = model.score(inputs)
+    assert torch.equal(model(inputs), logits)  # asked or not, the same logits
+    scores, folded_alpha = model.score(inputs, return_attention_weights=True)
     assert scores.shape == (5,) and bool(((scores > 0) & (scores < 1)).all())
     assert torch.allclose(scores, torch.softmax(logits, -1)[:, 1])
+    assert torch.allclose(folded_alpha, alpha, atol=1e-6)
+    assert torch.equal(model.score(inputs), scores)
+
+
+def test_attention_weights_are_returned_not_stored():
+    """Like PyG's GATConv: the weights come back when asked and the module keeps nothing of a call."""
+    torch.manual_seed(0)
+    model = GATRanker(RankerModelConfig(dim=8, hidden=6, head_hidden=4, dropout=0.0))
+    inputs = random_inputs()
+    before = {name: value for name, value in vars(model.attention).items() if not name.startswith("_")}
+    model(inputs)
+    model.score(inputs, return_attention_weights=True)
+    after = {name: value for name, value in vars(model.attention).items() if not name.startswith("_")}
+    assert after.keys() == before.keys()
+    assert not any(isinstance(value, torch.Tensor) for value in after.values())
+    h_hat, alpha = model.attention(
+        inputs.question[inputs.cand_question],
+        torch.zeros(5, 32),
+        inputs.ctx_value,
+        inputs.ctx_relation,
+        inputs.ctx_target,
+        return_attention_weights=True,
+    )
+    assert h_hat.shape == (5, 6) and alpha.shape == (7,) and bool((alpha > 0).all())
 
 
 def test_attention_depends_on_the_question():
     torch.manual_seed(0)
     model = GATRanker(RankerModelConfig(dim=8, hidden=6, head_hidden=4, dropout=0.0))
     inputs = random_inputs()
-    model(inputs)
-    first = model.attention.last_attention.clone()
+    _, first = model(inputs, return_attention_weights=True)
     inputs.question = torch.flip(inputs.question, dims=[0]) * 3
-    model(inputs)
-    assert not torch.allclose(first, model.attention.last_attention)
+    _, second = model(inputs, return_attention_weights=True)
+    assert not torch.allclose(first, second)
 
 
 def test_candidates_are_scored_independently_of_batching():
@@ -99,8 +122,9 @@ def test_tiny_case_computed_by_hand():
     expected_first = 1 / (1 + math.exp(-0.1 * h_hat))
     # Candidate 2 has no context: ĥ = ELU(6) = 6.
     expected_second = 1 / (1 + math.exp(-0.6))
-    scores = model.score(inputs)
-    assert model.attention.last_attention.tolist() == pytest.approx([a1, 1 - a1], rel=1e-4)
+    scores, alpha = model.score(inputs, return_attention_weights=True)
+    assert alpha.tolist() == pytest.approx([a1, 1 - a1], rel=1e-4)
+    assert model(inputs, return_attention_weights=True)[1].tolist() == pytest.approx([a1, 1 - a1], rel=1e-4)
     assert scores.tolist() == pytest.approx([expected_first, expected_second], rel=1e-5)
 
 
@@ -142,13 +166,13 @@ def test_score_equals_the_forward_pass_in_eval_mode(questions, candidates, edges
     )
     model.eval()
     with torch.no_grad():
-        expected = torch.softmax(model(inputs), dim=-1)[:, 1]
-        expected_attention = model.attention.last_attention.clone()
+        logits, expected_attention = model(inputs, return_attention_weights=True)
+        expected = torch.softmax(logits, dim=-1)[:, 1]
     model.train()
-    scores = model.score(inputs)
+    scores, attention = model.score(inputs, return_attention_weights=True)
     assert model.training
     assert (scores - expected).abs().max().item() <= 1e-6
-    assert torch.allclose(model.attention.last_attention, expected_attention, rtol=0.0, atol=1e-6)
+    assert torch.allclose(attention, expected_attention, rtol=0.0, atol=1e-6)
 
 
 def _on(inputs: RankerInputs, device: str) -> RankerInputs:
