@@ -78,11 +78,23 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
+        # a recipe that passes a section through to another config says where a misplaced key belongs
+        hint = getattr(cls, "misplaced_key", None)
+        moved = [message for message in map(hint, unknown) if message] if hint else []
+        if moved:
+            raise ConfigError(f"{source}: {'; '.join(moved)}")
         raise ConfigError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
         kind = hints[name]
+        factory = fields[name].default_factory
+        if isinstance(value, dict) and factory is not dataclasses.MISSING and factory is not kind:
+            # a default of its own (not a bare class's): the mapping changes the fields it names of it
+            default = factory()
+            default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default  # type: ignore[arg-type]
+            if isinstance(default, dict):
+                value = merge(default, value)
         if dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = from_dict(kind, value, f"{source}: {name}")
         kwargs[name] = _coerce(value, kind, f"{source}: {name}")
@@ -90,6 +102,17 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{source}: {err}") from err
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` on top, mappings merged key by key at every depth (other values replaced)."""
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _coerce(value: Any, kind: Any, where: str) -> Any:

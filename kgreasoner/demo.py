@@ -37,10 +37,10 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -48,15 +48,16 @@ from kgreasoner.config import ConfigError, add_config_arguments, describe, load_
 from kgreasoner.data.path_search import PathSearch
 from kgreasoner.stages import (
     Stage,
+    StageInput,
     StageRunner,
     StageStore,
     command,
     default_threads,
     log_progress,
-    recipe_args,
     write_json,
 )
 
+T = TypeVar("T")
 SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
 QUICK_CONFIG = "configs/demo/quick.yaml"
@@ -103,11 +104,12 @@ def _recipe(config: str | None, **overrides: Any) -> Callable[[], StageRecipe]:
 
 @dataclass
 class DemoConfig:
-    """Settings of `kgreasoner demo` (configs/demo/full.yaml is these defaults; quick.yaml shrinks them).
+    """Settings of `kgreasoner demo`. These defaults are the demo's settings (configs/demo/full.yaml names
+    none of them); a YAML names only what it changes (configs/demo/quick.yaml).
 
-    A stage section given in a YAML replaces that stage's default section as a whole (its `config`
-    too), so write new YAMLs from full.yaml; `--set sft.set.max_steps=300` on the command line
-    changes one value of the YAML in use (full.yaml unless `--config` or `--quick`).
+    A stage section given in a YAML or `--set` changes the fields it names of that stage's default section:
+    `config` replaces the default recipe, and `set` adds to (or changes) the default overrides key by key,
+    so `--set sft.set.trainer.max_steps=300` changes one value and keeps the rest.
     """
 
     data: str = field(
@@ -143,19 +145,21 @@ class DemoConfig:
         metadata={"help": "kgreasoner warmup (WarmupConfig)"},
     )
     model: StageRecipe = field(
-        default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", **{"tokenizer.system_prompt": False}),
+        default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", tokenizer={"system_prompt": False}),
         metadata={"help": "kgreasoner build-tiny (TinyModelConfig)"},
     )
     sft: StageRecipe = field(
         default_factory=_recipe(
             "configs/tiny-cpu/sft.yaml",
-            learning_rate=3e-3,
-            per_device_train_batch_size=16,
-            max_steps=300,
-            eval_steps=100,
-            save_steps=100,
-            logging_steps=10,
-            report_to=[],
+            trainer={
+                "learning_rate": 3e-3,
+                "per_device_train_batch_size": 16,
+                "max_steps": 300,
+                "eval_steps": 100,
+                "save_steps": 100,
+                "logging_steps": 10,
+                "report_to": [],
+            },
         ),
         metadata={"help": "train/sft.py (SFTRecipe)"},
     )
@@ -163,16 +167,16 @@ class DemoConfig:
         default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"}
     )
     grpo: StageRecipe = field(
+        # 3 questions a step (one per hop count, in the stratified order); the search reward pays searches up to
+        # the question's hop count (the paper's form paid a second search on 1-hop questions, and the policy
+        # learned that; paying it only with a right answer taught a weak warm-up to stop searching)
         default_factory=_recipe(
             "configs/tiny-cpu/grpo.yaml",
             episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
-            learning_rate=1e-4,
-            per_device_train_batch_size=24,
             search_reward="hops",
             dev_eval_steps=25,
             dev_eval_questions=150,
-            save_steps=50,
-            report_to=[],
+            trainer={"learning_rate": 1e-4, "per_device_train_batch_size": 24, "save_steps": 50, "report_to": []},
         ),
         metadata={"help": "train/grpo.py (GRPORecipe)"},
     )
@@ -193,7 +197,7 @@ class DemoConfig:
         default=True,
         metadata={
             "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
-            "warmup_examples null and sft.set.max_steps sized to the RL run's training time, imitation of every "
+            "warmup_examples null and sft.set.trainer.max_steps sized to the RL run's training time, imitation of every "
             "gold trajectory against RL on the same CPU budget)"
         },
     )
@@ -294,7 +298,7 @@ class Demo:
             tool["ranker_path"] = o["ranker"]
         elif tool["ranking"] == "embedding":
             # The ranker's encoder (its kind and vectors), so embedding vs gat isolates the context aggregation.
-            encoder = self.ranker[0].encoder
+            encoder = self.ranker.config.encoder
             tool = {
                 **{f"encoder.{k}": getattr(encoder, k) for k in ("kind", "model_path", "max_length", "hashing_dim")},
                 **tool,
@@ -319,6 +323,7 @@ class Demo:
             tool_sets,
         )
         self.model = self._stage_config(TinyModelConfig, "model", {"seed": seed})
+        # the training stages' seed is TRL's, under the recipe's `trainer:`
         self.sft = self._stage_config(
             SFTRecipe,
             "sft",
@@ -328,7 +333,7 @@ class Demo:
                 "tokenizer_texts": [],
                 "train_file": self.train_file,
                 "output_dir": o["sft"],
-                "seed": seed,
+                "trainer.seed": seed,
             },
         )
         self.hard = self._stage_config(
@@ -347,15 +352,15 @@ class Demo:
                 "hard_case_trajectories": None,
                 "split_scheme": config.split_scheme,
                 "split_seed": config.split_seed,
-                "seed": seed,
+                "trainer.seed": seed,
                 "guidance_trajectories": self.warmup_all_file,
             },
             tool_sets + rollout_sets,
         )
-        self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo[0].episodes)}/final"
+        self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo.config.episodes)}/final"
         self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
         if config.eval_questions is not None:
-            self.eval[0].limit = config.eval_questions
+            self.eval.config.limit = config.eval_questions
 
     def tokenizer_texts(self) -> list[str]:
         """The KB, the SFT records and the dataset's questions (their train split only: `--text-splits train`)."""
@@ -375,11 +380,16 @@ class Demo:
         return KB_FILES[0]
 
     def _stage_config(
-        self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = (), recipe: StageRecipe | None = None
-    ) -> tuple[Any, str | None, list[str]]:
-        """(config object, recipe path, the `--set` list) of a stage: the recipe (the DemoConfig section
-        `name` unless given), the user's overrides, then what the demo owns (paths, seeds, the shared
-        tool), exactly as the printed command has them."""
+        self,
+        cls: type[T],
+        name: str,
+        owned: dict[str, Any],
+        extra: Sequence[str] = (),
+        recipe: StageRecipe | None = None,
+    ) -> StageInput[T]:
+        """A stage's config object, recipe path and `--set` list: the recipe (the DemoConfig section `name`
+        unless given), the user's overrides, then what the demo owns (paths, seeds, the shared tool),
+        exactly as the printed command has them."""
         recipe = recipe or getattr(self.config, name)
         clash = sorted(set(flatten(recipe.set)) & set(owned))
         if clash:
@@ -387,7 +397,7 @@ class Demo:
         path = resolve_recipe(recipe.config)
         sets = overrides(recipe.set) + overrides(owned) + list(extra)
         try:
-            return load_config(cls, path, sets), path, sets
+            return StageInput(load_config(cls, path, sets), path, tuple(sets))
         except ConfigError as err:
             raise ConfigError(f"demo stage {name}: {err}") from err
 
@@ -405,13 +415,13 @@ class Demo:
             Stage(
                 "ranker",
                 "GAT ranker",
-                [command("python", "train/ranker.py", *recipe_args(self.ranker), sets=self.ranker[2])],
+                [command("python", "train/ranker.py", *self.ranker.config_args(), sets=self.ranker.sets)],
                 self.run_ranker,
             ),
             Stage(
                 "warmup",
                 "warm-up trajectories",
-                [command("kgreasoner", "warmup", *recipe_args(self.warmup), sets=self.warmup[2])],
+                [command("kgreasoner", "warmup", *self.warmup.config_args(), sets=self.warmup.sets)],
                 self.run_warmup,
             ),
             Stage(
@@ -421,14 +431,14 @@ class Demo:
                     command(
                         "kgreasoner",
                         "build-tiny",
-                        *recipe_args(self.model),
+                        *self.model.config_args(),
                         "--texts",
                         *self.tokenizer_texts(),
                         "--text-splits",
                         "train",
                         "--out",
                         o["base"],
-                        sets=self.model[2],
+                        sets=self.model.sets,
                     )
                 ],
                 self.run_model,
@@ -436,19 +446,19 @@ class Demo:
             Stage(
                 "sft",
                 "SFT warm-up",
-                [command("python", "train/sft.py", *recipe_args(self.sft), sets=self.sft[2])],
+                [command("python", "train/sft.py", *self.sft.config_args(), sets=self.sft.sets)],
                 self.run_sft,
             ),
             Stage(
                 "hard",
                 "hard cases",
-                [command("kgreasoner", "hard-cases", *recipe_args(self.hard), sets=self.hard[2])],
+                [command("kgreasoner", "hard-cases", *self.hard.config_args(), sets=self.hard.sets)],
                 self.run_hard,
             ),
             Stage(
                 "grpo",
                 "GRPO (episode 1: all, 2: hard)",
-                [command("python", "train/grpo.py", *recipe_args(self.grpo), sets=self.grpo[2])],
+                [command("python", "train/grpo.py", *self.grpo.config_args(), sets=self.grpo.sets)],
                 self.run_grpo,
             ),
             Stage(
@@ -489,7 +499,7 @@ class Demo:
             f"hf:{model}",
             "--out",
             f"{self.paths['eval']}/{label}",
-            sets=self.eval[2],
+            sets=self.eval.sets,
         )
 
     def _data_command(self) -> str:
@@ -578,7 +588,7 @@ class Demo:
     def run_ranker(self) -> dict[str, Any]:
         from kgreasoner.retrieval.training import train_ranker
 
-        result = train_ranker(self.ranker[0])
+        result = train_ranker(self.ranker.config)
         test = result.test or result.dev
         gat, none = test.get("gat", {}), test.get("none", {})
         return {
@@ -589,7 +599,7 @@ class Demo:
     def run_warmup(self) -> dict[str, Any]:
         from data_gen.warmup import run
 
-        summary = run(self.warmup[0])
+        summary = run(self.warmup.config)
         return {
             "line": f"{summary['records']} trajectories {summary['by_kind']} by split {summary['by_split']}, "
             f"skipped {summary['skipped']}"
@@ -600,7 +610,7 @@ class Demo:
         from kgreasoner.tokenizer import read_training_texts
 
         model, tokenizer = build_tiny(
-            self.model[0], read_training_texts(self.tokenizer_texts(), ["train"]), self.paths["base"]
+            self.model.config, read_training_texts(self.tokenizer_texts(), ["train"]), self.paths["base"]
         )
         counts = parameter_counts(model)
         return {
@@ -613,7 +623,7 @@ class Demo:
         from kgreasoner.demo_report import sft_log_history
         from kgreasoner.training.sft import train_sft
 
-        final = train_sft(self.sft[0], resume=True)
+        final = train_sft(self.sft.config, resume=True)
         state = sft_log_history(self.paths["sft"])
         evals = [r["eval_loss"] for r in state if "eval_loss" in r]
         return {
@@ -624,14 +634,14 @@ class Demo:
     def run_hard(self) -> dict[str, Any]:
         from kgreasoner.training.hard_cases import mine_hard_cases
 
-        output = mine_hard_cases(self.hard[0])
+        output = mine_hard_cases(self.hard.config)
         summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
         return {"line": f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.3f})"}
 
     def run_grpo(self) -> dict[str, Any]:
         from kgreasoner.training.grpo import train_grpo
 
-        final = train_grpo(self.grpo[0], resume=True)
+        final = train_grpo(self.grpo.config, resume=True)
         return {"line": str(final)}
 
     def run_eval(self) -> dict[str, Any]:
@@ -657,7 +667,7 @@ class Demo:
         from kgreasoner.evaluation.report import RunInfo
         from kgreasoner.llm import open_llm
 
-        config = self.eval[0]
+        config = self.eval.config
         dataset = load_dataset(self.paths["data"], split="test")
         kg = open_dataset_kg(dataset)
         llm = open_llm(f"hf:{model}", config.max_tokens, config.batch_size, config.workers or 8)

@@ -90,14 +90,16 @@ def warm_policy(tmp_path_factory):
             model=str(root / "tiny"),
             train_file=str(warmup),
             output_dir=str(root / "sft"),
-            learning_rate=3e-3,
-            max_steps=300,
-            per_device_train_batch_size=8,
-            warmup_ratio=0.0,
-            eval_steps=0,
-            save_steps=300,
-            logging_steps=20,
-            report_to=[],
+            trainer={
+                "learning_rate": 3e-3,
+                "max_steps": 300,
+                "per_device_train_batch_size": 8,
+                "warmup_steps": 0.0,
+                "eval_steps": 0,
+                "save_steps": 300,
+                "logging_steps": 20,
+                "report_to": [],
+            },
         )
     )
     return final, data, tool

@@ -83,7 +83,7 @@ def test_the_demo_trains_with_guided_groups_from_every_training_questions_trajec
     from kgreasoner.demo import Demo, DemoConfig
 
     demo = Demo(load_config(DemoConfig, ROOT / path), tmp_path / "out")
-    recipe = demo.grpo[0]
+    recipe = demo.grpo.config
     assert recipe.guidance == "gold"
     assert recipe.gold_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
 
@@ -276,14 +276,16 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=demo.num_generations,
-        per_device_train_batch_size=2 * demo.num_generations,
-        learning_rate=1e-3,
-        report_to=[],
-        beta=0.0,
         search_reward=demo.search_reward,
         guidance=demo.guidance,
         guidance_trajectories=str(warmup_file),
+        trainer={
+            "num_generations": demo.num_generations,
+            "per_device_train_batch_size": 2 * demo.num_generations,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "beta": 0.0,
+        },
     )
     dataset, tool = _tool(synthetic_dir)
     gold = GoldTrajectories(warmup_file)
@@ -331,13 +333,15 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4, max_tool_tokens=4096),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=generations,
-        per_device_train_batch_size=2 * generations,
-        learning_rate=1e-3,
-        report_to=[],
-        beta=0.0,
         guidance="gold_prefix",
         guidance_trajectories=str(warmup_file),
+        trainer={
+            "num_generations": generations,
+            "per_device_train_batch_size": 2 * generations,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "beta": 0.0,
+        },
     )
     dataset, tool = _tool(synthetic_dir)
     gold = GoldTrajectories(warmup_file)
