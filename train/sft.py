@@ -1,6 +1,6 @@
 """SFT warm-up: `torchrun --nproc_per_node N train/sft.py --config configs/<model>/sft.yaml`."""
 
-from kgreasoner.training.common import train_main
+from kgreasoner.training.launch import train_main
 from kgreasoner.training.sft import SFTRecipe, train_sft
 
 if __name__ == "__main__":

@@ -1,13 +1,12 @@
 """Pieces every trainer shares: the `trainer:` passthrough to TRL's config, LoRA settings, distributed backend,
-the tiny-model build, the `train/*.py` command line, progress output."""
+the tiny-model build, progress output."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -262,35 +261,3 @@ def report(message: str) -> None:
 
     if PartialState().is_main_process:
         print(message)
-
-
-def train_main(
-    description: str,
-    recipe_class: type[TrainerPassthrough],
-    train: Callable[..., Path],
-    resume_help: str,
-    argv: list[str] | None = None,
-) -> None:
-    """`train/sft.py` and `train/grpo.py`: `--config`/`--set`, `--resume`, and `--dry-run` (`kgreasoner preflight`)."""
-    import sys
-
-    from kgreasoner.config import add_config_arguments, load_config
-    from kgreasoner.training.preflight import add_arguments as add_preflight_arguments
-    from kgreasoner.training.preflight import run_preflight
-
-    parser = argparse.ArgumentParser(description=description)
-    add_config_arguments(parser)
-    parser.add_argument("--resume", action="store_true", help=resume_help)
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="only check the recipe (TRL config, data, model, memory per GPU) as `kgreasoner preflight`",
-    )
-    add_preflight_arguments(parser)
-    args = parser.parse_args(argv)
-    if args.dry_run:
-        sys.exit(run_preflight(args.config, args.overrides, args))
-    recipe = load_config(recipe_class, args.config, args.overrides)
-    show_progress()
-    report(f"final model: {train(recipe, resume=args.resume)}")
-    finish_distributed()
