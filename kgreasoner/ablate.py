@@ -41,7 +41,6 @@ from kgreasoner.stages import (
     StageInput,
     StageRunner,
     StageStore,
-    command,
     default_threads,
     log_progress,
     stage_key,
@@ -71,9 +70,9 @@ class Variant:
     pipeline: StageRecipe | None = field(
         default=None,
         metadata={
-            "help": "instead of the unified model: `kgreasoner pipeline-sft` recipe (config + set, method tog or sog): the "
-            "tiny model is SFT-trained on that pipeline's LLM steps with the demo's SFT recipe and budget, then "
-            "evaluated with that method (no GRPO)"
+            "help": "instead of the unified model: `kgreasoner pipeline-sft` recipe (config + set, method tog or "
+            "sog): the tiny model is SFT-trained on that pipeline's LLM steps with the demo's SFT recipe and "
+            "budget, then evaluated with that method (no GRPO)"
         },
     )
 
@@ -100,7 +99,8 @@ class AblationConfig:
     set: dict[str, Any] = field(
         default_factory=dict,
         metadata={
-            "help": "DemoConfig overrides for every variant, dotted keys as `kgreasoner demo --set` takes them (data: PQ-2H)"
+            "help": "DemoConfig overrides for every variant, dotted keys as `kgreasoner demo --set` takes them "
+            "(data: PQ-2H)"
         },
     )
     seeds: list[int] = field(
@@ -199,7 +199,7 @@ class PipelineRun(Demo):
         pipeline = Stage(
             "pipeline",
             f"{self.method} steps by the gold-path teacher",
-            [command("kgreasoner", "pipeline-sft", *self.pipeline.config_args(), sets=self.pipeline.sets)],
+            [self.pipeline.command("kgreasoner", "pipeline-sft")],
             self.run_pipeline,
         )
         evaluation = Stage(
@@ -395,7 +395,8 @@ def training_cpu_seconds(record: dict[str, Any]) -> float | None:
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or any(v is None for v in values) else sum(values) / len(values)
+    numbers = [v for v in values if v is not None]
+    return None if not values or len(numbers) < len(values) else sum(numbers) / len(numbers)
 
 
 def summarize_results(
@@ -417,8 +418,8 @@ def summarize_results(
             "format_valid": valid,
             "n": {seed: found[seed]["n"] if seed in found else None for seed in seeds},
             "oracle_hits1": {seed: found[seed].get("oracle_hits1") if seed in found else None for seed in seeds},
-            "mean": sum(hits.values()) / len(seeds) if complete else None,
-            "format_valid_mean": sum(valid.values()) / len(seeds) if complete else None,
+            "mean": _mean(list(hits.values())) if complete else None,
+            "format_valid_mean": _mean(list(valid.values())) if complete else None,
         }
         by_hops = {seed: found[seed].get("hits1_by_hops", {}) if seed in found else {} for seed in seeds}
         hop_counts = sorted({h for groups in by_hops.values() for h in groups}, key=int)

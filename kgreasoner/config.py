@@ -55,7 +55,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     source = "defaults"
     if path is not None:
         try:
-            path = Path(resolve_recipe(path))
+            path = Path(resolve_recipe(path) or path)
         except FileNotFoundError as err:
             raise ConfigError(f"config file not found: {err}") from None
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -92,10 +92,11 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
         if isinstance(value, dict) and factory is not dataclasses.MISSING and factory is not kind:
             # a default of its own (not a bare class's): the mapping changes the fields it names of it
             default = factory()
-            default = dataclasses.asdict(default) if dataclasses.is_dataclass(default) else default  # type: ignore[arg-type]
+            if dataclasses.is_dataclass(default) and not isinstance(default, type):
+                default = dataclasses.asdict(default)
             if isinstance(default, dict):
                 value = merge(default, value)
-        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = from_dict(kind, value, f"{source}: {name}")
         kwargs[name] = _coerce(value, kind, f"{source}: {name}")
     try:
@@ -197,9 +198,7 @@ def describe(cls: type) -> str:
         default = (
             f.default
             if f.default is not dataclasses.MISSING
-            else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
-            )
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else "required")
         )
         rows.append(f"  {f.name} = {default!r}: {f.metadata.get('help', '')}")
     return "\n".join(rows)

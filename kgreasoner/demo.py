@@ -25,9 +25,9 @@ Stages, each into its own folder under `--out` (default outputs/demo):
              and wall time; no checkpoints, so the folder can be committed
 
 Every stage prints the command that does the same from the shell. A stage that finished leaves
-`stages/<name>.json` (its wall and CPU seconds and commands; `kgreasoner.stages`); a run finds it and skips the stage, so an
-interrupted demo resumes (SFT and GRPO from their last checkpoint). `demo.yaml` in `--out`
-records the settings; another run with different settings into the same folder is refused.
+`stages/<name>.json` (its wall and CPU seconds and commands; `kgreasoner.stages`); a run finds it and skips the
+stage, so an interrupted demo resumes (SFT and GRPO from their last checkpoint). `demo.yaml` in `--out` records
+the settings; another run with different settings into the same folder is refused.
 """
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ class StageRecipe:
     set: dict[str, Any] = field(
         default_factory=dict,
         metadata={
-            "help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"
+            "help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the "
+            "demo"
         },
     )
 
@@ -126,8 +127,8 @@ class DemoConfig:
     tool: dict[str, Any] = field(
         default_factory=lambda: {"entity_handles": True, "top_k": 10},
         metadata={
-            "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless set here; "
-            "ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"
+            "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless "
+            "set here; ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"
         },
     )
     rollout: dict[str, Any] = field(
@@ -189,7 +190,8 @@ class DemoConfig:
     warmup_examples: int | None = field(
         default=300,
         metadata={
-            "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper used "
+            "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper "
+            "used "
             "about 500); None: SFT on a trajectory for every training question"
         },
     )
@@ -197,15 +199,17 @@ class DemoConfig:
         default=True,
         metadata={
             "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
-            "warmup_examples null and sft.set.trainer.max_steps sized to the RL run's training time, imitation of every "
+            "warmup_examples null and sft.set.trainer.max_steps sized to the RL run's training time, imitation of "
+            "every "
             "gold trajectory against RL on the same CPU budget)"
         },
     )
     sft_warmup: bool = field(
         default=True,
         metadata={
-            "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
-            "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"
+            "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation "
+            "start from the untrained base model; the warm-up trajectories are still made (tokenizer texts, "
+            "hard-case losses)"
         },
     )
 
@@ -367,7 +371,8 @@ class Demo:
         return [self.kb_file, self.train_file, f"{self.paths['data']}/questions.jsonl"]
 
     def sft_train_file(self) -> str:
-        """What the tiny model's tokenizer and SFT learn from: the warm-up trajectories (a subclass may train on other records)."""
+        """What the tiny model's tokenizer and SFT learn from: the warm-up trajectories (a subclass may train on
+        other records)."""
         return self.warmup_file
 
     def _kb_name(self) -> str:
@@ -415,13 +420,13 @@ class Demo:
             Stage(
                 "ranker",
                 "GAT ranker",
-                [command("python", "train/ranker.py", *self.ranker.config_args(), sets=self.ranker.sets)],
+                [self.ranker.command("python", "train/ranker.py")],
                 self.run_ranker,
             ),
             Stage(
                 "warmup",
                 "warm-up trajectories",
-                [command("kgreasoner", "warmup", *self.warmup.config_args(), sets=self.warmup.sets)],
+                [self.warmup.command("kgreasoner", "warmup")],
                 self.run_warmup,
             ),
             Stage(
@@ -446,19 +451,19 @@ class Demo:
             Stage(
                 "sft",
                 "SFT warm-up",
-                [command("python", "train/sft.py", *self.sft.config_args(), sets=self.sft.sets)],
+                [self.sft.command("python", "train/sft.py")],
                 self.run_sft,
             ),
             Stage(
                 "hard",
                 "hard cases",
-                [command("kgreasoner", "hard-cases", *self.hard.config_args(), sets=self.hard.sets)],
+                [self.hard.command("kgreasoner", "hard-cases")],
                 self.run_hard,
             ),
             Stage(
                 "grpo",
                 "GRPO (episode 1: all, 2: hard)",
-                [command("python", "train/grpo.py", *self.grpo.config_args(), sets=self.grpo.sets)],
+                [self.grpo.command("python", "train/grpo.py")],
                 self.run_grpo,
             ),
             Stage(
@@ -504,7 +509,6 @@ class Demo:
 
     def _data_command(self) -> str:
         c = self.config
-        warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             size = [] if c.synthetic.num_entities is None else ["--num-entities", c.synthetic.num_entities]
             return command(
@@ -582,7 +586,8 @@ class Demo:
         write_json(Path(self.paths["kg"]) / "stats.json", stats)
         return {
             **stats,
-            "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, loaded in {seconds:.2f}s",
+            "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, "
+            f"loaded in {seconds:.2f}s",
         }
 
     def run_ranker(self) -> dict[str, Any]:
@@ -592,7 +597,8 @@ class Demo:
         test = result.test or result.dev
         gat, none = test.get("gat", {}), test.get("none", {})
         return {
-            "line": f"best epoch {result.best_epoch} of {result.epochs_run}; test recall@1 gat {gat.get('recall@1', 0):.3f} "
+            "line": f"best epoch {result.best_epoch} of {result.epochs_run}; "
+            f"test recall@1 gat {gat.get('recall@1', 0):.3f} "
             f"vs KG order {none.get('recall@1', 0):.3f}"
         }
 
@@ -616,7 +622,8 @@ class Demo:
         return {
             "parameters": counts,
             "vocab": len(tokenizer),
-            "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), vocabulary {len(tokenizer):,}",
+            "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), "
+            f"vocabulary {len(tokenizer):,}",
         }
 
     def run_sft(self) -> dict[str, Any]:

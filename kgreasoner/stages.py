@@ -58,6 +58,10 @@ class StageInput(Generic[C]):
         """`--config PATH` for the stage's command, or nothing without a recipe."""
         return ["--config", self.path] if self.path else []
 
+    def command(self, *parts: Any) -> str:
+        """The stage's shell command: `parts` (program and subcommand), `--config PATH`, then `--set` each override."""
+        return command(*parts, *self.config_args(), sets=self.sets)
+
 
 def write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)

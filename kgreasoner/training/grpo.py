@@ -39,7 +39,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelerate import PartialState
 from accelerate.logging import get_logger
@@ -61,6 +61,9 @@ from kgreasoner.training.common import (
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 EPISODE_DATA = ("all", "hard", "frontier")
 UNSUPPORTED_TRAINER = {
@@ -224,7 +227,8 @@ class GRPORecipe(TrainerPassthrough):
     choose_final: str | None = field(
         default=None,
         metadata={
-            "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole run "
+            "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole "
+            "run "
             "with the highest dev Hits@1, the later one on ties; OUTPUT/chosen.json says which) or last (the "
             "last step's weights); default best_dev when dev evaluation is on, else last"
         },
@@ -327,8 +331,9 @@ class KGRollout:
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
-        self.gold = GoldTrajectories(recipe.gold_trajectories) if recipe.guidance != "none" else None
-        self.group_log = None  # a frontier.GroupLog: each group's right answers, as sampled
+        gold = recipe.gold_trajectories  # set whenever guidance is (GRPORecipe checks it)
+        self.gold = GoldTrajectories(gold) if recipe.guidance != "none" and gold else None
+        self.group_log: GroupLog | None = None  # each group's right answers, as sampled
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from kgreasoner.rewards import answer_reward
@@ -433,6 +438,7 @@ class KGRollout:
             figures["rollout/prefix_correct"] = sum(everyone) / len(everyone)
         elif not prefixed:
             for i in mine:
+                assert self.gold is not None  # a guided row exists only with gold trajectories
                 e = examples[i]
                 session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
                 rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
@@ -441,13 +447,14 @@ class KGRollout:
     def _prefix(self, example, prompt: str) -> list[str]:
         from kgreasoner.data.sampling import hop_count
 
+        assert self.gold is not None  # asked only with gold trajectories
         return self.gold.prefix(example.id, hop_count(example), prompt, self.recipe.rollout.max_turns)
 
     def _guidable(self, example, prompt: str) -> bool:
         """The question has a gold row to give (gold), or a gold prefix of at least one turn (gold_prefix)."""
         if self.recipe.guidance == "gold_prefix":
             return bool(self._prefix(example, prompt))
-        return example.id in self.gold
+        return self.gold is not None and example.id in self.gold
 
     @staticmethod
     def figures(trajectories, examples, correct, elapsed: float, tool_seconds: float) -> dict[str, float]:
@@ -572,7 +579,7 @@ class DevEval(TrainerCallback):
         self.examples = examples
         self.tool = tool
         self.step_log = step_log
-        self.trainer = None
+        self.trainer: Trainer | None = None
         self.latest = (-1, 0.0)  # (step, dev Hits@1) of the last evaluation
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -597,14 +604,16 @@ class DevEval(TrainerCallback):
         from kgreasoner.rollout.types import SamplingParams
         from kgreasoner.training.trl_internals import add_metric
 
-        accelerator = self.trainer.accelerator
+        trainer = self.trainer
+        assert trainer is not None, "set by build_trainer"
+        accelerator = trainer.accelerator
         positions = list(range(len(self.examples)))[accelerator.process_index :: accelerator.num_processes]
         share = [self.examples[i] for i in positions]
-        with unwrap_model_for_generation(self.trainer.model_wrapped, accelerator) as model:
+        with unwrap_model_for_generation(trainer.model_wrapped, accelerator) as model:
             was_training = model.training
             model.eval()
             sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]
-            engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
+            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
             trajectories = engine.run(share, sessions, SamplingParams(temperature=0.0))
             model.train(was_training)
         right = (
@@ -627,7 +636,7 @@ class DevEval(TrainerCallback):
         if state.is_world_process_zero:
             self.step_log.append(state.global_step, {**logs, "checkpoint": 1} if saved else logs)
         for name, value in logs.items():
-            add_metric(self.trainer, name, value)
+            add_metric(trainer, name, value)
 
 
 def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
@@ -762,10 +771,11 @@ def build_trainer(
             recipe.max_prompt_tokens,
         )
     rollout = KGRollout(recipe, tool, by_prompt)
-    rollout.group_log = GroupLog(root / f"episode-{number}" / GROUPS_FILE, args.num_generations)
+    rollout.group_log = group_log = GroupLog(root / f"episode-{number}" / GROUPS_FILE, args.num_generations)
     step_log = StepLog(root / STEP_LOG, number)
     metrics = RolloutMetrics(step_log, rollout)
-    callbacks = [metrics, rollout.group_log]
+    callbacks: list[TrainerCallback] = [metrics, group_log]
+    dev_eval = None
     if recipe.dev_eval_steps and dev_examples:
         dev_eval = DevEval(recipe, dev_examples, tool, step_log)
         callbacks.append(dev_eval)
@@ -784,8 +794,9 @@ def build_trainer(
         )
     if args.use_vllm:
         send_unfused_experts(trainer)
-    for callback in callbacks:
-        callback.trainer = trainer
+    metrics.trainer = trainer
+    if dev_eval is not None:
+        dev_eval.trainer = trainer
     trainer.length_chunk_rows = recipe.length_chunk_rows
     return trainer
 
@@ -841,6 +852,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             continue
         examples = train_examples
         if episode.data == "hard":
+            assert hard is not None  # read above whenever an unfinished episode trains on hard cases
             examples = [e for e in train_examples if e.id in hard]
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
@@ -867,7 +879,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         previous = trainer if trainer.use_vllm else None  # kept for its vLLM engine only
     state = PartialState()  # set up by the trainers, or a bare single process when every episode was done
     if state.is_main_process and not (root / CHOSEN).is_file():
-        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final)
+        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final or "last")
         logger.info(
             "final model: episode %s step %s (dev Hits@1 %s), %s",
             chosen["episode"],

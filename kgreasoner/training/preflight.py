@@ -51,6 +51,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,12 +194,12 @@ def preflight(
     report = Report(kind)
     if gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
-    if kind == "sft":
-        from kgreasoner.training.sft import SFTRecipe as Recipe
-    else:
-        from kgreasoner.training.grpo import GRPORecipe as Recipe
-    recipe = load_config(Recipe, config, overrides)
-    report.checks.append(f"{config} parses as {Recipe.__name__}")
+    from kgreasoner.training.grpo import GRPORecipe
+    from kgreasoner.training.sft import SFTRecipe
+
+    recipe_class: type[SFTRecipe | GRPORecipe] = SFTRecipe if kind == "sft" else GRPORecipe
+    recipe = load_config(recipe_class, config, overrides)
+    report.checks.append(f"{config} parses as {recipe_class.__name__}")
     check_recipe(recipe, kind, gpus, gpu_memory, model_config, report)
     return report
 
@@ -237,6 +238,7 @@ def _trl_config(recipe, kind: str, report: Report):
 
 
 def _check_data(recipe, kind: str, report: Report) -> None:
+    train: Sequence[object]
     try:
         if kind == "sft":
             from kgreasoner.data.trajectories import read_warmup
@@ -549,6 +551,7 @@ def _kv_bytes(config, tensor_parallel: int = 1) -> int:
 
 def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> None:
     estimate = report.estimate
+    assert estimate is not None, "judged after the estimate"
     if kind == "grpo" and args.use_vllm:
         _judge_vllm(report, recipe, args, model, gpu_memory)
     if estimate.total > gpu_memory:

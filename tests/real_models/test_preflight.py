@@ -254,8 +254,7 @@ def test_hf_rollouts_hold_the_whole_generation_batch_and_the_gathered_weights(wo
     assert "(peak: hf rollouts)" in report.problems[0]
     assert (
         "a smaller generation batch (32 rows a GPU: trainer.per_device_train_batch_size x "
-        "trainer.gradient_accumulation_steps"
-        in report.problems[0]
+        "trainer.gradient_accumulation_steps" in report.problems[0]
     )
 
 

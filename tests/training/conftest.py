@@ -56,8 +56,8 @@ def utah_triples() -> str:
 def warm_policy(tmp_path_factory):
     """A tiny model SFT-trained for 300 steps (~3 CPU minutes) on real warm-up trajectories of the synthetic set.
 
-    Returns (model directory, dataset folder, tool config of the trajectories). Shared by the SFT-quality and GRPO tests: GRPO needs
-    a policy that already writes the format, or every reward is 0 and nothing is learned.
+    Returns (model directory, dataset folder, tool config of the trajectories). Shared by the SFT-quality and GRPO
+    tests: GRPO needs a policy that already writes the format, or every reward is 0 and nothing is learned.
     """
     from data_gen.synthetic import write_synthetic
     from data_gen.warmup import WarmupConfig, run

@@ -185,7 +185,9 @@ def test_the_rollout_returns_the_converters_dict_itself(tiny_checkpoint, synthet
         built.append(original(trajectories, end_token_id))
         return built[-1]
 
-    prompts = [trainer.train_dataset["prompt"][0]] * recipe.num_generations  # one group, as TRL's sampler gives it
+    prompts = [trainer.train_dataset["prompt"][0]] * recipe.setting(
+        "num_generations"
+    )  # one group, as TRL's sampler gives it
     with mock.patch.object(types, "trl_rollout_output", converter):
         out = trainer.rollout_func(prompts, trainer)
     assert len(built) == 1 and out is built[0]

@@ -268,7 +268,8 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     from kgreasoner.training.grpo import build_trainer
     from kgreasoner.training.warmup_data import encode_record
 
-    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml"), tmp_path / "demo").grpo[0]
+    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml"), tmp_path / "demo").grpo.config
+    group = demo.setting("num_generations")
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
         dataset=str(synthetic_dir),
@@ -280,8 +281,8 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         guidance=demo.guidance,
         guidance_trajectories=str(warmup_file),
         trainer={
-            "num_generations": demo.num_generations,
-            "per_device_train_batch_size": 2 * demo.num_generations,
+            "num_generations": group,
+            "per_device_train_batch_size": 2 * group,
             "learning_rate": 1e-3,
             "report_to": [],
             "beta": 0.0,
@@ -294,7 +295,7 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     trained = _train_recording(trainer)
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 1.0 and logged["rollout/answer_tied"] == 1.0
-    assert logged["rewards/answer_reward/mean"] == pytest.approx(1 / demo.num_generations)
+    assert logged["rewards/answer_reward/mean"] == pytest.approx(1 / group)
     [batch] = trained
     by_question = {build_prompt(e.question, list(e.topic_entities), trainer.processing_class): e for e in examples}
     rows = []
@@ -304,11 +305,11 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         mask = batch["tool_mask"][i][batch["completion_mask"][i].bool()].tolist()
         rows.append((prompt, completion, mask, float(batch["advantages"][i])))
     golds = []
-    for question, example in by_question.items():
+    for example in by_question.values():
         encoded = encode_record(gold.records[example.id], trainer.processing_class)
         golds.append((encoded["input_ids"], encoded["assistant_masks"]))
     guided = [(p + c, [0] * len(p) + m) for p, c, m, _ in rows if (p + c, [0] * len(p) + m) in golds]
-    assert len(guided) == len(rows) // demo.num_generations  # one gold row a group
+    assert len(guided) == len(rows) // group  # one gold row a group
     assert all(a > 0 for p, c, m, a in rows if (p + c, [0] * len(p) + m) in golds)
 
 
