@@ -118,7 +118,7 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
     def mean(key: str) -> float:
         return sum(r[key] for r in rows) / len(rows)
 
-    per_step = recipe.per_device_train_batch_size
+    per_step = recipe.setting("per_device_train_batch_size")
     body, hidden, vocab = sizes
     gen, tool_s, train, step = (
         mean("time/generation_s"),
@@ -193,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
             f"model={args.model}",
             f"dataset={args.data}",
             f"output_dir={work}/run",
-            "report_to=[]",
-            "save_steps=100000",
-            "learning_rate=1e-4",
+            "trainer.report_to=[]",
+            "trainer.save_steps=100000",
+            "trainer.learning_rate=1e-4",
             f"max_questions={args.questions}",
             *args.overrides,
         ],

@@ -48,21 +48,21 @@ stage() {  # stage NAME DONE COMMAND...: unless DONE exists, run COMMAND (output
 KB=$("${PY[@]}" -c "from kgreasoner.data import load_dataset; print(load_dataset('$SET').kb_path)")
 TOOL=(--set tool.ranking=gat --set tool.ranker_path="$OUT/ranker" --set tool.entity_handles=true
       --set tool.top_k=10 --set tool.relation_format=words)
-SPLIT=(--set split_scheme="$SCHEME" --set split_seed=0 --set seed=0)
+SPLIT=(--set split_scheme="$SCHEME" --set split_seed=0)
 
 stage ranker "$OUT/ranker/ranker.json" "${PY[@]}" train/ranker.py --config configs/ranker.yaml \
     --set data="$SET" --set scheme="$SCHEME" --set split_seed=0 --set seed=0 --set out_dir="$OUT/ranker"
 stage warmup "$OUT/warmup.jsonl" "${KG[@]}" warmup --config configs/tiny-cpu/warmup.yaml --set dataset="$SET" \
-    "${SPLIT[@]}" --set output="$OUT/warmup.jsonl" --set templates=configs/tiny-cpu/templates-line.yaml \
+    "${SPLIT[@]}" --set seed=0 --set output="$OUT/warmup.jsonl" --set templates=configs/tiny-cpu/templates-line.yaml \
     --set progress=false "${TOOL[@]}"
 stage build "$OUT/base" "${KG[@]}" build-tiny --config configs/tiny-cpu/model-1m.yaml --texts "$KB" \
     "$OUT/warmup.jsonl" --out "$OUT/base"
 stage sft "$OUT/sft/final" "${PY[@]}" train/sft.py --resume --config configs/tiny-cpu/sft.yaml --set model="$OUT/base" \
     --set tiny_model=null --set train_file="$OUT/warmup.jsonl" --set output_dir="$OUT/sft" \
-    --set max_steps="$STEPS" --set eval_steps=100 --set save_steps=100 --set seed=0
+    --set trainer.max_steps="$STEPS" --set trainer.eval_steps=100 --set trainer.save_steps=100 --set trainer.seed=0
 stage grpo "$OUT/grpo/episode-2/final" "${PY[@]}" train/grpo.py --resume --config configs/tiny-cpu/grpo.yaml \
-    --set 'episodes=[{data: all, max_steps: 30}, {data: hard, max_steps: 15}]' --set save_steps=15 \
-    --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set output_dir="$OUT/grpo" \
+    --set 'episodes=[{data: all, max_steps: 30}, {data: hard, max_steps: 15}]' --set trainer.save_steps=15 \
+    --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set trainer.seed=0 --set output_dir="$OUT/grpo" \
     --set hard_case_trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
     --set rollout.max_turns=6 --set rollout.max_new_tokens=320 --set rollout.max_turn_tokens=96
 

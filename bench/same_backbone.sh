@@ -62,8 +62,9 @@ for METHOD in $METHODS; do
         --out "$DIR/base"
     stage filter "${KG[@]}" pipeline-sft "${DATA[@]}" --set tokenizer="$DIR/base" --set max_length=1024
     stage sft "${PY[@]}" train/sft.py --config configs/tiny-cpu/sft.yaml --set model="$DIR/base" --set tiny_model=null \
-        --set train_file="$DIR/data.jsonl" --set output_dir="$DIR/sft" --set learning_rate=3e-3 \
-        --set max_steps="$STEPS" --set eval_steps=50 --set save_steps=50 --set max_length=1024 --set 'report_to=[]' \
+        --set train_file="$DIR/data.jsonl" --set output_dir="$DIR/sft" --set trainer.learning_rate=3e-3 \
+        --set trainer.max_steps="$STEPS" --set trainer.eval_steps=50 --set trainer.save_steps=50 \
+        --set trainer.max_length=1024 --set 'trainer.report_to=[]' \
         "${SFT_EXTRA[@]}"
     stage eval "${KG[@]}" eval --methods "$METHOD" --dataset "$SET" --scheme grouped --split test \
         --llm hf:"$DIR/sft/final" --out "$DIR/eval" --no-progress "${SETTINGS[@]}"

@@ -38,12 +38,11 @@ from kgreasoner.config import ConfigError, add_config_arguments, describe, from_
 from kgreasoner.demo import STAGE_FOLDERS, Demo, DemoConfig, StageRecipe, overrides
 from kgreasoner.stages import (
     Stage,
+    StageInput,
     StageRunner,
     StageStore,
-    command,
     default_threads,
     log_progress,
-    recipe_args,
     stage_key,
     write_json,
 )
@@ -71,9 +70,9 @@ class Variant:
     pipeline: StageRecipe | None = field(
         default=None,
         metadata={
-            "help": "instead of the unified model: `kgreasoner pipeline-sft` recipe (config + set, method tog or sog): the "
-            "tiny model is SFT-trained on that pipeline's LLM steps with the demo's SFT recipe and budget, then "
-            "evaluated with that method (no GRPO)"
+            "help": "instead of the unified model: `kgreasoner pipeline-sft` recipe (config + set, method tog or "
+            "sog): the tiny model is SFT-trained on that pipeline's LLM steps with the demo's SFT recipe and "
+            "budget, then evaluated with that method (no GRPO)"
         },
     )
 
@@ -100,7 +99,8 @@ class AblationConfig:
     set: dict[str, Any] = field(
         default_factory=dict,
         metadata={
-            "help": "DemoConfig overrides for every variant, dotted keys as `kgreasoner demo --set` takes them (data: PQ-2H)"
+            "help": "DemoConfig overrides for every variant, dotted keys as `kgreasoner demo --set` takes them "
+            "(data: PQ-2H)"
         },
     )
     seeds: list[int] = field(
@@ -183,14 +183,13 @@ class PipelineRun(Demo):
             },
             recipe=pipeline,
         )
-        self.method = self.pipeline[0].method
+        self.method = self.pipeline.config.method
         # Evaluation prompts must be the trained ones: the method settings come from the pipeline recipe.
-        settings = overrides(dataclasses.asdict(getattr(self.pipeline[0], self.method)), f"{self.method}.")
-        eval_config, path, sets = self.eval
-        sets = sets + settings
-        evaluation = load_config(EvalConfig, path, sets)
-        evaluation.limit = eval_config.limit
-        self.eval = (evaluation, path, sets)
+        settings = overrides(dataclasses.asdict(getattr(self.pipeline.config, self.method)), f"{self.method}.")
+        sets = (*self.eval.sets, *settings)
+        evaluation = load_config(EvalConfig, self.eval.path, list(sets))
+        evaluation.limit = self.eval.config.limit
+        self.eval = StageInput(evaluation, self.eval.path, sets)
 
     def sft_train_file(self) -> str:
         return str(self.out / "pipeline" / "steps.jsonl")
@@ -200,7 +199,7 @@ class PipelineRun(Demo):
         pipeline = Stage(
             "pipeline",
             f"{self.method} steps by the gold-path teacher",
-            [command("kgreasoner", "pipeline-sft", *recipe_args(self.pipeline), sets=self.pipeline[2])],
+            [self.pipeline.command("kgreasoner", "pipeline-sft")],
             self.run_pipeline,
         )
         evaluation = Stage(
@@ -214,7 +213,7 @@ class PipelineRun(Demo):
     def run_pipeline(self) -> dict[str, Any]:
         from data_gen.pipeline_sft import run
 
-        summary = run(self.pipeline[0])
+        summary = run(self.pipeline.config)
         train = summary["by_split"].get("train", {})
         return {
             "line": f"{summary['records']} records from {train.get('questions', 0)} training questions "
@@ -396,7 +395,8 @@ def training_cpu_seconds(record: dict[str, Any]) -> float | None:
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
-    return None if not values or any(v is None for v in values) else sum(values) / len(values)
+    numbers = [v for v in values if v is not None]
+    return None if not values or len(numbers) < len(values) else sum(numbers) / len(numbers)
 
 
 def summarize_results(
@@ -418,8 +418,8 @@ def summarize_results(
             "format_valid": valid,
             "n": {seed: found[seed]["n"] if seed in found else None for seed in seeds},
             "oracle_hits1": {seed: found[seed].get("oracle_hits1") if seed in found else None for seed in seeds},
-            "mean": sum(hits.values()) / len(seeds) if complete else None,
-            "format_valid_mean": sum(valid.values()) / len(seeds) if complete else None,
+            "mean": _mean(list(hits.values())) if complete else None,
+            "format_valid_mean": _mean(list(valid.values())) if complete else None,
         }
         by_hops = {seed: found[seed].get("hits1_by_hops", {}) if seed in found else {} for seed in seeds}
         hop_counts = sorted({h for groups in by_hops.values() for h in groups}, key=int)
@@ -464,16 +464,18 @@ def render_table(rows: dict[str, dict[str, Any]], seeds: Sequence[int], referenc
 
 def budget_line(demo: Demo) -> str:
     """The training and evaluation budget every variant shares, as the reference run uses it."""
-    sft, grpo, model = demo.sft[0], demo.grpo[0], demo.model[0]
+    sft, grpo, model = demo.sft.config, demo.grpo.config, demo.model.config
     episodes = ", ".join(
         f"episode {i} {e.max_steps} step{'s' * (e.max_steps != 1)} ({e.data})" for i, e in enumerate(grpo.episodes, 1)
     )
     limit = "" if demo.config.eval_questions is None else f" (at most {demo.config.eval_questions})"
+    sft_setting, grpo_setting = sft.setting, grpo.setting
     return (
-        f"model hidden {model.hidden_size}, {model.num_layers} layers, trained from scratch; SFT {sft.max_steps} steps "
-        f"x {sft.per_device_train_batch_size} trajectories (lr {sft.learning_rate:g}); GRPO {episodes}, "
-        f"{grpo.num_generations} rollouts per question, {grpo.per_device_train_batch_size} completions per step "
-        f"(lr {grpo.learning_rate:g}); greedy evaluation on the test split{limit}"
+        f"model hidden {model.hidden_size}, {model.num_layers} layers, trained from scratch; "
+        f"SFT {sft_setting('max_steps')} steps x {sft_setting('per_device_train_batch_size')} trajectories "
+        f"(lr {sft_setting('learning_rate'):g}); GRPO {episodes}, {grpo_setting('num_generations')} rollouts per "
+        f"question, {grpo_setting('per_device_train_batch_size')} completions per step "
+        f"(lr {grpo_setting('learning_rate'):g}); greedy evaluation on the test split{limit}"
     )
 
 

@@ -55,7 +55,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     source = "defaults"
     if path is not None:
         try:
-            path = Path(resolve_recipe(path))
+            path = Path(resolve_recipe(path) or path)
         except FileNotFoundError as err:
             raise ConfigError(f"config file not found: {err}") from None
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -78,18 +78,42 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - set(fields))
     if unknown:
+        # a recipe that passes a section through to another config says where a misplaced key belongs
+        hint = getattr(cls, "misplaced_key", None)
+        moved = [message for message in map(hint, unknown) if message] if hint else []
+        if moved:
+            raise ConfigError(f"{source}: {'; '.join(moved)}")
         raise ConfigError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}
     for name, value in data.items():
         kind = hints[name]
-        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+        factory = fields[name].default_factory
+        if isinstance(value, dict) and factory is not dataclasses.MISSING and factory is not kind:
+            # a default of its own (not a bare class's): the mapping changes the fields it names of it
+            default = factory()
+            if dataclasses.is_dataclass(default) and not isinstance(default, type):
+                default = dataclasses.asdict(default)
+            if isinstance(default, dict):
+                value = merge(default, value)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = from_dict(kind, value, f"{source}: {name}")
         kwargs[name] = _coerce(value, kind, f"{source}: {name}")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"{source}: {err}") from err
+
+
+def merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `changes` on top, mappings merged key by key at every depth (other values replaced)."""
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _coerce(value: Any, kind: Any, where: str) -> Any:
@@ -174,9 +198,7 @@ def describe(cls: type) -> str:
         default = (
             f.default
             if f.default is not dataclasses.MISSING
-            else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
-            )
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else "required")
         )
         rows.append(f"  {f.name} = {default!r}: {f.metadata.get('help', '')}")
     return "\n".join(rows)

@@ -25,9 +25,9 @@ Stages, each into its own folder under `--out` (default outputs/demo):
              and wall time; no checkpoints, so the folder can be committed
 
 Every stage prints the command that does the same from the shell. A stage that finished leaves
-`stages/<name>.json` (its wall and CPU seconds and commands; `kgreasoner.stages`); a run finds it and skips the stage, so an
-interrupted demo resumes (SFT and GRPO from their last checkpoint). `demo.yaml` in `--out`
-records the settings; another run with different settings into the same folder is refused.
+`stages/<name>.json` (its wall and CPU seconds and commands; `kgreasoner.stages`); a run finds it and skips the
+stage, so an interrupted demo resumes (SFT and GRPO from their last checkpoint). `demo.yaml` in `--out` records
+the settings; another run with different settings into the same folder is refused.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -48,15 +48,16 @@ from kgreasoner.config import ConfigError, add_config_arguments, describe, load_
 from kgreasoner.data.path_search import PathSearch
 from kgreasoner.stages import (
     Stage,
+    StageInput,
     StageRunner,
     StageStore,
     command,
     default_threads,
     log_progress,
-    recipe_args,
     write_json,
 )
 
+T = TypeVar("T")
 SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
 QUICK_CONFIG = "configs/demo/quick.yaml"
@@ -80,7 +81,8 @@ class StageRecipe:
     set: dict[str, Any] = field(
         default_factory=dict,
         metadata={
-            "help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the demo"
+            "help": "field -> value overrides of that recipe (dotted keys for nested fields); paths are set by the "
+            "demo"
         },
     )
 
@@ -103,11 +105,12 @@ def _recipe(config: str | None, **overrides: Any) -> Callable[[], StageRecipe]:
 
 @dataclass
 class DemoConfig:
-    """Settings of `kgreasoner demo` (configs/demo/full.yaml is these defaults; quick.yaml shrinks them).
+    """Settings of `kgreasoner demo`. These defaults are the demo's settings (configs/demo/full.yaml names
+    none of them); a YAML names only what it changes (configs/demo/quick.yaml).
 
-    A stage section given in a YAML replaces that stage's default section as a whole (its `config`
-    too), so write new YAMLs from full.yaml; `--set sft.set.max_steps=300` on the command line
-    changes one value of the YAML in use (full.yaml unless `--config` or `--quick`).
+    A stage section given in a YAML or `--set` changes the fields it names of that stage's default section:
+    `config` replaces the default recipe, and `set` adds to (or changes) the default overrides key by key,
+    so `--set sft.set.trainer.max_steps=300` changes one value and keeps the rest.
     """
 
     data: str = field(
@@ -124,8 +127,8 @@ class DemoConfig:
     tool: dict[str, Any] = field(
         default_factory=lambda: {"entity_handles": True, "top_k": 10},
         metadata={
-            "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless set here; "
-            "ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"
+            "help": "ToolConfig fields shared by warm-up, GRPO and eval; ranking is gat (the demo's ranker) unless "
+            "set here; ranking=embedding uses the ranker's text encoder, so only the context aggregation differs"
         },
     )
     rollout: dict[str, Any] = field(
@@ -143,19 +146,21 @@ class DemoConfig:
         metadata={"help": "kgreasoner warmup (WarmupConfig)"},
     )
     model: StageRecipe = field(
-        default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", **{"tokenizer.system_prompt": False}),
+        default_factory=_recipe("configs/tiny-cpu/model-1m.yaml", tokenizer={"system_prompt": False}),
         metadata={"help": "kgreasoner build-tiny (TinyModelConfig)"},
     )
     sft: StageRecipe = field(
         default_factory=_recipe(
             "configs/tiny-cpu/sft.yaml",
-            learning_rate=3e-3,
-            per_device_train_batch_size=16,
-            max_steps=300,
-            eval_steps=100,
-            save_steps=100,
-            logging_steps=10,
-            report_to=[],
+            trainer={
+                "learning_rate": 3e-3,
+                "per_device_train_batch_size": 16,
+                "max_steps": 300,
+                "eval_steps": 100,
+                "save_steps": 100,
+                "logging_steps": 10,
+                "report_to": [],
+            },
         ),
         metadata={"help": "train/sft.py (SFTRecipe)"},
     )
@@ -163,16 +168,16 @@ class DemoConfig:
         default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"}
     )
     grpo: StageRecipe = field(
+        # 3 questions a step (one per hop count, in the stratified order); the search reward pays searches up to
+        # the question's hop count (the paper's form paid a second search on 1-hop questions, and the policy
+        # learned that; paying it only with a right answer taught a weak warm-up to stop searching)
         default_factory=_recipe(
             "configs/tiny-cpu/grpo.yaml",
             episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
-            learning_rate=1e-4,
-            per_device_train_batch_size=24,
             search_reward="hops",
             dev_eval_steps=25,
             dev_eval_questions=150,
-            save_steps=50,
-            report_to=[],
+            trainer={"learning_rate": 1e-4, "per_device_train_batch_size": 24, "save_steps": 50, "report_to": []},
         ),
         metadata={"help": "train/grpo.py (GRPORecipe)"},
     )
@@ -185,7 +190,8 @@ class DemoConfig:
     warmup_examples: int | None = field(
         default=300,
         metadata={
-            "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper used "
+            "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper "
+            "used "
             "about 500); None: SFT on a trajectory for every training question"
         },
     )
@@ -193,15 +199,17 @@ class DemoConfig:
         default=True,
         metadata={
             "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
-            "warmup_examples null and sft.set.max_steps sized to the RL run's training time, imitation of every "
+            "warmup_examples null and sft.set.trainer.max_steps sized to the RL run's training time, imitation of "
+            "every "
             "gold trajectory against RL on the same CPU budget)"
         },
     )
     sft_warmup: bool = field(
         default=True,
         metadata={
-            "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation start from the "
-            "untrained base model; the warm-up trajectories are still made (tokenizer texts, hard-case losses)"
+            "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation "
+            "start from the untrained base model; the warm-up trajectories are still made (tokenizer texts, "
+            "hard-case losses)"
         },
     )
 
@@ -294,7 +302,7 @@ class Demo:
             tool["ranker_path"] = o["ranker"]
         elif tool["ranking"] == "embedding":
             # The ranker's encoder (its kind and vectors), so embedding vs gat isolates the context aggregation.
-            encoder = self.ranker[0].encoder
+            encoder = self.ranker.config.encoder
             tool = {
                 **{f"encoder.{k}": getattr(encoder, k) for k in ("kind", "model_path", "max_length", "hashing_dim")},
                 **tool,
@@ -319,6 +327,7 @@ class Demo:
             tool_sets,
         )
         self.model = self._stage_config(TinyModelConfig, "model", {"seed": seed})
+        # the training stages' seed is TRL's, under the recipe's `trainer:`
         self.sft = self._stage_config(
             SFTRecipe,
             "sft",
@@ -328,7 +337,7 @@ class Demo:
                 "tokenizer_texts": [],
                 "train_file": self.train_file,
                 "output_dir": o["sft"],
-                "seed": seed,
+                "trainer.seed": seed,
             },
         )
         self.hard = self._stage_config(
@@ -347,22 +356,23 @@ class Demo:
                 "hard_case_trajectories": None,
                 "split_scheme": config.split_scheme,
                 "split_seed": config.split_seed,
-                "seed": seed,
+                "trainer.seed": seed,
                 "guidance_trajectories": self.warmup_all_file,
             },
             tool_sets + rollout_sets,
         )
-        self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo[0].episodes)}/final"
+        self.grpo_final = f"{o['grpo']}/episode-{len(self.grpo.config.episodes)}/final"
         self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
         if config.eval_questions is not None:
-            self.eval[0].limit = config.eval_questions
+            self.eval.config.limit = config.eval_questions
 
     def tokenizer_texts(self) -> list[str]:
         """The KB, the SFT records and the dataset's questions (their train split only: `--text-splits train`)."""
         return [self.kb_file, self.train_file, f"{self.paths['data']}/questions.jsonl"]
 
     def sft_train_file(self) -> str:
-        """What the tiny model's tokenizer and SFT learn from: the warm-up trajectories (a subclass may train on other records)."""
+        """What the tiny model's tokenizer and SFT learn from: the warm-up trajectories (a subclass may train on
+        other records)."""
         return self.warmup_file
 
     def _kb_name(self) -> str:
@@ -375,11 +385,16 @@ class Demo:
         return KB_FILES[0]
 
     def _stage_config(
-        self, cls: type, name: str, owned: dict[str, Any], extra: list[str] = (), recipe: StageRecipe | None = None
-    ) -> tuple[Any, str | None, list[str]]:
-        """(config object, recipe path, the `--set` list) of a stage: the recipe (the DemoConfig section
-        `name` unless given), the user's overrides, then what the demo owns (paths, seeds, the shared
-        tool), exactly as the printed command has them."""
+        self,
+        cls: type[T],
+        name: str,
+        owned: dict[str, Any],
+        extra: Sequence[str] = (),
+        recipe: StageRecipe | None = None,
+    ) -> StageInput[T]:
+        """A stage's config object, recipe path and `--set` list: the recipe (the DemoConfig section `name`
+        unless given), the user's overrides, then what the demo owns (paths, seeds, the shared tool),
+        exactly as the printed command has them."""
         recipe = recipe or getattr(self.config, name)
         clash = sorted(set(flatten(recipe.set)) & set(owned))
         if clash:
@@ -387,7 +402,7 @@ class Demo:
         path = resolve_recipe(recipe.config)
         sets = overrides(recipe.set) + overrides(owned) + list(extra)
         try:
-            return load_config(cls, path, sets), path, sets
+            return StageInput(load_config(cls, path, sets), path, tuple(sets))
         except ConfigError as err:
             raise ConfigError(f"demo stage {name}: {err}") from err
 
@@ -405,13 +420,13 @@ class Demo:
             Stage(
                 "ranker",
                 "GAT ranker",
-                [command("python", "train/ranker.py", *recipe_args(self.ranker), sets=self.ranker[2])],
+                [self.ranker.command("python", "train/ranker.py")],
                 self.run_ranker,
             ),
             Stage(
                 "warmup",
                 "warm-up trajectories",
-                [command("kgreasoner", "warmup", *recipe_args(self.warmup), sets=self.warmup[2])],
+                [self.warmup.command("kgreasoner", "warmup")],
                 self.run_warmup,
             ),
             Stage(
@@ -421,14 +436,14 @@ class Demo:
                     command(
                         "kgreasoner",
                         "build-tiny",
-                        *recipe_args(self.model),
+                        *self.model.config_args(),
                         "--texts",
                         *self.tokenizer_texts(),
                         "--text-splits",
                         "train",
                         "--out",
                         o["base"],
-                        sets=self.model[2],
+                        sets=self.model.sets,
                     )
                 ],
                 self.run_model,
@@ -436,19 +451,19 @@ class Demo:
             Stage(
                 "sft",
                 "SFT warm-up",
-                [command("python", "train/sft.py", *recipe_args(self.sft), sets=self.sft[2])],
+                [self.sft.command("python", "train/sft.py")],
                 self.run_sft,
             ),
             Stage(
                 "hard",
                 "hard cases",
-                [command("kgreasoner", "hard-cases", *recipe_args(self.hard), sets=self.hard[2])],
+                [self.hard.command("kgreasoner", "hard-cases")],
                 self.run_hard,
             ),
             Stage(
                 "grpo",
                 "GRPO (episode 1: all, 2: hard)",
-                [command("python", "train/grpo.py", *recipe_args(self.grpo), sets=self.grpo[2])],
+                [self.grpo.command("python", "train/grpo.py")],
                 self.run_grpo,
             ),
             Stage(
@@ -489,12 +504,11 @@ class Demo:
             f"hf:{model}",
             "--out",
             f"{self.paths['eval']}/{label}",
-            sets=self.eval[2],
+            sets=self.eval.sets,
         )
 
     def _data_command(self) -> str:
         c = self.config
-        warnings: dict[str, int] = {}
         if self.source == SYNTHETIC:
             size = [] if c.synthetic.num_entities is None else ["--num-entities", c.synthetic.num_entities]
             return command(
@@ -572,24 +586,26 @@ class Demo:
         write_json(Path(self.paths["kg"]) / "stats.json", stats)
         return {
             **stats,
-            "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, loaded in {seconds:.2f}s",
+            "line": f"{stats['triples']:,} triples, {stats['nodes']:,} nodes, {stats['relations']} relations, "
+            f"loaded in {seconds:.2f}s",
         }
 
     def run_ranker(self) -> dict[str, Any]:
         from kgreasoner.retrieval.training import train_ranker
 
-        result = train_ranker(self.ranker[0])
+        result = train_ranker(self.ranker.config)
         test = result.test or result.dev
         gat, none = test.get("gat", {}), test.get("none", {})
         return {
-            "line": f"best epoch {result.best_epoch} of {result.epochs_run}; test recall@1 gat {gat.get('recall@1', 0):.3f} "
+            "line": f"best epoch {result.best_epoch} of {result.epochs_run}; "
+            f"test recall@1 gat {gat.get('recall@1', 0):.3f} "
             f"vs KG order {none.get('recall@1', 0):.3f}"
         }
 
     def run_warmup(self) -> dict[str, Any]:
         from data_gen.warmup import run
 
-        summary = run(self.warmup[0])
+        summary = run(self.warmup.config)
         return {
             "line": f"{summary['records']} trajectories {summary['by_kind']} by split {summary['by_split']}, "
             f"skipped {summary['skipped']}"
@@ -600,20 +616,21 @@ class Demo:
         from kgreasoner.tokenizer import read_training_texts
 
         model, tokenizer = build_tiny(
-            self.model[0], read_training_texts(self.tokenizer_texts(), ["train"]), self.paths["base"]
+            self.model.config, read_training_texts(self.tokenizer_texts(), ["train"]), self.paths["base"]
         )
         counts = parameter_counts(model)
         return {
             "parameters": counts,
             "vocab": len(tokenizer),
-            "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), vocabulary {len(tokenizer):,}",
+            "line": f"{counts['total']:,} parameters ({counts['non_embedding']:,} without embeddings), "
+            f"vocabulary {len(tokenizer):,}",
         }
 
     def run_sft(self) -> dict[str, Any]:
         from kgreasoner.demo_report import sft_log_history
         from kgreasoner.training.sft import train_sft
 
-        final = train_sft(self.sft[0], resume=True)
+        final = train_sft(self.sft.config, resume=True)
         state = sft_log_history(self.paths["sft"])
         evals = [r["eval_loss"] for r in state if "eval_loss" in r]
         return {
@@ -624,14 +641,14 @@ class Demo:
     def run_hard(self) -> dict[str, Any]:
         from kgreasoner.training.hard_cases import mine_hard_cases
 
-        output = mine_hard_cases(self.hard[0])
+        output = mine_hard_cases(self.hard.config)
         summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
         return {"line": f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.3f})"}
 
     def run_grpo(self) -> dict[str, Any]:
         from kgreasoner.training.grpo import train_grpo
 
-        final = train_grpo(self.grpo[0], resume=True)
+        final = train_grpo(self.grpo.config, resume=True)
         return {"line": str(final)}
 
     def run_eval(self) -> dict[str, Any]:
@@ -657,7 +674,7 @@ class Demo:
         from kgreasoner.evaluation.report import RunInfo
         from kgreasoner.llm import open_llm
 
-        config = self.eval[0]
+        config = self.eval.config
         dataset = load_dataset(self.paths["data"], split="test")
         kg = open_dataset_kg(dataset)
         llm = open_llm(f"hf:{model}", config.max_tokens, config.batch_size, config.workers or 8)

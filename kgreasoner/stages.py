@@ -19,10 +19,12 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+C = TypeVar("C")
 
 
 @dataclass
@@ -35,7 +37,7 @@ class Stage:
     run: Callable[[], dict[str, Any]]
 
 
-def command(*parts: Any, sets: list[str] = ()) -> str:
+def command(*parts: Any, sets: Sequence[str] = ()) -> str:
     """A shell command line: the parts (None left out), then `--set ITEM` for each override."""
     words = [str(p) for p in parts if p is not None]
     for item in sets:
@@ -43,9 +45,22 @@ def command(*parts: Any, sets: list[str] = ()) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def recipe_args(stage: tuple[Any, str | None, list[str]]) -> list[str]:
-    """`--config PATH` of a stage's (config, recipe path, overrides), or nothing without a recipe."""
-    return ["--config", stage[1]] if stage[1] else []
+@dataclass(frozen=True)
+class StageInput(Generic[C]):
+    """What one stage runs with: its config object, built from the recipe YAML at `path` (None: the config's
+    defaults) with the `--set` overrides `sets` on top, exactly as the stage's printed command builds it."""
+
+    config: C
+    path: str | None
+    sets: tuple[str, ...]
+
+    def config_args(self) -> list[str]:
+        """`--config PATH` for the stage's command, or nothing without a recipe."""
+        return ["--config", self.path] if self.path else []
+
+    def command(self, *parts: Any) -> str:
+        """The stage's shell command: `parts` (program and subcommand), `--config PATH`, then `--set` each override."""
+        return command(*parts, *self.config_args(), sets=self.sets)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -48,7 +48,7 @@ def _runs(path: Path, out: Path, **kwargs) -> dict:
 
 def _settings(run, stage: str) -> dict:
     """A stage config as a dict, with the run's own folder written as {run} (runs differ there)."""
-    text = json.dumps(dataclasses.asdict(getattr(run.demo, stage)[0]), default=str)
+    text = json.dumps(dataclasses.asdict(getattr(run.demo, stage).config), default=str)
     return json.loads(text.replace(str(run.folder), "{run}"))
 
 
@@ -122,26 +122,29 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     assert len(runs) == 22
     sft_only = runs["sft_only", 0]
     assert [s.name for s in sft_only.stages] == ["data", "kg", "ranker", "warmup", "model", "sft", "eval"]
-    assert sft_only.demo.warmup_all_file == sft_only.demo.warmup_file == sft_only.demo.sft[0].train_file
+    assert sft_only.demo.warmup_all_file == sft_only.demo.warmup_file == sft_only.demo.sft.config.train_file
     assert sft_only.final_evaluation()[0].parent.name == "sft"
     full = runs["full", 0]
     assert [s.name for s in full.stages] == UNIFIED_STAGES
-    assert full.demo.warmup[0].correction_share == 0.3
-    assert full.demo.grpo[0].tool.ranking == "gat" and full.demo.grpo[0].tool.ranker_path == full.demo.paths["ranker"]
-    assert [e.data for e in full.demo.grpo[0].episodes] == ["all", "hard"]
+    assert full.demo.warmup.config.correction_share == 0.3
+    assert (
+        full.demo.grpo.config.tool.ranking == "gat"
+        and full.demo.grpo.config.tool.ranker_path == full.demo.paths["ranker"]
+    )
+    assert [e.data for e in full.demo.grpo.config.episodes] == ["all", "hard"]
 
     def changed(variant: str, stage: str) -> set[str]:
         return _diff(_settings(full, stage), _settings(runs[variant, 0], stage))
 
     # Warm-up without error correction: only that field of the warm-up, so everything downstream is retrained.
-    assert runs["no_backtracking", 0].demo.warmup[0].correction_share == 0.0
+    assert runs["no_backtracking", 0].demo.warmup.config.correction_share == 0.0
     assert changed("no_backtracking", "warmup") == {"correction_share"}
     for stage in ("ranker", "model", "sft", "hard", "grpo", "eval"):
         assert changed("no_backtracking", stage) == set(), stage
 
     # A zero reward weight reaches the GRPO recipe (and TRL's reward_weights through it); nothing before GRPO changes.
     for name, weight in (("search", "search"), ("format", "format"), ("answer", "answer")):
-        grpo = runs[f"no_{name}_reward", 0].demo.grpo[0]
+        grpo = runs[f"no_{name}_reward", 0].demo.grpo.config
         assert dataclasses.asdict(grpo.rewards) == {
             k: 0.0 if k == weight else 1.0 for k in ("search", "format", "answer")
         }
@@ -150,34 +153,34 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
             assert changed(f"no_{name}_reward", stage) == set(), stage
 
     # Episode 2 over all questions, with the same step budgets.
-    no_hard = runs["no_hard_cases", 0].demo.grpo[0]
+    no_hard = runs["no_hard_cases", 0].demo.grpo.config
     assert [(e.data, e.max_steps) for e in no_hard.episodes] == [
-        ("all", e.max_steps) for e in full.demo.grpo[0].episodes
+        ("all", e.max_steps) for e in full.demo.grpo.config.episodes
     ]
     assert changed("no_hard_cases", "grpo") == {"episodes"}
 
     # Guided groups on in full (from the warm-up's records of every training question), off in no_guided_groups.
-    assert full.demo.grpo[0].guidance == "gold"
-    assert full.demo.grpo[0].gold_trajectories == full.demo.warmup_all_file
-    assert runs["no_guided_groups", 0].demo.grpo[0].guidance == "none"
+    assert full.demo.grpo.config.guidance == "gold"
+    assert full.demo.grpo.config.gold_trajectories == full.demo.warmup_all_file
+    assert runs["no_guided_groups", 0].demo.grpo.config.guidance == "none"
     assert changed("no_guided_groups", "grpo") == {"guidance"}
 
     # The ranking kind reaches the tool of the warm-up, GRPO and evaluation, with the ranker's text encoder.
     ctx = runs["no_context_aggregation", 0].demo
     for stage in ("warmup", "grpo", "eval"):
-        tool = getattr(ctx, stage)[0].tool
+        tool = getattr(ctx, stage).config.tool
         assert tool.ranking == "embedding" and tool.ranker_path is None, stage
         assert (tool.encoder.kind, tool.encoder.hashing_dim) == (
-            ctx.ranker[0].encoder.kind,
-            ctx.ranker[0].encoder.hashing_dim,
+            ctx.ranker.config.encoder.kind,
+            ctx.ranker.config.encoder.hashing_dim,
         )
         assert changed("no_context_aggregation", stage) <= {"tool.ranking", "tool.ranker_path", "tool.encoder.kind"}
-    assert ctx.ranker[0].encoder.kind == ("hashing" if path == QUICK else "minilm")
+    assert ctx.ranker.config.encoder.kind == ("hashing" if path == QUICK else "minilm")
 
     # No warm-up: hard cases, GRPO and the first evaluation start from the untrained base model; no SFT stage.
     no_warmup = runs["no_warmup", 0]
     assert [s.name for s in no_warmup.stages] == [s for s in UNIFIED_STAGES if s != "sft"]
-    assert no_warmup.demo.grpo[0].model == no_warmup.demo.hard[0].model == no_warmup.demo.paths["base"]
+    assert no_warmup.demo.grpo.config.model == no_warmup.demo.hard.config.model == no_warmup.demo.paths["base"]
     assert changed("no_warmup", "grpo") == {"model"} and changed("no_warmup", "hard") == {"model"}
     assert no_warmup.demo.first_eval == "base" and "eval/base" in no_warmup.stages[-1].commands[0]
 
@@ -189,7 +192,7 @@ def test_the_pipeline_variant_trains_the_same_architecture_with_the_same_sft_bud
     assert isinstance(tog.demo, PipelineRun) and tog.demo.method == "tog"
     assert [s.name for s in tog.stages] == ["data", "kg", "pipeline", "model", "sft", "eval"]
     steps = str(tog.folder / "pipeline" / "steps.jsonl")
-    pipeline = tog.demo.pipeline[0]
+    pipeline = tog.demo.pipeline.config
     assert (pipeline.method, pipeline.output, pipeline.dataset, pipeline.split_scheme) == (
         "tog",
         steps,
@@ -197,9 +200,9 @@ def test_the_pipeline_variant_trains_the_same_architecture_with_the_same_sft_bud
         full.demo.config.split_scheme,
     )
     assert pipeline.tog.few_shot is False  # configs/tiny-cpu/pipeline_sft.yaml
-    assert tog.demo.eval[0].tog == pipeline.tog  # evaluation prompts are the trained ones
+    assert tog.demo.eval.config.tog == pipeline.tog  # evaluation prompts are the trained ones
     assert _diff(_settings(full, "sft"), _settings(tog, "sft")) == {"train_file"}
-    assert tog.demo.sft[0].train_file == steps
+    assert tog.demo.sft.config.train_file == steps
     assert _diff(_settings(full, "model"), _settings(tog, "model")) == set()
     build = build_parser().parse_args(shlex.split(tog.stages[3].commands[0])[1:])
     assert [str(p) for p in build.texts] == [tog.demo.kb_file, steps, tog.demo.paths["data"] + "/questions.jsonl"]
@@ -213,11 +216,12 @@ def test_seeds_reach_the_training_stages_while_data_kg_and_ranker_keep_data_seed
     runs = _runs(QUICK, tmp_path)
     for seed in (0, 1):
         demo = runs["full", seed].demo
-        assert demo.warmup[0].seed == demo.model[0].seed == demo.sft[0].seed == demo.grpo[0].seed == seed
+        assert demo.warmup.config.seed == demo.model.config.seed == seed
+        assert demo.sft.config.setting("seed") == demo.grpo.config.setting("seed") == seed
     seed_one = runs["full", 1]
     data, _, ranker = seed_one.stages[:3]
     assert "--seed 0" in data.commands[0] and "seed=0" in shlex.split(ranker.commands[0])
-    assert runs["pipeline_tog", 1].demo.pipeline[0].seed == 1
+    assert runs["pipeline_tog", 1].demo.pipeline.config.seed == 1
 
 
 def test_every_printed_command_builds_the_config_the_run_uses(tmp_path):
@@ -242,7 +246,7 @@ def test_every_printed_command_builds_the_config_the_run_uses(tmp_path):
             if stage.name in classes:
                 config = words[words.index("--config") + 1] if "--config" in words else None
                 sets = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
-                assert load_config(classes[stage.name], config, sets) == getattr(run.demo, stage.name)[0], (
+                assert load_config(classes[stage.name], config, sets) == getattr(run.demo, stage.name).config, (
                     run.label,
                     stage.name,
                 )
@@ -251,7 +255,7 @@ def test_every_printed_command_builds_the_config_the_run_uses(tmp_path):
                     args = build_parser().parse_args(shlex.split(line)[1:])
                     parsed = load_config(EvalConfig, args.config, args.overrides)
                     parsed.limit = args.limit
-                    assert parsed == run.demo.eval[0], run.label
+                    assert parsed == run.demo.eval.config, run.label
 
 
 # --- shared stages --------------------------------------------------------------------------------------------

@@ -19,12 +19,39 @@ from kgreasoner.demo_report import GRPO_METHOD, SFT_METHOD
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_full_yaml_spells_out_the_defaults_and_quick_shrinks_them():
+def _leaves(values, prefix=""):
+    """Every (dotted key, value) of a nested mapping."""
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def test_the_demo_defaults_live_in_democonfig_alone():
+    """full.yaml names no setting, and quick.yaml only values that differ from DemoConfig's defaults, so no
+    YAML repeats (and can drift from) a default."""
+    import dataclasses
+
+    import yaml
+
+    assert yaml.safe_load((ROOT / "configs/demo/full.yaml").read_text()) is None
     assert load_config(DemoConfig, ROOT / "configs/demo/full.yaml") == DemoConfig()
+    defaults = dict(_leaves(dataclasses.asdict(DemoConfig())))
+    named = dict(_leaves(yaml.safe_load((ROOT / "configs/demo/quick.yaml").read_text())))
+    assert named and [key for key, value in named.items() if defaults.get(key, object()) == value] == []
+
+
+def test_a_stage_section_changes_only_the_fields_it_names():
     quick = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml")
-    assert quick.synthetic.num_questions == 300 and quick.sft.set["max_steps"] == 150
-    assert quick.model.set == {"num_layers": 2, "tokenizer.system_prompt": False}
+    assert quick.synthetic.num_questions == 300 and quick.sft.config == "configs/tiny-cpu/sft.yaml"
+    changed = {"per_device_train_batch_size": 8, "max_steps": 150, "eval_steps": 50, "save_steps": 50}
+    assert quick.sft.set["trainer"] == {**DemoConfig().sft.set["trainer"], **changed}
+    assert quick.model.set == {"num_layers": 2, "tokenizer": {"system_prompt": False}}
     assert quick.warmup_examples == 60 and quick.grpo.set["dev_eval_steps"] == 2
+    assert quick.grpo.set["search_reward"] == "hops"  # the default's, kept
+    tool = load_config(DemoConfig, None, ["tool.ranking=embedding"]).tool
+    assert tool == {"entity_handles": True, "top_k": 10, "ranking": "embedding"}
 
 
 @pytest.mark.parametrize("value", ["a b", "null", "3", 0.003, None, [], [{"data": "all", "max_steps": 30}], True])
@@ -61,19 +88,21 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
         "hard": (HardCaseConfig, demo.hard),
         "grpo": (GRPORecipe, demo.grpo),
     }
-    for name, (cls, (built, _, _)) in classes.items():
+    for name, (cls, stage) in classes.items():
         (line,) = stages[name].commands
         path, sets = _sets(shlex.split(line))
-        assert load_config(cls, path, sets) == built, name
+        assert load_config(cls, path, sets) == stage.config, name
     for line in stages["eval"].commands:
         words = shlex.split(line)
         args = build_parser().parse_args(words[1:])
         parsed = load_config(EvalConfig, args.config, args.overrides)
         parsed.limit = args.limit
-        assert parsed == demo.eval[0] and args.limit == 7 and args.dataset == str(tmp_path / "out dir" / "data")
-    assert demo.grpo[0].tool == demo.warmup[0].tool == demo.eval[0].tool
-    assert demo.grpo[0].tool.ranking == "gat" and demo.grpo[0].tool.ranker_path == str(tmp_path / "out dir" / "ranker")
-    assert demo.grpo[0].rollout == demo.eval[0].rollout
+        assert parsed == demo.eval.config and args.limit == 7 and args.dataset == str(tmp_path / "out dir" / "data")
+    assert demo.grpo.config.tool == demo.warmup.config.tool == demo.eval.config.tool
+    assert demo.grpo.config.tool.ranking == "gat" and demo.grpo.config.tool.ranker_path == str(
+        tmp_path / "out dir" / "ranker"
+    )
+    assert demo.grpo.config.rollout == demo.eval.config.rollout
     assert shlex.split(stages["data"].commands[0])[:3] == ["kgreasoner", "prepare-data", "PQ-2H"]
     build = build_parser().parse_args(shlex.split(stages["model"].commands[0])[1:])
     assert [str(p) for p in build.texts] == [
@@ -88,6 +117,10 @@ def test_bad_settings_name_the_stage_and_field(tmp_path):
     full = ROOT / "configs/demo/full.yaml"
     with pytest.raises(ConfigError, match="demo stage sft: .*unknown key.*'max_step'"):
         Demo(load_config(DemoConfig, full, ["sft.set.max_step=3"]), tmp_path)
+    with pytest.raises(ConfigError, match="demo stage sft: .*max_steps is a SFTConfig field: set it under trainer:"):
+        Demo(load_config(DemoConfig, full, ["sft.set.max_steps=3"]), tmp_path)
+    with pytest.raises(ConfigError, match=r"sft.set: trainer.seed is set by the demo"):
+        Demo(load_config(DemoConfig, full, ["sft.set.trainer.seed=3"]), tmp_path)
     with pytest.raises(ConfigError, match="grpo.set: output_dir is set by the demo"):
         Demo(load_config(DemoConfig, full, ["grpo.set.output_dir=x"]), tmp_path)
     with pytest.raises(ConfigError, match="demo stage ranker: .*encoder.kind must be one of"):
@@ -100,13 +133,13 @@ def test_a_nested_override_changes_one_field_of_the_recipe_section(tmp_path):
     demo = Demo(
         load_config(DemoConfig, ROOT / "configs/demo/full.yaml", ["ranker.set.encoder.batch_size=7"]), tmp_path
     )
-    encoder = demo.ranker[0].encoder
+    encoder = demo.ranker.config.encoder
     assert (encoder.kind, encoder.batch_size, encoder.cache_dir) == (
         "minilm",
         7,
         str(tmp_path / "cache" / "embeddings"),
     )
-    assert "encoder.batch_size=7" in demo.ranker[2]
+    assert "encoder.batch_size=7" in demo.ranker.sets
     with pytest.raises(ConfigError, match="unknown key"):
         load_config(DemoConfig, None, ["sfft.set.max_steps=3"])
     assert main(["demo", "--quick", "--config", str(ROOT / "configs/demo/full.yaml"), "--out", str(tmp_path)]) == 1
@@ -187,7 +220,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     print(f"quick demo: {first:.1f}s, resumed run {second:.2f}s")
 
     # Other settings into the same folder are refused, naming what differs.
-    assert main(["demo", "--quick", "--out", str(out), "--set", "sft.set.max_steps=10"]) == 1
+    assert main(["demo", "--quick", "--out", str(out), "--set", "sft.set.trainer.max_steps=10"]) == 1
     assert "sft differ" in capsys.readouterr().err
 
 

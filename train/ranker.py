@@ -27,7 +27,8 @@ def main() -> None:
         return
     result = train_ranker(config)
     print(
-        f"saved {result.out_dir} (best epoch {result.best_epoch} of {result.epochs_run}, {result.train_seconds:.1f}s training)"
+        f"saved {result.out_dir} (best epoch {result.best_epoch} of {result.epochs_run}, "
+        f"{result.train_seconds:.1f}s training)"
     )
     print(format_table(result.dev, config.eval_ks, f"{result.description}, dev"))
     if result.test:

@@ -1,13 +1,122 @@
-"""Pieces every trainer shares: LoRA settings, distributed backend, the tiny-model build, progress output."""
+"""Pieces every trainer shares: the `trainer:` passthrough to TRL's config, LoRA settings, distributed backend,
+the tiny-model build, progress output."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
+
+Args = TypeVar("Args", bound="TrainingArguments")
+REFUSED_ALIASES = {
+    "gradient_checkpointing": "gradient_checkpointing is transformers' deprecated alias: set activation_checkpointing"
+}
+"""TRL fields a `trainer:` mapping may not name, and what to set instead."""
+
+
+@dataclass(frozen=True)
+class TrainerFields:
+    """How a recipe's `trainer:` mapping becomes TRL's config (`trl.SFTConfig`, `trl.GRPOConfig`).
+
+    The mapping goes to the config as written, over `defaults` (kgreasoner's values of TRL fields where they
+    differ from TRL's, each said why where it is defined) and under the fields kgreasoner sets itself
+    (`derived`: field -> the recipe setting that decides it, which a mapping naming the field is pointed to).
+    A DeepSpeed path (`configs/deepspeed/...`) is resolved as every recipe path is.
+    """
+
+    config: str
+    """The class name in `trl`."""
+    defaults: Mapping[str, Any]
+    derived: Mapping[str, str]
+
+    def config_class(self) -> type[TrainingArguments]:
+        import trl
+
+        cls: type[TrainingArguments] = getattr(trl, self.config)
+        return cls
+
+    def fields(self) -> dict[str, dataclasses.Field[Any]]:
+        return {f.name: f for f in dataclasses.fields(self.config_class()) if f.init}
+
+    def check(self, trainer: object) -> None:
+        """Refuse a mapping that is not one, names a field kgreasoner sets, or names no field of the config."""
+        if not isinstance(trainer, dict):
+            raise ValueError(f"trainer must be a mapping of {self.config} field names to values")
+        for name in trainer:
+            if name in self.derived:
+                raise ValueError(f"trainer: {name} is set by kgreasoner from {self.derived[name]}; leave it out")
+            if name in REFUSED_ALIASES:
+                raise ValueError(f"trainer: {REFUSED_ALIASES[name]}")
+        unknown = sorted(set(trainer) - set(self.fields()))
+        if unknown:
+            raise ValueError(f"trainer: {', '.join(map(str, unknown))} is not a field of trl.{self.config}")
+
+    def value(self, trainer: Mapping[str, Any], name: str) -> Any:
+        """The value the config gets for TRL field `name`: the mapping's, else kgreasoner's default, else TRL's."""
+        if name in trainer:
+            return trainer[name]
+        if name in self.defaults:
+            return self.defaults[name]
+        spec = self.fields()[name]
+        if spec.default_factory is not dataclasses.MISSING:
+            return spec.default_factory()
+        return spec.default
+
+    def build(self, trainer: Mapping[str, Any], derived: Mapping[str, Any]) -> Any:
+        """TRL's config of the mapping over the defaults, with the derived fields (exactly `self.derived`'s)."""
+        from kgreasoner.config import resolve_recipe
+
+        assert set(derived) == set(self.derived), sorted(set(derived) ^ set(self.derived))
+        # data_seed unset would let accelerate's seedable sampler take torch's initial seed: the data order follows
+        # the run's seed unless the mapping seeds it apart
+        settings = {"data_seed": self.value(trainer, "seed"), **self.defaults, **trainer, **derived}
+        if isinstance(settings.get("deepspeed"), str):
+            settings["deepspeed"] = resolve_recipe(settings["deepspeed"])
+        try:
+            return self.config_class()(**settings)
+        except TypeError as err:
+            raise ValueError(f"trainer: {err} (fields: trl.{self.config})") from err
+
+    def misplaced(self, key: str) -> str | None:
+        """What to say of a recipe's top-level `key` that is a field of the TRL config."""
+        if key in self.derived:
+            return f"{key} is set by kgreasoner from {self.derived[key]}"
+        if key in self.fields():
+            return f"{key} is a {self.config} field: set it under trainer:"
+        return None
+
+
+class TrainerPassthrough:
+    """A recipe whose `trainer:` mapping goes to a TRL config (`TRAINER` says which and how)."""
+
+    TRAINER: ClassVar[TrainerFields]
+    trainer: dict[str, Any]
+
+    def setting(self, name: str) -> Any:
+        """The value TRL's config gets for `name` (before the config exists: datasets, validation)."""
+        return self.TRAINER.value(self.trainer, name)
+
+    @classmethod
+    def misplaced_key(cls, key: str) -> str | None:
+        """`kgreasoner.config.from_dict`'s hint for a top-level key the recipe does not have."""
+        return cls.TRAINER.misplaced(key)
+
+
+def trainer_help(config: str, example: str) -> dict[str, str]:
+    """The `metadata` of a recipe's `trainer` field."""
+    return {
+        "help": f"fields of trl.{config}, passed as given over kgreasoner's defaults (e.g. {example}); "
+        "the fields kgreasoner derives from the recipe are refused, naming the setting to change"
+    }
 
 
 @dataclass

@@ -39,26 +39,31 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelerate import PartialState
 from accelerate.logging import get_logger
 from transformers import TrainerCallback
 
-from kgreasoner.config import resolve_recipe
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.checkpoint_choice import CHOSEN, BestKeeper, apply_choice
 from kgreasoner.training.common import (
     LoraSettings,
+    TrainerFields,
+    TrainerPassthrough,
     ddp_backend,
     is_saved_model,
     last_complete_checkpoint,
     save_final,
+    trainer_help,
 )
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 EPISODE_DATA = ("all", "hard", "frontier")
 UNSUPPORTED_TRAINER = {
@@ -103,9 +108,47 @@ class RewardWeights:
     answer: float = field(default=1.0, metadata={"help": "weight of the 1.0 answer reward"})
 
 
+GRPO_TRAINER = TrainerFields(
+    config="GRPOConfig",
+    defaults={
+        "beta": 1e-5,  # the paper's KL coefficient; 0 drops the reference model
+        "loss_type": "grpo",
+        "num_generations": 16,  # the paper's rollouts per question
+        "per_device_train_batch_size": 16,
+        "lr_scheduler_type": "constant",
+        "bf16": False,  # on where the recipe says so: CPU runs stay in float32
+        "activation_checkpointing": False,
+        "seed": 0,  # also seeds the question order and the rollouts' sampling
+        "logging_steps": 1,
+        "save_steps": 10,
+        "save_total_limit": 2,
+        "report_to": ["tensorboard"],
+    },
+    derived={
+        "output_dir": "output_dir (each episode trains in output_dir/episode-<k>)",
+        "num_train_epochs": "episodes (each episode's num_train_epochs)",
+        "max_steps": "episodes (each episode's max_steps)",
+        "reward_weights": "rewards",
+        "shuffle_dataset": "order",
+        "use_vllm": "rollout_backend",
+        "vllm_max_model_length": "the rollout's budget (max_prompt_tokens and rollout)",
+        "max_completion_length": "the rollout's budget (rollout)",
+        "model_init_kwargs": "trainer.bf16 (the policy loads in bfloat16 with it)",
+        "save_strategy": "trainer.save_steps (checkpoints every save_steps steps, which the final choice reads)",
+        "ddp_backend": "the launch (nccl with GPUs, gloo without, none in one process)",
+        "use_cpu": "the machine (CPU where there is no GPU)",
+    },
+)
+"""TRL's GRPOConfig as a GRPO recipe's `trainer:` mapping reaches it."""
+
+
 @dataclass
-class GRPORecipe:
-    """Everything `train/grpo.py` needs; one YAML per model size in `configs/*/grpo.yaml`."""
+class GRPORecipe(TrainerPassthrough):
+    """Everything `train/grpo.py` needs; one YAML per model size in `configs/*/grpo.yaml`. TRL's own settings
+    (learning rate, beta, group size, sampling, batch sizes, ...) go under `trainer:` (`GRPO_TRAINER`); the
+    rollouts sample with its temperature, top_p, top_k and seed."""
+
+    TRAINER: ClassVar[TrainerFields] = GRPO_TRAINER
 
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
@@ -155,26 +198,6 @@ class GRPORecipe:
         },
     )
     max_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
-    learning_rate: float = field(default=1e-6, metadata={"help": "paper: 1e-6"})
-    beta: float = field(default=1e-5, metadata={"help": "KL coefficient (paper: 1e-5; 0 drops the reference model)"})
-    epsilon: float = field(default=0.2, metadata={"help": "PPO clip range (paper: 0.2)"})
-    loss_type: str = field(default="grpo", metadata={"help": "TRL loss_type: grpo, dapo, dr_grpo, bnpo, ..."})
-    scale_rewards: str = field(
-        default="group",
-        metadata={
-            "help": "TRL scale_rewards: advantages divided by the reward spread of each question's group (group), of "
-            "the whole batch (batch), or not at all (none)"
-        },
-    )
-    num_generations: int = field(default=16, metadata={"help": "rollouts per question (paper: 16)"})
-    temperature: float = field(default=1.0, metadata={"help": "rollout temperature (paper: 1)"})
-    top_p: float = field(default=1.0, metadata={"help": "rollout nucleus mass"})
-    top_k: int = field(default=0, metadata={"help": "rollout top-k (0: off)"})
-    per_device_train_batch_size: int = field(default=16, metadata={"help": "completions per device and micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    num_iterations: int = field(default=1, metadata={"help": "policy updates per generation batch (TRL mu)"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
-    lr_scheduler_type: str = field(default="constant", metadata={"help": "transformers scheduler name"})
     rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
     search_reward: str = field(
         default="paper",
@@ -204,20 +227,12 @@ class GRPORecipe:
     choose_final: str | None = field(
         default=None,
         metadata={
-            "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole run "
+            "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole "
+            "run "
             "with the highest dev Hits@1, the later one on ties; OUTPUT/chosen.json says which) or last (the "
             "last step's weights); default best_dev when dev evaluation is on, else last"
         },
     )
-    trainer: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={
-            "help": "further GRPOConfig fields passed to TRL as given (e.g. {shuffle_dataset: false, "
-            "vllm_gpu_memory_utilization: 0.3}); a field this recipe sets itself is refused"
-        },
-    )
-    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision"})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory"})
     length_chunk_rows: int = field(
         default=4,
         metadata={
@@ -225,12 +240,6 @@ class GRPORecipe:
             "tokens instead of the step's longest rollout (smaller: less padding, smaller matmuls)"
         },
     )
-    seed: int = field(default=0, metadata={"help": "seed of shuffling and of rollout sampling"})
-    logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
-    save_steps: int = field(default=10, metadata={"help": "checkpoint every N steps"})
-    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept per episode"})
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={"help": "trainer loggers"})
-    deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
     rollout_backend: str = field(
         default="hf",
@@ -246,6 +255,12 @@ class GRPORecipe:
             "rollout limits it sizes vLLM's context (vllm_max_model_length) and TRL's max_completion_length"
         },
     )
+    trainer: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=trainer_help(
+            "GRPOConfig", "{learning_rate: 1.0e-6, num_generations: 16, vllm_gpu_memory_utilization: 0.3}"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not self.episodes:
@@ -253,8 +268,9 @@ class GRPORecipe:
         self.episodes = [Episode(**e) if isinstance(e, dict) else e for e in self.episodes]
         if self.episodes[0].data != "all":
             raise ValueError("episode 1 must train on all questions (data: all), as in the paper")
-        if self.num_generations < 2:
-            raise ValueError("num_generations must be >= 2: GRPO compares rollouts of one question")
+        self.TRAINER.check(self.trainer)
+        if self.setting("num_generations") < 2:
+            raise ValueError("trainer.num_generations must be >= 2: GRPO compares rollouts of one question")
         if self.rollout_backend not in ("hf", "vllm"):
             raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
         if self.split_scheme not in ("random", "grouped"):
@@ -263,8 +279,10 @@ class GRPORecipe:
 
         if self.search_reward not in SEARCH_FORMS:
             raise ValueError(f"search_reward must be one of {SEARCH_FORMS}, got {self.search_reward!r}")
-        if self.scale_rewards not in SCALE_REWARDS:
-            raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {self.scale_rewards!r}")
+        if self.setting("scale_rewards") not in SCALE_REWARDS:
+            raise ValueError(
+                f"trainer.scale_rewards must be one of {SCALE_REWARDS}, got {self.setting('scale_rewards')!r}"
+            )
         from kgreasoner.training.guidance import GUIDANCE
 
         if self.guidance not in GUIDANCE:
@@ -293,8 +311,6 @@ class GRPORecipe:
             raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
         if self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
-        if not isinstance(self.trainer, dict):
-            raise ValueError("trainer must be a mapping of GRPOConfig field names to values")
         for name, value in self.trainer.items():
             if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
                 raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
@@ -315,8 +331,9 @@ class KGRollout:
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
-        self.gold = GoldTrajectories(recipe.gold_trajectories) if recipe.guidance != "none" else None
-        self.group_log = None  # a frontier.GroupLog: each group's right answers, as sampled
+        gold = recipe.gold_trajectories  # set whenever guidance is (GRPORecipe checks it)
+        self.gold = GoldTrajectories(gold) if recipe.guidance != "none" and gold else None
+        self.group_log: GroupLog | None = None  # each group's right answers, as sampled
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from kgreasoner.rewards import answer_reward
@@ -326,10 +343,9 @@ class KGRollout:
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
         # A different, reproducible stream per step and rank; resuming replays the same seeds.
-        seed = self.recipe.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
-        sampling = SamplingParams(
-            temperature=self.recipe.temperature, top_p=self.recipe.top_p, top_k=self.recipe.top_k, seed=seed
-        )
+        args = trainer.args
+        seed = args.seed + 1_000_003 * trainer.state.global_step + 7919 * trainer.accelerator.process_index
+        sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=seed)
         trajectories = self.generate(prompts, examples, sampling, trainer)
         correct = answer_reward(
             [t.text for t in trajectories],
@@ -396,7 +412,7 @@ class KGRollout:
             for right, e, prompt in zip(correct, examples, prompts)
         ]
         group_plan, offset = gathered_plan(
-            verdicts, self.recipe.num_generations, self.gold is not None, trainer.accelerator.process_index
+            verdicts, trainer.args.num_generations, self.gold is not None, trainer.accelerator.process_index
         )
         rows, figures = list(trajectories), dict(group_plan.figures)
         mine = held(group_plan.guided, offset, len(rows))
@@ -422,6 +438,7 @@ class KGRollout:
             figures["rollout/prefix_correct"] = sum(everyone) / len(everyone)
         elif not prefixed:
             for i in mine:
+                assert self.gold is not None  # a guided row exists only with gold trajectories
                 e = examples[i]
                 session = self.tool.session(e.question, list(e.topic_entities), example_id=e.id)
                 rows[i] = self.gold.row(e, rows[i].prompt_ids, trainer.processing_class, session, index=i)
@@ -430,13 +447,14 @@ class KGRollout:
     def _prefix(self, example, prompt: str) -> list[str]:
         from kgreasoner.data.sampling import hop_count
 
+        assert self.gold is not None  # asked only with gold trajectories
         return self.gold.prefix(example.id, hop_count(example), prompt, self.recipe.rollout.max_turns)
 
     def _guidable(self, example, prompt: str) -> bool:
         """The question has a gold row to give (gold), or a gold prefix of at least one turn (gold_prefix)."""
         if self.recipe.guidance == "gold_prefix":
             return bool(self._prefix(example, prompt))
-        return example.id in self.gold
+        return self.gold is not None and example.id in self.gold
 
     @staticmethod
     def figures(trajectories, examples, correct, elapsed: float, tool_seconds: float) -> dict[str, float]:
@@ -561,7 +579,7 @@ class DevEval(TrainerCallback):
         self.examples = examples
         self.tool = tool
         self.step_log = step_log
-        self.trainer = None
+        self.trainer: Trainer | None = None
         self.latest = (-1, 0.0)  # (step, dev Hits@1) of the last evaluation
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -586,14 +604,16 @@ class DevEval(TrainerCallback):
         from kgreasoner.rollout.types import SamplingParams
         from kgreasoner.training.trl_internals import add_metric
 
-        accelerator = self.trainer.accelerator
+        trainer = self.trainer
+        assert trainer is not None, "set by build_trainer"
+        accelerator = trainer.accelerator
         positions = list(range(len(self.examples)))[accelerator.process_index :: accelerator.num_processes]
         share = [self.examples[i] for i in positions]
-        with unwrap_model_for_generation(self.trainer.model_wrapped, accelerator) as model:
+        with unwrap_model_for_generation(trainer.model_wrapped, accelerator) as model:
             was_training = model.training
             model.eval()
             sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]
-            engine = RolloutEngine(HFBackend(model, self.trainer.processing_class), None, self.recipe.rollout)
+            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
             trajectories = engine.run(share, sessions, SamplingParams(temperature=0.0))
             model.train(was_training)
         right = (
@@ -616,11 +636,11 @@ class DevEval(TrainerCallback):
         if state.is_world_process_zero:
             self.step_log.append(state.global_step, {**logs, "checkpoint": 1} if saved else logs)
         for name, value in logs.items():
-            add_metric(self.trainer, name, value)
+            add_metric(trainer, name, value)
 
 
 def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
-    """TRL's GRPOConfig of one episode, with the recipe's `trainer` mapping passed through.
+    """TRL's GRPOConfig of one episode: the recipe's `trainer` mapping over kgreasoner's defaults (`GRPO_TRAINER`).
 
     The lengths come from the recipe's own budget (`rollout.types.sequence_tokens`): vLLM's context
     holds the longest prompt plus the longest completion, instead of the model's whole context
@@ -628,55 +648,26 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
     `max_completion_length` is the longest completion the rollout hands TRL (`dr_grpo` divides by it).
     """
     import torch
-    from trl import GRPOConfig
 
     from kgreasoner.rollout.types import completion_tokens, sequence_tokens
 
-    owned = dict(
-        output_dir=str(output_dir),
-        learning_rate=recipe.learning_rate,
-        beta=recipe.beta,
-        epsilon=recipe.epsilon,
-        loss_type=recipe.loss_type,
-        scale_rewards=recipe.scale_rewards,
-        num_generations=recipe.num_generations,
-        temperature=recipe.temperature,
-        top_p=recipe.top_p,
-        per_device_train_batch_size=recipe.per_device_train_batch_size,
-        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
-        num_iterations=recipe.num_iterations,
-        max_grad_norm=recipe.max_grad_norm,
-        lr_scheduler_type=recipe.lr_scheduler_type,
-        num_train_epochs=episode.num_train_epochs,
-        max_steps=episode.max_steps,
-        reward_weights=[recipe.rewards.search, recipe.rewards.format, recipe.rewards.answer],
-        bf16=recipe.bf16,
-        gradient_checkpointing=recipe.gradient_checkpointing,
-        seed=recipe.seed,
-        data_seed=recipe.seed,
-        logging_steps=recipe.logging_steps,
-        save_strategy="steps",
-        save_steps=recipe.save_steps,
-        save_total_limit=recipe.save_total_limit,
-        report_to=recipe.report_to,
-        deepspeed=resolve_recipe(recipe.deepspeed),
-        ddp_backend=ddp_backend(),
-        use_cpu=not torch.cuda.is_available(),
-        use_vllm=recipe.rollout_backend == "vllm",
-        vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
-        max_completion_length=completion_tokens(recipe.rollout),
-        log_completions=False,
-        mask_truncated_completions=False,
-        model_init_kwargs={"dtype": "bfloat16" if recipe.bf16 else "float32"},
-        shuffle_dataset=recipe.order == "shuffled",
+    return recipe.TRAINER.build(
+        recipe.trainer,
+        dict(
+            output_dir=str(output_dir),
+            num_train_epochs=episode.num_train_epochs,
+            max_steps=episode.max_steps,
+            reward_weights=[recipe.rewards.search, recipe.rewards.format, recipe.rewards.answer],
+            shuffle_dataset=recipe.order == "shuffled",
+            use_vllm=recipe.rollout_backend == "vllm",
+            vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
+            max_completion_length=completion_tokens(recipe.rollout),
+            model_init_kwargs={"dtype": "bfloat16" if recipe.setting("bf16") else "float32"},
+            save_strategy="steps",
+            ddp_backend=ddp_backend(),
+            use_cpu=not torch.cuda.is_available(),
+        ),
     )
-    clash = sorted(set(recipe.trainer) & set(owned))
-    if clash:
-        raise ValueError(f"trainer: {', '.join(clash)} set by the recipe's own fields; set them there")
-    try:
-        return GRPOConfig(**owned, **recipe.trainer)
-    except TypeError as err:
-        raise ValueError(f"trainer: {err} (fields: trl.GRPOConfig)") from err
 
 
 def _hard_ids(recipe: GRPORecipe) -> set[str]:
@@ -757,18 +748,18 @@ def build_trainer(
     from kgreasoner.training.trl_internals import reusing_vllm_engine, scoring_trainer_class, send_unfused_experts
 
     root = Path(recipe.output_dir)
+    args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
     data, by_prompt, dropped = _episode_dataset(
-        examples, tokenizer, recipe.order, recipe.seed, recipe.max_prompt_tokens, chains
+        examples, tokenizer, recipe.order, args.seed, recipe.max_prompt_tokens, chains
     )
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
-    args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
-    if len(data) < args.generation_batch_size // recipe.num_generations:
+    if len(data) < args.generation_batch_size // args.num_generations:
         raise ValueError(
             f"episode {number}: {len(data)} questions, fewer than the "
-            f"{args.generation_batch_size // recipe.num_generations} one generation batch takes "
+            f"{args.generation_batch_size // args.num_generations} one generation batch takes "
             f"(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
             "TRL would train no step; lower per_device_train_batch_size or give the episode more"
         )
@@ -780,10 +771,11 @@ def build_trainer(
             recipe.max_prompt_tokens,
         )
     rollout = KGRollout(recipe, tool, by_prompt)
-    rollout.group_log = GroupLog(root / f"episode-{number}" / GROUPS_FILE, recipe.num_generations)
+    rollout.group_log = group_log = GroupLog(root / f"episode-{number}" / GROUPS_FILE, args.num_generations)
     step_log = StepLog(root / STEP_LOG, number)
     metrics = RolloutMetrics(step_log, rollout)
-    callbacks = [metrics, rollout.group_log]
+    callbacks: list[TrainerCallback] = [metrics, group_log]
+    dev_eval = None
     if recipe.dev_eval_steps and dev_examples:
         dev_eval = DevEval(recipe, dev_examples, tool, step_log)
         callbacks.append(dev_eval)
@@ -802,8 +794,9 @@ def build_trainer(
         )
     if args.use_vllm:
         send_unfused_experts(trainer)
-    for callback in callbacks:
-        callback.trainer = trainer
+    metrics.trainer = trainer
+    if dev_eval is not None:
+        dev_eval.trainer = trainer
     trainer.length_chunk_rows = recipe.length_chunk_rows
     return trainer
 
@@ -842,7 +835,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     if recipe.dev_eval_steps:
         from kgreasoner.data.sampling import stratified_order
 
-        dev_examples = stratified_order(dataset.split("dev"), recipe.seed)[: recipe.dev_eval_questions]
+        dev_examples = stratified_order(dataset.split("dev"), recipe.setting("seed"))[: recipe.dev_eval_questions]
         dev_examples = with_kg_names(dev_examples, tool.kg)
     root = Path(recipe.output_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -859,12 +852,14 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             continue
         examples = train_examples
         if episode.data == "hard":
+            assert hard is not None  # read above whenever an unfinished episode trains on hard cases
             examples = [e for e in train_examples if e.id in hard]
             if not examples:
                 raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
         elif episode.data == "frontier":
-            per_batch = grpo_config(recipe, episode_dir, episode).generation_batch_size // recipe.num_generations
-            examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, recipe.seed, per_batch)
+            args = grpo_config(recipe, episode_dir, episode)
+            per_batch = args.generation_batch_size // args.num_generations
+            examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, args.seed, per_batch)
         trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous)
         if trainer.is_world_process_zero():
             (root / CHOSEN).unlink(missing_ok=True)  # made before this episode changed
@@ -884,7 +879,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         previous = trainer if trainer.use_vllm else None  # kept for its vLLM engine only
     state = PartialState()  # set up by the trainers, or a bare single process when every episode was done
     if state.is_main_process and not (root / CHOSEN).is_file():
-        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final)
+        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final or "last")
         logger.info(
             "final model: episode %s step %s (dev Hits@1 %s), %s",
             chosen["episode"],

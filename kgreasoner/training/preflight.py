@@ -51,11 +51,10 @@ import math
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from kgreasoner.config import resolve_recipe
 
 GIB = 1024**3
 OVERHEAD_BYTES = 2 * GIB
@@ -195,12 +194,12 @@ def preflight(
     report = Report(kind)
     if gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
-    if kind == "sft":
-        from kgreasoner.training.sft import SFTRecipe as Recipe
-    else:
-        from kgreasoner.training.grpo import GRPORecipe as Recipe
-    recipe = load_config(Recipe, config, overrides)
-    report.checks.append(f"{config} parses as {Recipe.__name__}")
+    from kgreasoner.training.grpo import GRPORecipe
+    from kgreasoner.training.sft import SFTRecipe
+
+    recipe_class: type[SFTRecipe | GRPORecipe] = SFTRecipe if kind == "sft" else GRPORecipe
+    recipe = load_config(recipe_class, config, overrides)
+    report.checks.append(f"{config} parses as {recipe_class.__name__}")
     check_recipe(recipe, kind, gpus, gpu_memory, model_config, report)
     return report
 
@@ -233,12 +232,13 @@ def _trl_config(recipe, kind: str, report: Report):
         report.problems.append(f"TRL's {'SFT' if kind == 'sft' else 'GRPO'}Config refuses the recipe: {err}")
         return None
     report.checks.append(
-        f"TRL {type(args).__name__} builds" + (f" with {recipe.deepspeed}" if recipe.deepspeed else "")
+        f"TRL {type(args).__name__} builds" + (f" with {recipe.setting('deepspeed')}" if args.deepspeed else "")
     )
     return args
 
 
 def _check_data(recipe, kind: str, report: Report) -> None:
+    train: Sequence[object]
     try:
         if kind == "sft":
             from kgreasoner.data.trajectories import read_warmup
@@ -296,10 +296,13 @@ def _count(parameters) -> int:
     return sum(p.numel() for p in {id(p): p for p in parameters}.values())
 
 
-def _deepspeed(recipe) -> dict[str, Any]:
-    if not recipe.deepspeed:
+def _deepspeed(args) -> dict[str, Any]:
+    """The DeepSpeed JSON of the TRL config (its path resolved when the config was built), or nothing."""
+    if not args.deepspeed:
         return {}
-    return json.loads(Path(resolve_recipe(recipe.deepspeed)).read_text(encoding="utf-8"))
+    if isinstance(args.deepspeed, dict):
+        return args.deepspeed
+    return json.loads(Path(args.deepspeed).read_text(encoding="utf-8"))
 
 
 def _zero_stage(ds: dict[str, Any]) -> int:
@@ -314,7 +317,7 @@ def _offloaded(ds: dict[str, Any], what: str) -> bool:
 def sequence_tokens(recipe, kind: str) -> int:
     """The longest sequence one training row can be (for GRPO also the context vLLM needs)."""
     if kind == "sft":
-        return recipe.max_length
+        return int(recipe.setting("max_length"))
     from kgreasoner.rollout.types import sequence_tokens as rollout_sequence_tokens
 
     return rollout_sequence_tokens(recipe.rollout, recipe.max_prompt_tokens)
@@ -359,9 +362,9 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
 
     config = _base(model).config
     estimate = Estimate(budget=gpu_memory)
-    ds = _deepspeed(recipe)
+    ds = _deepspeed(args)
     stage = _zero_stage(ds)
-    width = 2 if recipe.bf16 else 4
+    width = 2 if args.bf16 else 4
     total = _count(model.parameters())
     trainable = _count(p for p in model.parameters() if p.requires_grad)
     # PEFT keeps adapters in float32 under a bf16 base; DeepSpeed casts the whole module to its dtype
@@ -389,7 +392,7 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     if _offloaded(ds, "optimizer"):
         held.append(("optimiser", 0.0, "offloaded to the CPU by the DeepSpeed JSON"))
     elif ds:
-        per = 8 + (4 if recipe.bf16 else 0)
+        per = 8 + (4 if args.bf16 else 0)
         opt_shard = gpus if stage >= 1 else 1
         held.append(
             (
@@ -406,8 +409,8 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
                 f"torch Adam: two moments in the parameters' dtype ({2 * trained_width} B each)",
             )
         )
-    if kind == "grpo" and recipe.beta > 0 and not recipe.lora.enabled:
-        held.append(("reference model", total * width / shard3, f"beta {recipe.beta:g}: a frozen copy{by}"))
+    if kind == "grpo" and args.beta > 0 and not recipe.lora.enabled:
+        held.append(("reference model", total * width / shard3, f"beta {args.beta:g}: a frozen copy{by}"))
     if kind == "grpo" and args.use_vllm:
         share = args.vllm_gpu_memory_utilization
         context = vllm_max_model_len(args, config)
@@ -426,8 +429,8 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     if stage >= 3:
         largest = max(_count(m.parameters()) for m in _layers(model))
         estimate.add(TRAINING, "ZeRO-3 gathered", 2 * largest * width, f"largest layer ({largest / 1e6:.0f}M) twice")
-    tokens = recipe.per_device_train_batch_size * sequence_tokens(recipe, kind)
-    if recipe.gradient_checkpointing:
+    tokens = args.per_device_train_batch_size * sequence_tokens(recipe, kind)
+    if args.activation_checkpointing:
         estimate.add(
             TRAINING,
             "activations",
@@ -464,7 +467,7 @@ def _generation_rows(
     ZeRO-3 the full weights, which `unwrap_model_for_generation` gathers for the whole generation."""
     for name, size, note in held:
         # outside DeepSpeed the trainer frees the gradients after each optimiser step (set to None)
-        if name != "gradients" or recipe.deepspeed:
+        if name != "gradients" or args.deepspeed:
             estimate.add(GENERATION, name, size, note, held=True)
     if stage >= 3:
         estimate.add(GENERATION, "ZeRO-3 gathered", full_weights, "the whole model, gathered for generation")
@@ -548,6 +551,7 @@ def _kv_bytes(config, tensor_parallel: int = 1) -> int:
 
 def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> None:
     estimate = report.estimate
+    assert estimate is not None, "judged after the estimate"
     if kind == "grpo" and args.use_vllm:
         _judge_vllm(report, recipe, args, model, gpu_memory)
     if estimate.total > gpu_memory:
@@ -556,22 +560,22 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
         if peak == GENERATION:
             rows = generation_rows(recipe, args, gpus)
             hints.append(
-                f"a smaller generation batch ({rows} rows a GPU: per_device_train_batch_size x "
-                "gradient_accumulation_steps, or trainer.steps_per_generation)"
+                f"a smaller generation batch ({rows} rows a GPU: trainer.per_device_train_batch_size x "
+                "trainer.gradient_accumulation_steps, or trainer.steps_per_generation)"
             )
             hints.append("rollout_backend: vllm")
         if peak == MINING:
             hints.append("hard_cases: a hard set mined beforehand (kgreasoner hard-cases)")
-        elif _zero_stage(_deepspeed(recipe)) < 3:
-            hints.append("deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")
-        if peak != MINING and not _offloaded(_deepspeed(recipe), "optimizer"):
+        elif _zero_stage(_deepspeed(args)) < 3:
+            hints.append("trainer.deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")
+        if peak != MINING and not _offloaded(_deepspeed(args), "optimizer"):
             hints.append("a DeepSpeed JSON that offloads the optimiser (configs/deepspeed/zero3-offload.json)")
-        if peak == TRAINING and not recipe.gradient_checkpointing:
-            hints.append("gradient_checkpointing: true")
-        if peak == TRAINING and recipe.per_device_train_batch_size > 1:
+        if peak == TRAINING and not args.activation_checkpointing:
+            hints.append("trainer.activation_checkpointing: true")
+        if peak == TRAINING and args.per_device_train_batch_size > 1:
             hints.append(
-                f"a smaller per_device_train_batch_size (now {recipe.per_device_train_batch_size}) with a "
-                "larger gradient_accumulation_steps"
+                f"a smaller trainer.per_device_train_batch_size (now {args.per_device_train_batch_size}) with a "
+                "larger trainer.gradient_accumulation_steps"
             )
         if peak != MINING and not recipe.lora.enabled:
             hints.append("lora.enabled: true")

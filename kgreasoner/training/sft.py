@@ -10,22 +10,65 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from accelerate.logging import get_logger
 
-from kgreasoner.config import resolve_recipe
 from kgreasoner.data.trajectories import read_warmup
-from kgreasoner.training.common import LoraSettings, ddp_backend, ensure_model, last_complete_checkpoint, save_final
+from kgreasoner.training.common import (
+    LoraSettings,
+    TrainerFields,
+    TrainerPassthrough,
+    ddp_backend,
+    ensure_model,
+    last_complete_checkpoint,
+    save_final,
+    trainer_help,
+)
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.training.warmup_data import encode_record
 
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
+SFT_TRAINER = TrainerFields(
+    config="SFTConfig",
+    defaults={
+        "learning_rate": 1e-5,
+        "per_device_train_batch_size": 4,
+        "lr_scheduler_type": "cosine",
+        "warmup_steps": 0.03,  # a share of the steps below 1
+        "max_length": 4096,  # longer trajectories are dropped (and counted), never cut
+        "bf16": False,  # on where the recipe says so: CPU runs stay in float32
+        "activation_checkpointing": False,
+        "train_sampling_strategy": "group_by_length",  # trajectories of similar length batched together
+        "seed": 0,
+        "eval_steps": 50,  # 0: no evaluation
+        "save_steps": 50,  # a multiple of eval_steps: the best checkpoint on dev is kept
+        "save_total_limit": 2,
+        "report_to": ["tensorboard"],
+    },
+    derived={
+        "output_dir": "output_dir",
+        "eval_strategy": "eval_file (or train_file's dev records) and trainer.eval_steps",
+        "load_best_model_at_end": "the dev set: the best checkpoint on dev loss ends the run",
+        "metric_for_best_model": "the dev set: the best checkpoint on dev loss ends the run",
+        "greater_is_better": "the dev set: the best checkpoint on dev loss ends the run",
+        "save_strategy": "trainer.save_steps (checkpoints every save_steps steps)",
+        "completion_only_loss": "the trajectories' assistant masks (the loss covers model-written tokens only)",
+        "ddp_backend": "the launch (nccl with GPUs, gloo without, none in one process)",
+        "use_cpu": "the machine (CPU where there is no GPU)",
+    },
+)
+"""TRL's SFTConfig as an SFT recipe's `trainer:` mapping reaches it."""
+
+
 @dataclass
-class SFTRecipe:
-    """Everything `train/sft.py` needs; one YAML per model size in `configs/*/sft.yaml`."""
+class SFTRecipe(TrainerPassthrough):
+    """Everything `train/sft.py` needs; one YAML per model size in `configs/*/sft.yaml`. TRL's own settings
+    (learning rate, batch sizes, steps, `max_length`, ...) go under `trainer:` (`SFT_TRAINER`)."""
+
+    TRAINER: ClassVar[TrainerFields] = SFT_TRAINER
 
     model: str = field(metadata={"help": "checkpoint directory or hub name of the base model"})
     train_file: str = field(metadata={"help": "warm-up trajectories (JSONL from data_gen/warmup.py)"})
@@ -40,48 +83,26 @@ class SFTRecipe:
     eval_file: str | None = field(
         default=None, metadata={"help": "dev trajectories; default: records of train_file with split 'dev'"}
     )
-    learning_rate: float = field(default=1e-5, metadata={"help": "peak learning rate"})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "passes over the warm-up set"})
-    max_steps: int = field(default=-1, metadata={"help": "stop after this many optimiser steps (-1: use epochs)"})
-    per_device_train_batch_size: int = field(default=4, metadata={"help": "sequences per device and step"})
-    per_device_eval_batch_size: int = field(default=8, metadata={"help": "sequences per device in evaluation"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimiser step"})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "transformers scheduler name"})
-    warmup_ratio: float = field(default=0.03, metadata={"help": "share of steps with a linear LR warm-up"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    max_length: int = field(default=4096, metadata={"help": "longer trajectories are dropped (and counted), not cut"})
-    bf16: bool = field(default=False, metadata={"help": "bf16 mixed precision (GPU, or CPU autocast)"})
-    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for activation memory"})
-    group_by_length: bool = field(default=True, metadata={"help": "batch trajectories of similar length together"})
-    seed: int = field(default=0, metadata={"help": "seed of initialisation, shuffling and dropout"})
-    logging_steps: int = field(default=10, metadata={"help": "log every N steps"})
-    eval_steps: int = field(default=50, metadata={"help": "evaluate on dev every N steps"})
-    save_steps: int = field(default=50, metadata={"help": "checkpoint every N steps (aligned with eval_steps)"})
-    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept on disk"})
     early_stopping_patience: int = field(
         default=3, metadata={"help": "stop after N evaluations without a better dev loss (0: off)"}
     )
-    report_to: list[str] = field(default_factory=lambda: ["tensorboard"], metadata={"help": "trainer loggers"})
-    deepspeed: str | None = field(default=None, metadata={"help": "DeepSpeed JSON (configs/deepspeed/zero*.json)"})
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
-    dataloader_num_workers: int = field(default=0, metadata={"help": "worker processes for batching"})
     trainer: dict[str, Any] = field(
         default_factory=dict,
-        metadata={
-            "help": "further SFTConfig fields passed to TRL as given (e.g. {activation_offloading: true, "
-            "torch_compile: true}); a field this recipe sets itself is refused"
-        },
+        metadata=trainer_help("SFTConfig", "{learning_rate: 1.0e-5, max_steps: 300, activation_offloading: true}"),
     )
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
-        if self.max_length < 16:
-            raise ValueError(f"max_length must be at least 16, got {self.max_length}")
-        if self.eval_steps > 0 and self.save_steps % self.eval_steps:
-            raise ValueError("save_steps must be a multiple of eval_steps (the best checkpoint is kept)")
-        if not isinstance(self.trainer, dict):
-            raise ValueError("trainer must be a mapping of SFTConfig field names to values")
+        self.TRAINER.check(self.trainer)
+        if self.setting("learning_rate") <= 0:
+            raise ValueError(f"trainer.learning_rate must be positive, got {self.setting('learning_rate')}")
+        if self.setting("max_length") < 16:
+            raise ValueError(f"trainer.max_length must be at least 16, got {self.setting('max_length')}")
+        eval_steps, save_steps = self.setting("eval_steps"), self.setting("save_steps")
+        if eval_steps > 0 and save_steps % eval_steps:
+            raise ValueError(
+                "trainer.save_steps must be a multiple of trainer.eval_steps (the best checkpoint is kept)"
+            )
 
 
 def build_datasets(recipe: SFTRecipe, tokenizer):
@@ -95,13 +116,14 @@ def build_datasets(recipe: SFTRecipe, tokenizer):
         train_records = [r for r in records if r.split != "dev"]
         dev_records = [r for r in records if r.split == "dev"]
     dropped = 0
+    max_length = recipe.setting("max_length")
 
     def encode(rows):
         nonlocal dropped
         out = []
         for record in rows:
             encoded = encode_record(record, tokenizer)
-            if len(encoded["input_ids"]) > recipe.max_length:
+            if len(encoded["input_ids"]) > max_length:
                 dropped += 1
                 continue
             out.append(encoded)
@@ -110,60 +132,32 @@ def build_datasets(recipe: SFTRecipe, tokenizer):
     train = encode(train_records)
     dev = encode(dev_records)
     if not train:
-        raise ValueError(f"{recipe.train_file}: no training trajectory fits max_length={recipe.max_length}")
+        raise ValueError(f"{recipe.train_file}: no training trajectory fits max_length={max_length}")
     return Dataset.from_list(train), (Dataset.from_list(dev) if dev else None), dropped
 
 
 def sft_config(recipe: SFTRecipe, has_eval: bool):
-    """TRL's SFTConfig of the recipe, with the recipe's `trainer` mapping passed through.
+    """TRL's SFTConfig: the recipe's `trainer` mapping over kgreasoner's defaults (`SFT_TRAINER`).
 
     Build it before the model is loaded: with a ZeRO-3 DeepSpeed JSON, creating it registers the
     config that makes `from_pretrained` load the weights already partitioned (`zero.Init`);
     loaded first, every rank would hold the whole model in memory.
     """
-    from trl import SFTConfig
-
-    evaluate = has_eval and recipe.eval_steps > 0
-    owned = dict(
-        output_dir=recipe.output_dir,
-        learning_rate=recipe.learning_rate,
-        num_train_epochs=recipe.num_train_epochs,
-        max_steps=recipe.max_steps,
-        per_device_train_batch_size=recipe.per_device_train_batch_size,
-        per_device_eval_batch_size=recipe.per_device_eval_batch_size,
-        gradient_accumulation_steps=recipe.gradient_accumulation_steps,
-        lr_scheduler_type=recipe.lr_scheduler_type,
-        warmup_steps=recipe.warmup_ratio,
-        weight_decay=recipe.weight_decay,
-        max_length=recipe.max_length,
-        bf16=recipe.bf16,
-        gradient_checkpointing=recipe.gradient_checkpointing,
-        train_sampling_strategy="group_by_length" if recipe.group_by_length else "random",
-        seed=recipe.seed,
-        data_seed=recipe.seed,
-        logging_steps=recipe.logging_steps,
-        eval_strategy="steps" if evaluate else "no",
-        eval_steps=recipe.eval_steps if evaluate else None,
-        save_strategy="steps",
-        save_steps=recipe.save_steps,
-        save_total_limit=recipe.save_total_limit,
-        load_best_model_at_end=evaluate,
-        metric_for_best_model="eval_loss" if evaluate else None,
-        greater_is_better=False if evaluate else None,
-        report_to=recipe.report_to,
-        deepspeed=resolve_recipe(recipe.deepspeed),
-        ddp_backend=ddp_backend(),
-        dataloader_num_workers=recipe.dataloader_num_workers,
-        completion_only_loss=False,
-        use_cpu=not _has_gpu(),
+    evaluate = has_eval and recipe.setting("eval_steps") > 0
+    return recipe.TRAINER.build(
+        recipe.trainer,
+        dict(
+            output_dir=recipe.output_dir,
+            eval_strategy="steps" if evaluate else "no",
+            load_best_model_at_end=evaluate,
+            metric_for_best_model="eval_loss" if evaluate else None,
+            greater_is_better=False if evaluate else None,
+            save_strategy="steps",
+            completion_only_loss=False,
+            ddp_backend=ddp_backend(),
+            use_cpu=not _has_gpu(),
+        ),
     )
-    clash = sorted(set(recipe.trainer) & set(owned))
-    if clash:
-        raise ValueError(f"trainer: {', '.join(clash)} set by the recipe's own fields; set them there")
-    try:
-        return SFTConfig(**owned, **recipe.trainer)
-    except TypeError as err:
-        raise ValueError(f"trainer: {err} (fields: trl.SFTConfig)") from err
 
 
 def _has_gpu() -> bool:
@@ -185,10 +179,10 @@ def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
     train_set, dev_set, dropped = build_datasets(recipe, tokenizer)
     args = sft_config(recipe, has_eval=dev_set is not None)  # before the model: see sft_config
     if dropped:  # after the config, which sets up the process state the rank-aware logger reads
-        logger.warning("dropped %d trajectories longer than max_length=%d", dropped, recipe.max_length)
+        logger.warning("dropped %d trajectories longer than max_length=%d", dropped, args.max_length)
     model = load_model(model_path, tokenizer)
     callbacks = list(callbacks)
-    if dev_set is not None and recipe.early_stopping_patience > 0 and recipe.eval_steps > 0:
+    if args.load_best_model_at_end and recipe.early_stopping_patience > 0:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
     trainer = SFTTrainer(
         model=model,

@@ -255,14 +255,16 @@ def test_tiny_model_trained_on_tog_steps_runs_tog_end_to_end(generated, tog_base
             model=str(tog_base),
             train_file=str(data["tog"][2].output),
             output_dir=str(tmp_path / "sft"),
-            learning_rate=3e-3,
-            max_steps=300,
-            per_device_train_batch_size=8,
-            warmup_ratio=0.0,
-            eval_steps=0,
-            save_steps=300,
-            logging_steps=50,
-            report_to=[],
+            trainer={
+                "learning_rate": 3e-3,
+                "max_steps": 300,
+                "per_device_train_batch_size": 8,
+                "warmup_steps": 0.0,
+                "eval_steps": 0,
+                "save_steps": 300,
+                "logging_steps": 50,
+                "report_to": [],
+            },
         )
     )
     client = HFClient.load(final, max_tokens=64, batch_size=8)

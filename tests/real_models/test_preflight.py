@@ -253,8 +253,8 @@ def test_hf_rollouts_hold_the_whole_generation_batch_and_the_gathered_weights(wo
     assert not report.ok
     assert "(peak: hf rollouts)" in report.problems[0]
     assert (
-        "a smaller generation batch (32 rows a GPU: per_device_train_batch_size x gradient_accumulation_steps"
-        in report.problems[0]
+        "a smaller generation batch (32 rows a GPU: trainer.per_device_train_batch_size x "
+        "trainer.gradient_accumulation_steps" in report.problems[0]
     )
 
 

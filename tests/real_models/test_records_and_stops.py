@@ -77,10 +77,12 @@ def test_sft_trains_exactly_the_mask(arch, world, random_checkpoint, tmp_path, m
             model=str(random_checkpoint),
             train_file=str(path),
             output_dir=str(tmp_path / "out"),
-            per_device_train_batch_size=2,
-            report_to=[],
-            eval_steps=0,
-            group_by_length=False,
+            trainer={
+                "per_device_train_batch_size": 2,
+                "report_to": [],
+                "eval_steps": 0,
+                "train_sampling_strategy": "random",
+            },
         )
     )
     [batch] = batches

@@ -109,15 +109,17 @@ def checkpoint(tmp_path_factory, synthetic_dir, dataset, tool):
         model=str(root / "base"),
         train_file=str(root / "warmup.jsonl"),
         output_dir=str(root / "sft"),
-        learning_rate=1e-2,
-        max_steps=24,
-        per_device_train_batch_size=8,
-        warmup_ratio=0.0,
-        max_length=1024,
-        eval_steps=0,
-        save_steps=24,
-        report_to=[],
-        seed=0,
+        trainer={
+            "learning_rate": 1e-2,
+            "max_steps": 24,
+            "per_device_train_batch_size": 8,
+            "warmup_steps": 0.0,
+            "max_length": 1024,
+            "eval_steps": 0,
+            "save_steps": 24,
+            "report_to": [],
+            "seed": 0,
+        },
     )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 64-wide model gains nothing from a second thread, and loses much on shared cores

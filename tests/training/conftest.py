@@ -56,8 +56,8 @@ def utah_triples() -> str:
 def warm_policy(tmp_path_factory):
     """A tiny model SFT-trained for 300 steps (~3 CPU minutes) on real warm-up trajectories of the synthetic set.
 
-    Returns (model directory, dataset folder, tool config of the trajectories). Shared by the SFT-quality and GRPO tests: GRPO needs
-    a policy that already writes the format, or every reward is 0 and nothing is learned.
+    Returns (model directory, dataset folder, tool config of the trajectories). Shared by the SFT-quality and GRPO
+    tests: GRPO needs a policy that already writes the format, or every reward is 0 and nothing is learned.
     """
     from data_gen.synthetic import write_synthetic
     from data_gen.warmup import WarmupConfig, run
@@ -90,14 +90,16 @@ def warm_policy(tmp_path_factory):
             model=str(root / "tiny"),
             train_file=str(warmup),
             output_dir=str(root / "sft"),
-            learning_rate=3e-3,
-            max_steps=300,
-            per_device_train_batch_size=8,
-            warmup_ratio=0.0,
-            eval_steps=0,
-            save_steps=300,
-            logging_steps=20,
-            report_to=[],
+            trainer={
+                "learning_rate": 3e-3,
+                "max_steps": 300,
+                "per_device_train_batch_size": 8,
+                "warmup_steps": 0.0,
+                "eval_steps": 0,
+                "save_steps": 300,
+                "logging_steps": 20,
+                "report_to": [],
+            },
         )
     )
     return final, data, tool

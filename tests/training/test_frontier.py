@@ -103,12 +103,14 @@ def test_one_grpo_step_records_each_groups_right_answers_as_the_answer_reward_sc
         tool=tool_config,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=4,
-        per_device_train_batch_size=32,
-        learning_rate=1e-3,
-        report_to=[],
-        save_steps=1,
-        beta=0.0,
+        trainer={
+            "num_generations": 4,
+            "per_device_train_batch_size": 32,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "save_steps": 1,
+            "beta": 0.0,
+        },
     )
     dataset = load_dataset(str(data))
     tool = KGSearchTool(open_dataset_kg(dataset), tool_config)
@@ -154,17 +156,19 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
         tool=tool_config,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=3), Episode("frontier", max_steps=2)],
-        num_generations=4,
-        per_device_train_batch_size=16,
-        learning_rate=1e-3,
-        report_to=[],
-        save_steps=2,
-        save_total_limit=1,
-        beta=0.0,
         max_questions=24,
         dev_eval_steps=2,
         dev_eval_questions=12,
         frontier_replay=0.25,
+        trainer={
+            "num_generations": 4,
+            "per_device_train_batch_size": 16,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "save_steps": 2,
+            "save_total_limit": 1,
+            "beta": 0.0,
+        },
     )
     final = train_grpo(recipe)
     groups = read_groups(out / "episode-1" / "groups.jsonl")
@@ -208,9 +212,7 @@ def test_an_episode_with_fewer_questions_than_a_generation_batch_is_refused(tiny
         dataset=str(synthetic_dir),
         output_dir=str(tmp_path / "run"),
         episodes=[Episode("all"), Episode("frontier")],
-        num_generations=4,
-        per_device_train_batch_size=16,
-        report_to=[],
+        trainer={"num_generations": 4, "per_device_train_batch_size": 16, "report_to": []},
     )
     dataset = load_dataset(str(synthetic_dir))
     tool = KGSearchTool(open_dataset_kg(dataset), ToolConfig())

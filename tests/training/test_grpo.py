@@ -46,15 +46,17 @@ def _write_recipe(world: Path, out: Path, **overrides) -> Path:
         "tool": {"entity_handles": True, "top_k": 5},
         "rollout": {"max_new_tokens": 32, "max_turn_tokens": 16, "max_turns": 2},
         "episodes": [{"data": "all", "max_steps": 4}],
-        "num_generations": 2,
-        "per_device_train_batch_size": 4,
-        "learning_rate": 1e-3,
-        "report_to": [],
-        "save_steps": 1,
-        "save_total_limit": 10,
         "max_questions": 16,
+        "trainer": {
+            "num_generations": 2,
+            "per_device_train_batch_size": 4,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "save_steps": 1,
+            "save_total_limit": 10,
+        },
     }
-    recipe.update(overrides)
+    recipe.update(overrides, trainer={**recipe["trainer"], **overrides.get("trainer", {})})
     path = out.parent / f"{out.name}.yaml"
     path.write_text(yaml.safe_dump(recipe))
     return path
@@ -127,7 +129,9 @@ def test_sigkill_then_resume_loses_and_repeats_no_step(grpo_world, tmp_path):
 @pytest.mark.slow
 def test_torchrun_two_processes_run_two_steps(grpo_world, tmp_path):
     out = tmp_path / "ddp"
-    config = _write_recipe(grpo_world, out, episodes=[{"data": "all", "max_steps": 2}], per_device_train_batch_size=2)
+    config = _write_recipe(
+        grpo_world, out, episodes=[{"data": "all", "max_steps": 2}], trainer={"per_device_train_batch_size": 2}
+    )
     process = _run(config, nproc=2)
     log = process.communicate(timeout=900)[0]
     assert process.returncode == 0, log[-3000:]
@@ -174,8 +178,7 @@ def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
         grpo_world,
         out,
         episodes=[{"data": "all", "max_steps": 2}],
-        num_generations=4,
-        per_device_train_batch_size=2,
+        trainer={"num_generations": 4, "per_device_train_batch_size": 2},
         guidance="gold",
         guidance_trajectories=str(trajectories),
     )
@@ -215,8 +218,7 @@ def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, t
         grpo_world,
         out,
         episodes=[{"data": "all", "max_steps": 3}],
-        num_generations=4,
-        per_device_train_batch_size=2,
+        trainer={"num_generations": 4, "per_device_train_batch_size": 2},
         guidance="gold_prefix",
         guidance_trajectories=str(trajectories),
         rollout={"max_new_tokens": 160, "max_turn_tokens": 8, "max_turns": 4},

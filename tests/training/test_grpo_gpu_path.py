@@ -38,7 +38,7 @@ def test_vllm_context_and_completion_length_come_from_the_recipe_budget(tmp_path
     from kgreasoner.training.grpo import grpo_config
 
     recipe = load_config(
-        GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"output_dir={tmp_path}", "deepspeed=null"]
+        GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"output_dir={tmp_path}", "trainer.deepspeed=null"]
     )
     args = grpo_config(recipe, tmp_path / "episode-1", recipe.episodes[0])
     # 512 prompt + 4096 model tokens + 8 tool blocks of 384 + the end-of-sequence id the rollout may append
@@ -47,17 +47,14 @@ def test_vllm_context_and_completion_length_come_from_the_recipe_budget(tmp_path
     shorter = load_config(
         GRPORecipe,
         CONFIGS / "llama3.1-8b" / "grpo.yaml",
-        [f"output_dir={tmp_path}", "deepspeed=null", "max_prompt_tokens=256"],
+        [f"output_dir={tmp_path}", "trainer.deepspeed=null", "max_prompt_tokens=256"],
     )
     assert grpo_config(shorter, tmp_path / "e", shorter.episodes[0]).vllm_max_model_length == 256 + 4096 + 3072 + 1
 
 
 def test_the_recipe_sets_the_lengths_itself():
-    from kgreasoner.training.grpo import grpo_config
-
-    recipe = GRPORecipe(model="m", dataset="d", output_dir="o", trainer={"max_completion_length": 64})
-    with pytest.raises(ValueError, match="trainer: max_completion_length set by the recipe's own fields"):
-        grpo_config(recipe, Path("o"), recipe.episodes[0])
+    with pytest.raises(ValueError, match="trainer: max_completion_length is set by kgreasoner from the rollout's"):
+        GRPORecipe(model="m", dataset="d", output_dir="o", trainer={"max_completion_length": 64})
 
 
 def test_sleep_mode_is_refused_with_what_to_do():
@@ -112,15 +109,17 @@ def _recipe(tiny_checkpoint, synthetic_dir, out: Path, **overrides) -> GRPORecip
         tool=ToolConfig(entity_handles=True, top_k=5),
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=2,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        report_to=[],
-        save_steps=10,
         max_questions=8,
-        beta=0.0,
+        trainer={
+            "num_generations": 2,
+            "per_device_train_batch_size": 4,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "save_steps": 10,
+            "beta": 0.0,
+        },
     )
-    fields.update(overrides)
+    fields.update(overrides, trainer={**fields["trainer"], **overrides.get("trainer", {})})
     return GRPORecipe(**fields)
 
 
@@ -186,7 +185,9 @@ def test_the_rollout_returns_the_converters_dict_itself(tiny_checkpoint, synthet
         built.append(original(trajectories, end_token_id))
         return built[-1]
 
-    prompts = [trainer.train_dataset["prompt"][0]] * recipe.num_generations  # one group, as TRL's sampler gives it
+    prompts = [trainer.train_dataset["prompt"][0]] * recipe.setting(
+        "num_generations"
+    )  # one group, as TRL's sampler gives it
     with mock.patch.object(types, "trl_rollout_output", converter):
         out = trainer.rollout_func(prompts, trainer)
     assert len(built) == 1 and out is built[0]

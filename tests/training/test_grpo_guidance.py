@@ -83,7 +83,7 @@ def test_the_demo_trains_with_guided_groups_from_every_training_questions_trajec
     from kgreasoner.demo import Demo, DemoConfig
 
     demo = Demo(load_config(DemoConfig, ROOT / path), tmp_path / "out")
-    recipe = demo.grpo[0]
+    recipe = demo.grpo.config
     assert recipe.guidance == "gold"
     assert recipe.gold_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
 
@@ -268,7 +268,8 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     from kgreasoner.training.grpo import build_trainer
     from kgreasoner.training.warmup_data import encode_record
 
-    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml"), tmp_path / "demo").grpo[0]
+    demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml"), tmp_path / "demo").grpo.config
+    group = demo.setting("num_generations")
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
         dataset=str(synthetic_dir),
@@ -276,14 +277,16 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=demo.num_generations,
-        per_device_train_batch_size=2 * demo.num_generations,
-        learning_rate=1e-3,
-        report_to=[],
-        beta=0.0,
         search_reward=demo.search_reward,
         guidance=demo.guidance,
         guidance_trajectories=str(warmup_file),
+        trainer={
+            "num_generations": group,
+            "per_device_train_batch_size": 2 * group,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "beta": 0.0,
+        },
     )
     dataset, tool = _tool(synthetic_dir)
     gold = GoldTrajectories(warmup_file)
@@ -292,7 +295,7 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     trained = _train_recording(trainer)
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 1.0 and logged["rollout/answer_tied"] == 1.0
-    assert logged["rewards/answer_reward/mean"] == pytest.approx(1 / demo.num_generations)
+    assert logged["rewards/answer_reward/mean"] == pytest.approx(1 / group)
     [batch] = trained
     by_question = {build_prompt(e.question, list(e.topic_entities), trainer.processing_class): e for e in examples}
     rows = []
@@ -302,11 +305,11 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         mask = batch["tool_mask"][i][batch["completion_mask"][i].bool()].tolist()
         rows.append((prompt, completion, mask, float(batch["advantages"][i])))
     golds = []
-    for question, example in by_question.items():
+    for example in by_question.values():
         encoded = encode_record(gold.records[example.id], trainer.processing_class)
         golds.append((encoded["input_ids"], encoded["assistant_masks"]))
     guided = [(p + c, [0] * len(p) + m) for p, c, m, _ in rows if (p + c, [0] * len(p) + m) in golds]
-    assert len(guided) == len(rows) // demo.num_generations  # one gold row a group
+    assert len(guided) == len(rows) // group  # one gold row a group
     assert all(a > 0 for p, c, m, a in rows if (p + c, [0] * len(p) + m) in golds)
 
 
@@ -331,13 +334,15 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4, max_tool_tokens=4096),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=generations,
-        per_device_train_batch_size=2 * generations,
-        learning_rate=1e-3,
-        report_to=[],
-        beta=0.0,
         guidance="gold_prefix",
         guidance_trajectories=str(warmup_file),
+        trainer={
+            "num_generations": generations,
+            "per_device_train_batch_size": 2 * generations,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "beta": 0.0,
+        },
     )
     dataset, tool = _tool(synthetic_dir)
     gold = GoldTrajectories(warmup_file)

@@ -21,15 +21,17 @@ def _recipe(warm_policy, out: Path, **overrides) -> GRPORecipe:
         tool=tool,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=3)],
-        num_generations=4,
-        per_device_train_batch_size=8,
-        learning_rate=1e-3,
-        report_to=[],
-        save_steps=3,
         max_questions=12,
-        beta=0.0,
+        trainer={
+            "num_generations": 4,
+            "per_device_train_batch_size": 8,
+            "learning_rate": 1e-3,
+            "report_to": [],
+            "save_steps": 3,
+            "beta": 0.0,
+        },
     )
-    fields.update(overrides)
+    fields.update(overrides, trainer={**fields["trainer"], **overrides.get("trainer", {})})
     return GRPORecipe(**fields)
 
 
@@ -155,11 +157,9 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
         warm_policy,
         tmp_path / "learn",
         episodes=[Episode("all", max_steps=20)],
-        num_generations=8,
-        per_device_train_batch_size=16,
-        learning_rate=3e-4,
         max_questions=None,
         search_reward="hops",
+        trainer={"num_generations": 8, "per_device_train_batch_size": 16, "learning_rate": 3e-4},
     )
     trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:96], str(model), tool)
 

@@ -8,22 +8,23 @@ from kgreasoner.training.grpo import Episode, GRPORecipe, grpo_config
 
 
 def _recipe(out, **overrides) -> GRPORecipe:
-    fields = dict(model="unused", dataset="unused", output_dir=str(out), report_to=[])
-    return GRPORecipe(**{**fields, **overrides})
+    fields = dict(model="unused", dataset="unused", output_dir=str(out), trainer={"report_to": []})
+    trainer = {**fields.pop("trainer"), **overrides.pop("trainer", {})}
+    return GRPORecipe(**{**fields, **overrides, "trainer": trainer})
 
 
 @pytest.mark.parametrize("scaling", ["group", "batch", "none"])
 def test_scale_rewards_reaches_trls_config(tmp_path, scaling):
-    recipe = _recipe(tmp_path, scale_rewards=scaling)
+    recipe = _recipe(tmp_path, trainer={"scale_rewards": scaling})
     assert grpo_config(recipe, tmp_path / "episode-1", recipe.episodes[0]).scale_rewards == scaling
 
 
 def test_scale_rewards_defaults_to_group_and_refuses_other_values(tmp_path):
-    assert _recipe(tmp_path).scale_rewards == "group"
-    with pytest.raises(ValueError, match=r"scale_rewards must be one of \('group', 'batch', 'none'\), got 'std'"):
-        _recipe(tmp_path, scale_rewards="std")
-    with pytest.raises(ValueError, match="trainer: scale_rewards set by the recipe's own fields"):
-        grpo_config(_recipe(tmp_path, trainer={"scale_rewards": "batch"}), tmp_path, Episode())
+    assert _recipe(tmp_path).setting("scale_rewards") == "group"
+    with pytest.raises(
+        ValueError, match=r"trainer.scale_rewards must be one of \('group', 'batch', 'none'\), got 'std'"
+    ):
+        _recipe(tmp_path, trainer={"scale_rewards": "std"})
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +64,13 @@ def test_a_grpo_step_with_the_path_search_reward_logs_what_it_pays(world, tmp_pa
         search_reward="path",
         rollout=RolloutConfig(max_new_tokens=32, max_turn_tokens=16, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
-        num_generations=2,
-        per_device_train_batch_size=4,
-        learning_rate=1e-3,
-        beta=0.0,
-        save_steps=1,
+        trainer={
+            "num_generations": 2,
+            "per_device_train_batch_size": 4,
+            "learning_rate": 1e-3,
+            "beta": 0.0,
+            "save_steps": 1,
+        },
     )
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     examples = {e.id: e for e in dataset.split("train")[:8]}

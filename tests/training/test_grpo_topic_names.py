@@ -33,7 +33,7 @@ def test_train_grpo_hands_the_trainer_named_topic_entities(tmp_path, oxigraph_se
         kg=f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}",
         tool=ToolConfig(ranking="none"),
         episodes=[Episode("all", max_steps=1)],
-        report_to=[],
+        trainer={"report_to": []},
     )
     with pytest.raises(Built) as built:
         grpo.train_grpo(recipe)

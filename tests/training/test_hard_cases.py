@@ -99,7 +99,8 @@ model, trajectories, output = sys.argv[1:]
 hard_cases.mine_hard_cases(hard_cases.HardCaseConfig(model=model, trajectories=trajectories, output=output,
                                                      batch_size=2, plot=False))
 with open(f"{output}.rank{os.environ['RANK']}", "w") as handle:
-    json.dump({"scored": scored, "world": int(os.environ["WORLD_SIZE"]), "hard": sorted(hard_cases.read_hard_ids(output))}, handle)
+    hard = sorted(hard_cases.read_hard_ids(output))
+    json.dump({"scored": scored, "world": int(os.environ["WORLD_SIZE"]), "hard": hard}, handle)
 """
 
 

@@ -21,17 +21,19 @@ def _recipe(tmp_path, checkpoint, records, **overrides) -> SFTRecipe:
         model=str(checkpoint),
         train_file=str(path),
         output_dir=str(tmp_path / "sft"),
-        learning_rate=1e-2,
-        max_steps=12,
-        per_device_train_batch_size=4,
-        warmup_ratio=0.0,
-        logging_steps=1,
-        eval_steps=0,
-        save_steps=6,
-        report_to=[],
-        seed=0,
+        trainer={
+            "learning_rate": 1e-2,
+            "max_steps": 12,
+            "per_device_train_batch_size": 4,
+            "warmup_steps": 0.0,
+            "logging_steps": 1,
+            "eval_steps": 0,
+            "save_steps": 6,
+            "report_to": [],
+            "seed": 0,
+        },
     )
-    fields.update(overrides)
+    fields.update(overrides, trainer={**fields["trainer"], **overrides.get("trainer", {})})
     return SFTRecipe(**fields)
 
 
@@ -41,7 +43,7 @@ def test_labels_are_minus_100_outside_model_spans(tiny_checkpoint, records, tmp_
     train, dev, dropped = build_datasets(recipe, tokenizer)
     assert dev is None and dropped == 0 and len(train) == 16
     assert set(train.column_names) == {"input_ids", "assistant_masks"}
-    short = _recipe(tmp_path, tiny_checkpoint, records, max_length=16)
+    short = _recipe(tmp_path, tiny_checkpoint, records, trainer={"max_length": 16})
     with pytest.raises(ValueError, match="no training trajectory fits max_length=16"):
         build_datasets(short, tokenizer)
 
@@ -67,9 +69,8 @@ def test_a_lora_warm_up_saves_the_merged_model_as_final(tiny_checkpoint, records
         tmp_path,
         tiny_checkpoint,
         records,
-        max_steps=4,
-        save_steps=4,
         lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]),
+        trainer={"max_steps": 4, "save_steps": 4},
     )
     final = train_sft(recipe)
     assert (final / "config.json").is_file() and not (final / "adapter_config.json").exists()
@@ -83,9 +84,9 @@ def test_a_lora_warm_up_saves_the_merged_model_as_final(tiny_checkpoint, records
 
 
 def test_resume_continues_from_the_last_checkpoint(tiny_checkpoint, records, tmp_path):
-    first = _recipe(tmp_path, tiny_checkpoint, records, max_steps=6)
+    first = _recipe(tmp_path, tiny_checkpoint, records, trainer={"max_steps": 6})
     train_sft(first)
-    resumed = _recipe(tmp_path, tiny_checkpoint, records, max_steps=12)
+    resumed = _recipe(tmp_path, tiny_checkpoint, records, trainer={"max_steps": 12})
     train_sft(resumed, resume=True)
     state = json.loads((Path(resumed.output_dir) / "checkpoint-12" / "trainer_state.json").read_text())
     steps = [row["step"] for row in state["log_history"] if "loss" in row]
@@ -94,14 +95,14 @@ def test_resume_continues_from_the_last_checkpoint(tiny_checkpoint, records, tmp
 
 def test_recipe_validation_names_the_field(tmp_path):
     bad = tmp_path / "sft.yaml"
-    bad.write_text("model: m\ntrain_file: t\noutput_dir: o\nlearning_rate: -1\n")
-    with pytest.raises(ConfigError, match="learning_rate must be positive"):
+    bad.write_text("model: m\ntrain_file: t\noutput_dir: o\ntrainer: {learning_rate: -1}\n")
+    with pytest.raises(ConfigError, match=f"{bad}: trainer.learning_rate must be positive"):
         load_config(SFTRecipe, bad)
 
 
 @pytest.mark.slow
 def test_torchrun_two_processes_on_cpu(tiny_checkpoint, records, tmp_path):
-    recipe = _recipe(tmp_path, tiny_checkpoint, records, max_steps=3, save_steps=3)
+    recipe = _recipe(tmp_path, tiny_checkpoint, records, trainer={"max_steps": 3, "save_steps": 3})
     config = tmp_path / "sft.yaml"
     config.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in recipe.__dict__.items() if k != "lora") + "\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
