@@ -34,7 +34,10 @@ def test_a_quote_may_close_with_the_parenthesis_fused_to_the_next_mark():
     tokenizer = train_tokenizer(
         ["(E1 utah, capital, E2 salt_lake_city). Next I search E2.", "a (b), c"], TokenizerConfig(num_handles=8)
     )
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
     assert len(encode(").")) == len(encode("),")) == 1 and len(encode(");")) == 2  # its own tokens for `).` and `),`
     row = RowConstraint(ConstraintVocabulary(encode), lambda: [], lambda: ["E1 utah, capital, E2 salt_lake_city"])
     written = encode("so (")
@@ -79,13 +82,16 @@ def test_a_constrained_search_may_filter_by_a_listed_relation_only():
     tokenizer = train_tokenizer(
         ["<search>E1 | citizen_of</search> E1 | backtrack plays_for"], TokenizerConfig(num_handles=4)
     )
-    encode = lambda text: tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def encode(text):
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
     tails = {name: encode(f" | {name}") for name in ("citizen_of", "backtrack", "plays_for")}
     shared = 0  # the tokens of ` | ` both tails start with
     while tails["citizen_of"][shared] == tails["backtrack"][shared]:
         shared += 1
     for listed, allowed in (([], False), (["citizen_of"], True)):
-        row = RowConstraint(ConstraintVocabulary(encode), lambda: ["E1"], None, lambda: listed)
+        row = RowConstraint(ConstraintVocabulary(encode), lambda: ["E1"], None, lambda listed=listed: listed)
         written = encode("<search>")
         row.observe(written)
         for token in encode("E1") + tails["backtrack"][:shared]:

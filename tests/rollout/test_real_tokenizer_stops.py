@@ -205,7 +205,7 @@ def test_vllm_turns_stop_at_every_eos_id_of_the_generation_config(real_tokenizer
     written = "<think> no idea </think>"
     for eos in eos_ids:
         sent = _encode(real_tokenizer, written) + [eos] + _encode(real_tokenizer, " more")
-        server = stub(lambda body: (200, _vllm_reply(sent, [-0.5] * len(sent))))
+        server = stub(lambda body, sent=sent: (200, _vllm_reply(sent, [-0.5] * len(sent))))
         backend = VLLMBackend(real_tokenizer, base_url=server.base_url, model="real")
         assert backend.eos_token_ids == eos_ids
         engine = RolloutEngine(backend, None, RolloutConfig(max_turn_tokens=64))
