@@ -19,16 +19,23 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import yaml
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 CONFIGS_PREFIX = "configs/"
 PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
 """The package's recipes: the checkout's `configs/` (linked), or their copy in an installed package."""
 
 
+@overload
+def resolve_recipe(path: str | Path) -> str: ...
+@overload
+def resolve_recipe(path: None) -> None: ...
 def resolve_recipe(path: str | Path | None) -> str | None:
     """A recipe path as given when it exists from here, else a `configs/...` path from the package's own
     recipes; a path found in neither place raises FileNotFoundError naming both."""
@@ -75,7 +82,7 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     """Instantiate a (possibly nested) config dataclass, naming the offending key on error."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}")
@@ -83,7 +90,7 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     kwargs = {}
     for name, value in data.items():
         kind = hints[name]
-        if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and isinstance(value, dict):
             value = from_dict(kind, value, f"{source}: {name}")
         kwargs[name] = _coerce(value, kind, f"{source}: {name}")
     try:
@@ -174,9 +181,7 @@ def describe(cls: type) -> str:
         default = (
             f.default
             if f.default is not dataclasses.MISSING
-            else (
-                f.default_factory() if f.default_factory is not dataclasses.MISSING else "required"  # type: ignore[misc]
-            )
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else "required")
         )
         rows.append(f"  {f.name} = {default!r}: {f.metadata.get('help', '')}")
     return "\n".join(rows)

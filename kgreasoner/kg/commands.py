@@ -62,6 +62,7 @@ def run_load(args: argparse.Namespace) -> int:
     kg = OxigraphKG.build(args.input, args.store, names=args.names, progress=True)
     seconds = time.perf_counter() - start
     lines = kg.num_triples_loaded
+    assert lines is not None  # build counts what it loads
     triples = store_triples(kg)  # the store keeps a repeated line once: report what it holds, as MemoryKG counts
     kg.close()
     rate = lines / seconds if seconds > 0 else float("inf")

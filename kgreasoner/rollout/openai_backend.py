@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS
 from kgreasoner.rollout.types import SamplingParams, TextOutput
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def row_seed(sampling: SamplingParams, index: int, turn: int) -> int | None:
@@ -56,6 +59,8 @@ class OpenAIBackend:
 
     kind = "text"
     supports_constraints = False
+    tokenizer: PreTrainedTokenizerBase | None = None
+    """The served model's tokenizer, whose chat template lays out prompts; None: the plain protocol layout."""
 
     def __init__(
         self,

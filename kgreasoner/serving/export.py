@@ -19,11 +19,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm import tqdm
 
 from kgreasoner.protocol import ANSWER_CLOSE, TAGS, build_prompt
+
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 ADAPTER_CONFIG = "adapter_config.json"
 MANIFEST = "export.json"
@@ -36,7 +39,7 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Write the servable directory `out` from `source`; returns the manifest (also in `out/export.json`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
     from kgreasoner.models import ensure_pad_token
 
@@ -48,6 +51,7 @@ def export_checkpoint(
     torch_dtype = getattr(torch, dtype)
     adapter = (source / ADAPTER_CONFIG).is_file()
     stages = tqdm(total=4, desc="export", unit="stage", disable=None, postfix="load")
+    model: PeftModel | PreTrainedModel
     if adapter:
         from peft import PeftModel
 
@@ -81,7 +85,8 @@ def export_checkpoint(
     )["input_ids"]
     with torch.no_grad():
         reference = model(input_ids=probe).logits.float()
-    merged = model.merge_and_unload() if adapter else model
+    # peft types the unwrapped model as an nn.Module: it is the base model, a PreTrainedModel.
+    merged = model if isinstance(model, PreTrainedModel) else cast(PreTrainedModel, model.merge_and_unload())
     merged.generation_config = _generation_config(merged, tokenizer)
     if merged.config.pad_token_id is None:
         merged.config.pad_token_id = tokenizer.pad_token_id

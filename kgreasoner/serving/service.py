@@ -211,9 +211,9 @@ class AnswerService:
                     for i in todo
                 ]
                 # A fresh session per request: its handles, explored tree and shown triples are its own.
-                sessions = [self.tool.session(e["question"], e["topic_entities"]) for e in examples]
+                sessions = [self.tool.session(requests[i].question, list(requests[i].topic_entities)) for i in todo]
                 deadlines = Deadlines(
-                    {row: requests[i].deadline for row, i in enumerate(todo) if requests[i].deadline is not None},
+                    {row: deadline for row, i in enumerate(todo) if (deadline := requests[i].deadline) is not None},
                     self.config.request_timeout,
                 )
                 self._backend.failures = {}

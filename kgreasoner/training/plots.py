@@ -59,7 +59,8 @@ def smooth(values: list[float], window: int) -> list[float]:
 
 def continuous_steps(rows: list[dict]) -> list[int]:
     """Each row's step counted across episodes: an episode's steps continue after the one before."""
-    x, offset, seen = [], 0, set()
+    x: list[int] = []
+    offset, seen = 0, set()
     for row in rows:
         if row["episode"] not in seen:
             seen.add(row["episode"])
@@ -101,9 +102,9 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
             for key in keys:
                 points = [(xi, row[key]) for xi, row in zip(x, rows) if key in row]
                 xs, ys = zip(*points)
-                ys = smooth(list(ys), window) if smoothed else ys
+                shown = smooth(list(ys), window) if smoothed else list(ys)
                 label = name if len(keys) == 1 else f"{name}: {_short(key)}"
-                ax.plot(xs, ys, label=label, marker=None if smoothed else "o", markersize=3)
+                ax.plot(xs, shown, label=label, marker=None if smoothed else "o", markersize=3)
         for boundary in sorted({x[i] for i in range(1, len(rows)) if rows[i]["episode"] != rows[i - 1]["episode"]}):
             for ax in axes[: len(PANELS)]:
                 ax.axvline(boundary - 0.5, color="grey", linestyle=":", linewidth=1)
