@@ -138,8 +138,8 @@ def write_report(demo: Any) -> Path:
         "",
         *(_gain_lines(methods) if demo.config.rl else []),
         f"- Data: {_data_line(demo)}.",
-        f"- KG: {kg.get('triples', 0):,} triples, {kg.get('nodes', 0):,} nodes, {kg.get('relations', 0)} relation types "
-        "(embedded memory store).",
+        f"- KG: {kg.get('triples', 0):,} triples, {kg.get('nodes', 0):,} nodes, "
+        f"{kg.get('relations', 0)} relation types (embedded memory store).",
         f"- Model: {params.get('total', 0):,} parameters ({params.get('non_embedding', 0):,} without embeddings), "
         f"word vocabulary of {model.get('vocab', 0):,} tokens.",
         f"- Tool: {', '.join(f'{k}={v}' for k, v in demo.config.tool.items())}{ranking}; "

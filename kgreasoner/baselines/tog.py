@@ -56,7 +56,8 @@ class ToGConfig:
     few_shot: bool = field(
         default=True,
         metadata={
-            "help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"
+            "help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these "
+            "prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"
         },
     )
 

@@ -33,6 +33,7 @@ from kgreasoner.kg.base import INVERSE_PREFIX
 from kgreasoner.kg.memory import MemoryKG
 
 PATHQUESTION_PREFIX = "pathquestion:"
+DEFAULT_SEARCH = PathSearch()
 SUMMARY_FILE = "prepare.json"
 
 
@@ -57,7 +58,7 @@ def prepare_dataset(
     scheme: str = "grouped",
     seed: int = 0,
     root: str | Path | None = None,
-    search: PathSearch = PathSearch(),
+    search: PathSearch = DEFAULT_SEARCH,
     strict: bool = False,
 ) -> dict[str, Any]:
     """Write the dataset folder (see the module docstring); returns the summary written to prepare.json.
@@ -114,7 +115,8 @@ def prepare_dataset(
 
 
 def _check_gold_relations(dataset: Dataset, relations: set[str]) -> None:
-    """A gold path must walk relations of the KB: one that does not would train and score a path no search can follow."""
+    """A gold path must walk relations of the KB: one that does not would train and score a path no search
+    can follow."""
     for example in dataset.examples:
         for path in example.gold_paths:
             for relation in path:

@@ -70,7 +70,8 @@ class OxigraphKG(KnowledgeGraph):
         self.store_dir = Path(store_dir)
         if not self.store_dir.is_dir() or not any(self.store_dir.iterdir()):
             raise FileNotFoundError(
-                f"no oxigraph store at {self.store_dir}; build one with `kgreasoner kg load INPUT --store {self.store_dir}`"
+                f"no oxigraph store at {self.store_dir}; "
+                f"build one with `kgreasoner kg load INPUT --store {self.store_dir}`"
             )
         try:
             self._store = ox.Store.read_only(str(self.store_dir))

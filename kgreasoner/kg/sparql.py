@@ -436,7 +436,8 @@ class SparqlKG(KnowledgeGraph):
         for side in ("out", "in") if direction == "both" else (direction,):
             room = None if limit is None else limit - len(edges)
             rows = self._select_pages(
-                lambda offset, size: self.neighbors_query(entity, side, relations, size, offset), room
+                lambda offset, size: self.neighbors_query(entity, side, relations, size, offset),  # noqa: B023 (called at once)
+                room,
             )
             edges.extend(self._edges(entity, rows))
             if limit is not None and len(edges) >= limit:
@@ -544,7 +545,8 @@ class SparqlKG(KnowledgeGraph):
             return True
         if self._has_names is None:
             rows = self._select(
-                f"SELECT DISTINCT ?flag WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1",
+                f"SELECT DISTINCT ?flag WHERE "
+                f"{{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1",
                 1,
             )
             if rows:
@@ -601,7 +603,9 @@ class SparqlKG(KnowledgeGraph):
         hits = list(dict.fromkeys(node for _, node in ranked))
         if not hits and self.dialect.entity_pattern is None:
             rows = self._select(
-                f"SELECT DISTINCT ?n WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{normalized_label_key(name)}> <{INDEX_NODE}> ?n }} }} LIMIT {self.max_rows}",
+                f"SELECT DISTINCT ?n WHERE "
+                f"{{ GRAPH <{INDEX_GRAPH}> {{ <{normalized_label_key(name)}> <{INDEX_NODE}> ?n }} }} "
+                f"LIMIT {self.max_rows}",
                 None,
             )
             hits = [self.dialect.node_id(r["n"]) for r in rows]

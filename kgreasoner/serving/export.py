@@ -3,8 +3,8 @@
     kgreasoner export checkpoints/grpo/final --out exported/grpo [--base checkpoints/sft/final]
 
 - A LoRA adapter directory (`adapter_config.json`) is merged into its base model
-  (`base_model_name_or_path`, a directory or a hub name in the local cache, or `--base`) with PEFT's `merge_and_unload`; a full checkpoint is
-  copied through `save_pretrained` as is.
+  (`base_model_name_or_path`, a directory or a hub name in the local cache, or `--base`) with PEFT's
+  `merge_and_unload`; a full checkpoint is copied through `save_pretrained` as is.
 - Written: `config.json`, `model.safetensors`, the tokenizer (from the adapter directory when it has
   one: that is the tokenizer training added tags and handles to), and `generation_config.json`
   whose `eos_token_id` lists the tokenizer's end-of-turn token plus `</answer>` when that tag is a
@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 ADAPTER_CONFIG = "adapter_config.json"
 MANIFEST = "export.json"
 PROBE_QUESTION = ("what timezone is utah in", ["Utah"])
-PROBE_TRAJECTORY = " <think> I need the time zone. <search>Utah</search>\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
+PROBE_TRAJECTORY = (
+    " <think> I need the time zone. <search>Utah</search>\n"
+    "<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
+)
 
 
 def export_checkpoint(

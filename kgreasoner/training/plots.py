@@ -4,7 +4,8 @@ Panels over training steps (the paper's Figure 4 and what shows learning rather 
 reward and each component (smoothed), the share of groups whose rollouts all got one reward (no
 gradient), the share whose rollouts all got one answer reward (all right or all wrong: no answer signal),
 by hop count, beside the share of groups guided by a gold row, entropy, response length (model-written
-tokens), searches and correct answers per rollout by hop count, and greedy dev Hits@1 (overall and by hop count; `dev_eval_steps`). Given
+tokens), searches and correct answers per rollout by hop count, and greedy dev Hits@1 (overall and
+by hop count; `dev_eval_steps`). Given
 several runs (for example with and without hard-case sampling) their curves share the panels,
 labelled by run folder name; later episodes continue after earlier ones (dotted lines).
 """
@@ -126,7 +127,8 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plot",
-        help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and dev Hits@1 (PNG)",
+        help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and "
+        "dev Hits@1 (PNG)",
     )
     parser.add_argument("runs", nargs="+", help="GRPO output_dir(s) holding steps.jsonl")
     parser.add_argument("--out", default="grpo_curves.png", help="PNG to write")
