@@ -19,16 +19,23 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import yaml
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 CONFIGS_PREFIX = "configs/"
 PACKAGE_CONFIGS = Path(__file__).resolve().parent / "configs"
 """The package's recipes: the checkout's `configs/` (linked), or their copy in an installed package."""
 
 
+@overload
+def resolve_recipe(path: str | Path) -> str: ...
+@overload
+def resolve_recipe(path: None) -> None: ...
 def resolve_recipe(path: str | Path | None) -> str | None:
     """A recipe path as given when it exists from here, else a `configs/...` path from the package's own
     recipes; a path found in neither place raises FileNotFoundError naming both."""
@@ -75,7 +82,7 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
     """Instantiate a (possibly nested) config dataclass, naming the offending key on error."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         # a recipe that passes a section through to another config says where a misplaced key belongs

@@ -119,7 +119,8 @@ def write_report(demo: Any) -> Path:
         figures.append(("hard cases: per-example SFT loss and threshold", "hard_cases.png"))
 
     methods, sft_run = _methods(demo)
-    stages = demo.store.records()
+    stages: dict[str, dict[str, Any]] = demo.store.records()
+    threads = next((record.get("threads", "?") for record in stages.values()), "?")  # the first stage's
     info = RunInfo(sft_run["dataset"], sft_run["split"], sft_run["split_scheme"], sft_run["seed"])
     table = render_markdown(info, methods).splitlines()[2:]  # without the title and its blank line
     kg = stages.get("kg", {}).get("result", {})
@@ -137,14 +138,14 @@ def write_report(demo: Any) -> Path:
         "",
         *(_gain_lines(methods) if demo.config.rl else []),
         f"- Data: {_data_line(demo)}.",
-        f"- KG: {kg.get('triples', 0):,} triples, {kg.get('nodes', 0):,} nodes, {kg.get('relations', 0)} relation types "
-        "(embedded memory store).",
+        f"- KG: {kg.get('triples', 0):,} triples, {kg.get('nodes', 0):,} nodes, "
+        f"{kg.get('relations', 0)} relation types (embedded memory store).",
         f"- Model: {params.get('total', 0):,} parameters ({params.get('non_embedding', 0):,} without embeddings), "
         f"word vocabulary of {model.get('vocab', 0):,} tokens.",
         f"- Tool: {', '.join(f'{k}={v}' for k, v in demo.config.tool.items())}{ranking}; "
         f"rollout {', '.join(f'{k}={v}' for k, v in demo.config.rollout.items())}; greedy decoding in evaluation.",
         f"- Seeds: {demo.config.seed} (data and training); wall time of the stages {total / 60:.1f} min "
-        f"with {next(iter(stages.values()), {}).get('threads', '?')} torch thread(s).",
+        f"with {threads} torch thread(s).",
         "",
         f"## Results: {info.describe_split()}",
         "",

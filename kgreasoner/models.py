@@ -38,7 +38,7 @@ from kgreasoner.tokenizer import (
 
 if TYPE_CHECKING:  # torch + transformers models take seconds to import; load them when used.
     import torch
-    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 ARCHITECTURES = ("qwen3", "llama")
 MIN_HEAD_DIM = 32
@@ -149,7 +149,7 @@ def generation_config(tokenizer: PreTrainedTokenizerBase) -> GenerationConfig:
 
 def build_tiny(
     config: TinyModelConfig, texts: Iterable[str], out_dir: str | Path
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
     """Train the tokenizer on `texts`, build the seeded model and save both to `out_dir`."""
     tokenizer = train_tokenizer(texts, config.tokenizer)
     model = build_tiny_model(config, tokenizer)
@@ -167,10 +167,9 @@ def parameter_counts(model: PreTrainedModel) -> dict[str, int]:
     """Unique parameters: total, in the input/output embeddings, and in the rest."""
     unique = {id(p): p for p in model.parameters()}
     total = sum(p.numel() for p in unique.values())
-    embeddings = {id(model.get_input_embeddings().weight): model.get_input_embeddings().weight}
-    head = model.get_output_embeddings()
-    if head is not None:
-        embeddings[id(head.weight)] = head.weight
+    modules = (model.get_input_embeddings(), model.get_output_embeddings())
+    weights = (module.get_parameter("weight") for module in modules if module is not None)
+    embeddings = {id(weight): weight for weight in weights}  # tied weights count once
     in_embeddings = sum(p.numel() for p in embeddings.values())
     return {"total": total, "embeddings": in_embeddings, "non_embedding": total - in_embeddings}
 
@@ -253,7 +252,7 @@ def load_model(
     except OSError as err:
         raise FileNotFoundError(_not_found(name_or_path, err)) from err
     if device != "auto":
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]  # transformers wraps `to`, and its type reads self as the argument
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config is not None and model.generation_config.pad_token_id is None:

@@ -257,7 +257,8 @@ def read_training_texts(paths: Iterable[str | Path], splits: Iterable[str] | Non
 
     - `*.jsonl`: QA examples (the project's schema): the question, topic entity names, answer
       names and aliases, of the examples whose split is in `splits` (all when None: RL reads the
-      training questions, which a warm-up sample alone would leave as byte pieces); or warm-up trajectories (`data_gen.warmup`): every segment's text, so
+      training questions, which a warm-up sample alone would leave as byte pieces); or warm-up
+      trajectories (`data_gen.warmup`): every segment's text, so
       the thinking templates and the tool's printed triples are words of their own (and the raw
       prompt of pipeline-step records, data_gen/pipeline_sft.py);
     - `*.nt`: N-Triples KG: `rdfs:label` values, relations and other literal values;

@@ -111,7 +111,12 @@ class GoldTeacher:
         if end == "Tentative answers:":
             return json.dumps([{"A": "Wrong Guess", "R": "a guess"} for _ in path])
         if end == "Selection:" and "Relations:" in prompt:
-            wanted = re.search(r"Sub-objective: step \d+: follow (\S+)", prompt).group(1)
+            sub_objective = re.search(r"Sub-objective: step \d+: follow (\S+)", prompt)
+            if sub_objective is None:  # the teacher's own sub-objectives name the relation to follow
+                raise ValueError(
+                    "gold teacher: a PaRoG relation prompt without a 'Sub-objective: step N: follow R' line"
+                )
+            wanted = sub_objective.group(1)
             options = _section(prompt, "Relations:\n", "Selection:")
             return json.dumps({"relations": [r for r in options if r == wanted]})
         if end == "Selection:":

@@ -42,13 +42,15 @@ class OracleConfig:
     max_frontier: int = field(
         default=200,
         metadata={
-            "help": "entities searched per hop (the first reached); bounds the work where a hop reaches a hub's neighbours"
+            "help": "entities searched per hop (the first reached); bounds the work where a hop reaches a hub's "
+            "neighbours"
         },
     )
     max_pages: int = field(
         default=100,
         metadata={
-            "help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) per entity and hop, beyond its first search"
+            "help": "filtered pages (`NAME | REL`) and relation listings (`NAME | relations`) per entity and hop, "
+            "beyond its first search"
         },
     )
 

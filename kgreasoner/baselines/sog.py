@@ -34,7 +34,8 @@ search(entity, direction, properties_to_filter_for)
 - entity: an entity id or name: a topic entity, or a value from an earlier result;
 - direction: "outgoing" (facts where the entity is the subject) or "incoming" (where it is the object);
 - properties_to_filter_for: a list of properties to keep, or [] for all.
-With an empty filter, an entity with more than {k} facts returns only its distinct properties: search it again with a filter. More than {p} rows are truncated.
+With an empty filter, an entity with more than {k} facts returns only its distinct properties: \
+search it again with a filter. More than {p} rows are truncated.
 Results are markdown tables. Each turn, write one short thought and then one line:
 Action: search("entity", "outgoing", [])
 When you know the answer, write instead:

@@ -56,7 +56,8 @@ class ToGConfig:
     few_shot: bool = field(
         default=True,
         metadata={
-            "help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"
+            "help": "a worked example in the relation and entity prompts; false for a model fine-tuned on these "
+            "prompts (same-backbone runs), which needs none, and must then be false in training and evaluation alike"
         },
     )
 
@@ -108,11 +109,10 @@ class ToGMethod(Method):
 
         stop_reason = "depth"
         for depth in range(1, cfg.depth + 1):
-            chosen = []  # (entity, relation, outgoing, relation score)
+            chosen: list[tuple[str, str, bool, float]] = []  # (entity, relation, outgoing, relation score)
             for entity in beam:
-                outgoing = kg.relations(entity, "out")
-                incoming = kg.relations(entity, "in")
-                options = list(dict.fromkeys(outgoing + incoming))
+                out_relations = kg.relations(entity, "out")
+                options = list(dict.fromkeys(out_relations + kg.relations(entity, "in")))
                 if not options:
                     continue
                 reply = ask(
@@ -120,7 +120,7 @@ class ToGMethod(Method):
                 )
                 picked = prompts.parse_scored(reply, options)[: cfg.width]
                 steps[-1].parsed = picked
-                chosen.extend((entity, rel, rel in outgoing, score) for rel, score in picked)
+                chosen.extend((entity, rel, rel in out_relations, score) for rel, score in picked)
             candidates: list[_Path] = []
             for entity, relation, outgoing, rel_score in chosen:
                 tails = self._expand(kg, entity, relation, outgoing)

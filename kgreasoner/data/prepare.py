@@ -23,15 +23,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.data.datasets import KB_FILES, Dataset, load_dataset, open_dataset_kg
+from kgreasoner.data.datasets import KB_FILES, Dataset, load_dataset
 from kgreasoner.data.path_search import PathSearch, add_gold_paths
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS
 from kgreasoner.data.question_checks import check_questions
 from kgreasoner.data.schema import write_jsonl
 from kgreasoner.data.splits import SCHEMES, assign_splits
 from kgreasoner.kg.base import INVERSE_PREFIX
+from kgreasoner.kg.memory import MemoryKG
 
 PATHQUESTION_PREFIX = "pathquestion:"
+DEFAULT_SEARCH = PathSearch()
 SUMMARY_FILE = "prepare.json"
 
 
@@ -56,7 +58,7 @@ def prepare_dataset(
     scheme: str = "grouped",
     seed: int = 0,
     root: str | Path | None = None,
-    search: PathSearch = PathSearch(),
+    search: PathSearch = DEFAULT_SEARCH,
     strict: bool = False,
 ) -> dict[str, Any]:
     """Write the dataset folder (see the module docstring); returns the summary written to prepare.json.
@@ -74,7 +76,7 @@ def prepare_dataset(
     out = Path(out_dir)
     if (out / dataset.kb_path.name).exists() and (out / dataset.kb_path.name).samefile(dataset.kb_path):
         raise ValueError(f"--out {out} is the source dataset's own folder; write the prepared dataset to another one")
-    kg = open_dataset_kg(dataset)
+    kg = MemoryKG.from_file(dataset.kb_path, names=dataset.names_path)
     _check_gold_relations(dataset, set(kg.relation_types))
     warnings = check_questions(dataset, kg, strict)
     examples, paths = add_gold_paths(dataset.examples, kg, search)
@@ -113,7 +115,8 @@ def prepare_dataset(
 
 
 def _check_gold_relations(dataset: Dataset, relations: set[str]) -> None:
-    """A gold path must walk relations of the KB: one that does not would train and score a path no search can follow."""
+    """A gold path must walk relations of the KB: one that does not would train and score a path no search
+    can follow."""
     for example in dataset.examples:
         for path in example.gold_paths:
             for relation in path:

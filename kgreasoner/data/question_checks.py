@@ -21,6 +21,7 @@ from kgreasoner.kg.base import KnowledgeGraph, execute_path
 
 if TYPE_CHECKING:
     from kgreasoner.data.datasets import Dataset
+    from kgreasoner.kg.memory import MemoryKG
 
 
 @dataclass
@@ -34,8 +35,8 @@ class QuestionWarnings:
         return {"answers_not_in_kb": self.answers_not_in_kb}
 
 
-def check_questions(dataset: Dataset, kg: KnowledgeGraph, strict: bool = False) -> QuestionWarnings:
-    """Refuse what cannot work and count what is suspicious (see the module docstring)."""
+def check_questions(dataset: Dataset, kg: MemoryKG, strict: bool = False) -> QuestionWarnings:
+    """Refuse what cannot work and count what is suspicious (see the module docstring) in the dataset's KB file."""
     where = _Locator(dataset)
     warnings = QuestionWarnings()
     for example in dataset.examples:

@@ -51,7 +51,8 @@ because an ambiguous name, not the model's choice of triple, diverted the walk.
    tool output). Detail: `answer`.
 6. `other`, reason `no_gold_path`: the example has no gold path to compare with.
 7. `data_ambiguity`, kind `namesake`: a search on the answer's path was written as a name (not a
-   handle or an id; of a filtered search `NAME | REL`, its NAME part) that several shown entities carried, the tool took the latest shown, and with an
+   handle or an id; of a filtered search `NAME | REL`, its NAME part) that several shown entities
+   carried, the tool took the latest shown, and with an
    earlier namesake in its place (the later relations kept) the path agrees with gold on more
    hops. Detail: `call`, `query`, `chosen`, `namesake` (ids), `path`, `path_with_namesake`.
 8. `wrong_relation`: the path equals no gold path. At hop k (1-based, counting relations; the

@@ -29,7 +29,8 @@ class EvalConfig:
     workers: int = field(
         default=0,
         metadata={
-            "help": "questions answered at once; 0: the LLM client's own concurrency (HTTP threads, or the hf batch size)"
+            "help": "questions answered at once; 0: the LLM client's own concurrency (HTTP threads, or the hf "
+            "batch size)"
         },
     )
     batch_size: int = field(
@@ -46,7 +47,8 @@ class EvalConfig:
     tokenizer: str | None = field(
         default=None,
         metadata={
-            "help": "kgreasoner method over openai:URL: the model's tokenizer (path), whose chat template renders the prompts as in training"
+            "help": "kgreasoner method over openai:URL: the model's tokenizer (path), whose chat template renders "
+            "the prompts as in training"
         },
     )
     tog: ToGConfig = field(default_factory=ToGConfig, metadata={"help": "ToG beam search"})

@@ -79,7 +79,8 @@ def render_markdown(info: RunInfo, summaries: dict[str, dict[str, Any]]) -> str:
         lines.append(f"- LLM: `{info.llm}`")
     lines += ["- F1/EM are over answer sets; Hits@1 scores the first answer; costs are means per question.", ""]
     lines += [
-        "| method | n | Hits@1 | F1 | EM | format-valid | errors | LLM calls | prompt tok | completion tok | KG queries | wall s |",
+        "| method | n | Hits@1 | F1 | EM | format-valid | errors | LLM calls | prompt tok | completion tok "
+        "| KG queries | wall s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in summaries.items():

@@ -179,7 +179,7 @@ class KnowledgeGraph(abc.ABC):
         backends (`subgraph`), which return the question's own view."""
         return self
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a store without files or connections keeps it)
         """Release files or connections; the default has none."""
 
     def __enter__(self) -> KnowledgeGraph:

@@ -62,13 +62,15 @@ def run_load(args: argparse.Namespace) -> int:
     kg = OxigraphKG.build(args.input, args.store, names=args.names, progress=True)
     seconds = time.perf_counter() - start
     lines = kg.num_triples_loaded
+    assert lines is not None  # build counts what it loads
     triples = store_triples(kg)  # the store keeps a repeated line once: report what it holds, as MemoryKG counts
     kg.close()
     rate = lines / seconds if seconds > 0 else float("inf")
     repeated = f" ({lines - triples} repeated lines counted once)" if lines != triples else ""
     print(f"kg load: {triples} triples{repeated} into {args.store} in {seconds:.1f} s ({rate:,.0f} triples/s)")
     print(
-        f"kg load: open it with --kg oxigraph:{args.store}, or serve it with `kgreasoner kg serve --store {args.store}`"
+        f"kg load: open it with --kg oxigraph:{args.store}, "
+        f"or serve it with `kgreasoner kg serve --store {args.store}`"
     )
     return 0
 
@@ -153,7 +155,8 @@ def graph_stats(kg: KnowledgeGraph, top: int = 10) -> dict:
 
         nodes = list(
             kg.query(
-                f"SELECT (COUNT(DISTINCT ?x) AS ?n) WHERE {{ {{ {edges} BIND(?s AS ?x) }} UNION {{ {edges} BIND(?o AS ?x) }} }}"
+                f"SELECT (COUNT(DISTINCT ?x) AS ?n) WHERE "
+                f"{{ {{ {edges} BIND(?s AS ?x) }} UNION {{ {edges} BIND(?o AS ?x) }} }}"
             )
         )
         ranked = kg.query(

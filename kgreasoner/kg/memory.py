@@ -14,6 +14,7 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -43,6 +44,9 @@ from kgreasoner.kg.kb_checks import (
 )
 from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
 
+IdColumn: TypeAlias = "Sequence[str] | np.ndarray"
+"""One field of every triple, in order: a list of ids, or the object array a TSV reader returns."""
+
 
 class MemoryKG(KnowledgeGraph):
     """An in-memory graph built from (subject, relation, object) id triples (a repeated one counts once).
@@ -55,19 +59,19 @@ class MemoryKG(KnowledgeGraph):
 
     def __init__(
         self,
-        subjects: Sequence[str],
-        relations: Sequence[str],
-        objects: Sequence[str],
+        subjects: IdColumn,
+        relations: IdColumn,
+        objects: IdColumn,
         names: dict[str, str] | None = None,
     ) -> None:
-        subjects = np.asarray(subjects, dtype=object)
-        relations = np.asarray(relations, dtype=object)
-        objects = np.asarray(objects, dtype=object)
-        if not (len(subjects) == len(relations) == len(objects)):
+        subject_ids = np.asarray(subjects, dtype=object)
+        relation_ids = np.asarray(relations, dtype=object)
+        object_ids = np.asarray(objects, dtype=object)
+        if not (len(subject_ids) == len(relation_ids) == len(object_ids)):
             raise ValueError("subjects, relations and objects must have the same length")
-        codes, nodes = pd.factorize(np.concatenate([subjects, objects]), sort=False)
-        rel_codes, rels = pd.factorize(relations, sort=False)
-        n = len(subjects)
+        codes, nodes = pd.factorize(np.concatenate([subject_ids, object_ids]), sort=False)
+        rel_codes, rels = pd.factorize(relation_ids, sort=False)
+        n = len(subject_ids)
         src = codes[:n].astype(np.int64)
         dst = codes[n:].astype(np.int64)
         rel_codes = rel_codes.astype(np.int32)
@@ -373,7 +377,7 @@ def read_utf8(path: Path) -> bytes:
 
 def read_kb_file(
     path: Path, names: str | Path | dict[str, str] | None = None
-) -> tuple[Sequence[str], Sequence[str], Sequence[str], dict[str, str] | None]:
+) -> tuple[IdColumn, IdColumn, IdColumn, dict[str, str] | None]:
     """(subjects, relations, objects, names or None) of a KB file, as every store loads one.
 
     A TSV takes its names from `names` (a `names.tsv` path or a dict), else from a `names.tsv`
@@ -397,7 +401,7 @@ def read_kb_file(
         check_id_triples(path, subjects, relations, objects)
         if names is None:
             names = labels or None
-        columns: tuple[Sequence[str], Sequence[str], Sequence[str]] = (subjects, relations, objects)
+        columns: tuple[IdColumn, IdColumn, IdColumn] = (subjects, relations, objects)
     else:
         columns = read_tsv_triples(path)
         if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":

@@ -80,5 +80,6 @@ def _check_options(spec: str, options: dict, allowed: set[str]) -> None:
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ValueError(
-            f"KG spec {spec!r} does not take option(s) {', '.join(unknown)} (it takes: {', '.join(sorted(allowed)) or 'none'})"
+            f"KG spec {spec!r} does not take option(s) {', '.join(unknown)} "
+            f"(it takes: {', '.join(sorted(allowed)) or 'none'})"
         )

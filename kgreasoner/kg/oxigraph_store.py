@@ -35,7 +35,7 @@ from kgreasoner.kg.base import (
     is_literal_id,
     literal_value,
 )
-from kgreasoner.kg.memory import read_kb_file, read_names
+from kgreasoner.kg.memory import IdColumn, read_kb_file, read_names
 from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, term_to_id, to_iri
 
 INDEX_NS = "http://kgreasoner.local/index/"
@@ -70,7 +70,8 @@ class OxigraphKG(KnowledgeGraph):
         self.store_dir = Path(store_dir)
         if not self.store_dir.is_dir() or not any(self.store_dir.iterdir()):
             raise FileNotFoundError(
-                f"no oxigraph store at {self.store_dir}; build one with `kgreasoner kg load INPUT --store {self.store_dir}`"
+                f"no oxigraph store at {self.store_dir}; "
+                f"build one with `kgreasoner kg load INPUT --store {self.store_dir}`"
             )
         try:
             self._store = ox.Store.read_only(str(self.store_dir))
@@ -93,7 +94,7 @@ class OxigraphKG(KnowledgeGraph):
         self._index_pred = ox.NamedNode(INDEX_NODE)
         store_node = ox.NamedNode(INDEX_STORE)
         formats = [
-            q.object.value
+            _value(q.object)
             for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_FORMAT), None, self._index)
         ]
         if formats != [STORE_FORMAT]:
@@ -102,11 +103,13 @@ class OxigraphKG(KnowledgeGraph):
                 "build it with `kgreasoner kg load`"
             )
         flags = [
-            q.object.value
+            _value(q.object)
             for q in self._store.quads_for_pattern(store_node, ox.NamedNode(INDEX_HAS_NAMES), None, self._index)
         ]
         self.has_names = flags == ["true"]
         self._relation_ids: dict[str, str] = {}  # relation IRI -> id, filled as relations are seen
+        self.num_triples_loaded: int | None = None
+        """Lines `build` handed to the store (a repeated line counted each time); None for a store opened from disk."""
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
@@ -133,7 +136,9 @@ class OxigraphKG(KnowledgeGraph):
         store = ox.Store(str(store_dir))
         with tqdm(total=len(subjects), desc="kg load", unit="triple", unit_scale=True, disable=not progress) as bar:
             store.bulk_load(
-                input=_ChunkReader(_nquads(source, subjects, relations, objects, names, bar.update)),
+                input=io.BufferedReader(
+                    _ChunkReader(_nquads(source, subjects, relations, objects, names, bar.update))
+                ),
                 format=ox.RdfFormat.N_QUADS,
                 lenient=True,  # every term was built and validated by pyoxigraph already
             )
@@ -156,7 +161,7 @@ class OxigraphKG(KnowledgeGraph):
         term = _term_or_none(entity)
         if term is None or limit == 0 or (relations is not None and len(relations) == 0):
             return []
-        sides = ("out", "in") if direction == "both" else (direction,)
+        sides: tuple[str, ...] = ("out", "in") if direction == "both" else (direction,)
         if isinstance(term, ox.Literal):
             sides = tuple(side for side in sides if side == "in")  # a literal is never a subject
         own = self._term_label(term)
@@ -166,8 +171,8 @@ class OxigraphKG(KnowledgeGraph):
         if len(sides) == 2 and limit is None:
             # One query for both sides, outgoing rows first (the UNION's left branch).
             pattern = f'{{ {term} ?r ?n BIND("out" AS ?d) }} UNION {{ ?n ?r {term} BIND("in" AS ?d) }}'
-            edges = self._edges(entity, term, own, self._solutions(values, pattern, None))
-            return [e for e in edges if e.direction == "out"] + [e for e in edges if e.direction == "in"]
+            both = self._edges(entity, term, own, self._solutions(values, pattern, None))
+            return [e for e in both if e.direction == "out"] + [e for e in both if e.direction == "in"]
         edges: list[Edge] = []
         for side in sides:
             room = None if limit is None else limit - len(edges)
@@ -223,7 +228,7 @@ class OxigraphKG(KnowledgeGraph):
         if isinstance(term, ox.Literal):
             return term.value, False
         for quad in self._store.quads_for_pattern(term, self._label_pred, None, self._default):
-            return quad.object.value, False
+            return _value(quad.object), False
         return term_to_id(term), self.has_names
 
     def label(self, entity: str) -> str:
@@ -295,7 +300,9 @@ def _term_or_none(entity: str):
         return None
 
 
-def _read_input(triples, names):
+def _read_input(
+    triples: str | Path | Iterable[tuple[str, str, str]], names: str | Path | dict[str, str] | None
+) -> tuple[str, IdColumn, IdColumn, IdColumn, dict[str, str] | None]:
     """(source description, subjects, relations, objects, names or None) from any accepted input."""
     if isinstance(triples, (str, Path)):
         path = Path(triples)
@@ -313,7 +320,12 @@ def _read_input(triples, names):
 
 
 def _nquads(
-    source: str, subjects, relations, objects, names: dict[str, str] | None, on_edges: Callable[[int], object]
+    source: str,
+    subjects: IdColumn,
+    relations: IdColumn,
+    objects: IdColumn,
+    names: dict[str, str] | None,
+    on_edges: Callable[[int], object],
 ) -> Iterator[bytes]:
     """The store's content as N-Quads, in chunks of lines (edges, labels, then the index graph);
     `on_edges(n)` is told of each chunk of n edges as it is handed on."""
@@ -354,6 +366,11 @@ def _nquads(
     lines.append(f'{store} <{INDEX_FORMAT}> "{STORE_FORMAT}" {index_graph} .\n')
     lines.append(f'{store} <{INDEX_HAS_NAMES}> "{"true" if names is not None else "false"}" {index_graph} .\n')
     yield "".join(lines).encode("utf-8")
+
+
+def _value(term: ox.NamedNode | ox.BlankNode | ox.Literal | ox.Triple) -> str:
+    """The lexical value of an object term; a quoted triple (RDF-star), which no store we build holds, as N-Triples."""
+    return str(term) if isinstance(term, ox.Triple) else term.value
 
 
 def _node_term(node: str, source: str) -> str:

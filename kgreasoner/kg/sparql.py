@@ -106,7 +106,7 @@ class Dialect:
     name: str
     label_predicate: str  # SPARQL term of the naming predicate
     label_languages: tuple[str, ...]  # accepted label languages; "" = no language tag
-    entity_ns: str | None = None  # strict dialects: namespace of ids that match entity_pattern
+    entity_ns: str = ENTITY_NS  # generic: where any id is percent-encoded; strict: of ids that match entity_pattern
     entity_pattern: re.Pattern | None = None
     relation_ns: str = RELATION_NS
     relation_pattern: re.Pattern | None = None
@@ -125,7 +125,7 @@ class Dialect:
         if self.entity_pattern is None:  # generic: percent-encoding makes any id a safe IRI
             if entity.startswith("_:"):
                 raise ValueError(f"entity: blank node {entity!r} cannot be queried over SPARQL")
-            return f"<{to_iri(entity, ENTITY_NS)}>"
+            return f"<{to_iri(entity, self.entity_ns)}>"
         if self.entity_pattern.fullmatch(entity):
             return f"<{self.entity_ns}{entity}>"
         return _validated_iri(entity, "entity", self.name)
@@ -150,8 +150,8 @@ class Dialect:
         kind, value = binding["type"], binding["value"]
         if kind == "uri":
             if self.entity_pattern is None:
-                return from_iri(value, ENTITY_NS)
-            local = value[len(self.entity_ns) :] if value.startswith(self.entity_ns or "") else None
+                return from_iri(value, self.entity_ns)
+            local = value[len(self.entity_ns) :] if value.startswith(self.entity_ns) else None
             return local if local is not None and self.entity_pattern.fullmatch(local) else value
         if kind == "bnode":
             return "_:" + value
@@ -430,13 +430,14 @@ class SparqlKG(KnowledgeGraph):
                 lambda offset, size: self.neighbors_query(entity, "both", relations, size, offset), None
             )
             if len(rows) < self.max_rows:
-                edges = self._edges(entity, rows)
-                return [e for e in edges if e.direction == "out"] + [e for e in edges if e.direction == "in"]
+                both = self._edges(entity, rows)
+                return [e for e in both if e.direction == "out"] + [e for e in both if e.direction == "in"]
         edges: list[Edge] = []
         for side in ("out", "in") if direction == "both" else (direction,):
             room = None if limit is None else limit - len(edges)
             rows = self._select_pages(
-                lambda offset, size: self.neighbors_query(entity, side, relations, size, offset), room
+                lambda offset, size: self.neighbors_query(entity, side, relations, size, offset),  # noqa: B023 (called at once)
+                room,
             )
             edges.extend(self._edges(entity, rows))
             if limit is not None and len(edges) >= limit:
@@ -544,7 +545,8 @@ class SparqlKG(KnowledgeGraph):
             return True
         if self._has_names is None:
             rows = self._select(
-                f"SELECT DISTINCT ?flag WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1",
+                f"SELECT DISTINCT ?flag WHERE "
+                f"{{ GRAPH <{INDEX_GRAPH}> {{ <{INDEX_STORE}> <{INDEX_HAS_NAMES}> ?flag }} }} LIMIT 1",
                 1,
             )
             if rows:
@@ -601,7 +603,9 @@ class SparqlKG(KnowledgeGraph):
         hits = list(dict.fromkeys(node for _, node in ranked))
         if not hits and self.dialect.entity_pattern is None:
             rows = self._select(
-                f"SELECT DISTINCT ?n WHERE {{ GRAPH <{INDEX_GRAPH}> {{ <{normalized_label_key(name)}> <{INDEX_NODE}> ?n }} }} LIMIT {self.max_rows}",
+                f"SELECT DISTINCT ?n WHERE "
+                f"{{ GRAPH <{INDEX_GRAPH}> {{ <{normalized_label_key(name)}> <{INDEX_NODE}> ?n }} }} "
+                f"LIMIT {self.max_rows}",
                 None,
             )
             hits = [self.dialect.node_id(r["n"]) for r in rows]
@@ -673,7 +677,7 @@ class SparqlKG(KnowledgeGraph):
         if len(urllib.parse.quote(query)) > MAX_GET_QUERY_BYTES:
             wrapper.setMethod(POST)  # a form-encoded body, which SPARQL 1.1 endpoints must accept
         # setTimeout() truncates to int (0.5 s would mean "no timeout"); urlopen takes floats.
-        wrapper.timeout = self.timeout
+        wrapper.timeout = self.timeout  # type: ignore[assignment]  # typed int, read as a float
         self.queries_sent += 1
         try:
             response = wrapper.query()

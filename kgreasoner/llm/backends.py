@@ -68,7 +68,7 @@ def open_backend(
         _require_checkpoint(parsed.target)
     llm = open_llm(parsed, workers=workers, timeout=timeout)
     backend = rollout_backend(llm, tokenizer)
-    if parsed.scheme == "openai":
+    if isinstance(llm, OpenAIClient):
 
         def close() -> None:
             backend.close()

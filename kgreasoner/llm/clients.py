@@ -100,7 +100,7 @@ class LLMClient(abc.ABC):
         """A view that also counts its own calls (one per question)."""
         return MeteredLLM(self)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: a client without workers or connections keeps it)
         """Stop workers or connections; the default has none."""
 
 

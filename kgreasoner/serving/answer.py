@@ -100,8 +100,8 @@ def render_trace(record: dict[str, Any], color: bool = False) -> str:
         else:
             raw = block[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)].strip()
             resolved = " | ".join(record.get("answers") or [])
-            shown = raw if resolved == raw or not resolved else f"{raw} = {resolved}"
-            lines.append(style(f"  answer   {shown}", "1;32"))
+            answer = raw if resolved == raw or not resolved else f"{raw} = {resolved}"
+            lines.append(style(f"  answer   {answer}", "1;32"))
     _thought(lines, text[position:])
     usage = record.get("usage") or {}
     facts = [

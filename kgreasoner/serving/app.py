@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kgreasoner.kg.base import KGError
 from kgreasoner.protocol import TOPIC_MARKER, TOPIC_SEPARATOR, split_user_turn
@@ -44,7 +45,7 @@ from kgreasoner.serving.batching import ServiceBusy
 from kgreasoner.serving.config import SEED_RANGE
 from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics
 from kgreasoner.serving.service import AnswerService
-from kgreasoner.serving.validation import AnswerOptions, RequestError, check_unicode, kg_failure
+from kgreasoner.serving.validation import AnswerOptions, AnswerRequest, RequestError, check_unicode, kg_failure
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ UNHONOURED_CHAT_FIELDS = {
 }
 """Chat fields that would change what a client gets, but that this server does not honour: each is
 refused (400, naming it) unless it has its off value, so no client believes it took effect."""
-OFF_VALUES = (None, False, 0, [], {}, {"type": "text"})
+OFF_VALUES: tuple[object, ...] = (None, False, 0, [], {}, {"type": "text"})
 
 
 class ChatIn(BaseModel):
@@ -137,13 +138,13 @@ class _Guard:
     """ASGI middleware: refuses bodies over the limit (413) or slower than the body timeout (408), and
     records every response in the metrics."""
 
-    def __init__(self, app: Any, max_body_bytes: int, body_timeout: float, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_timeout: float, metrics: Metrics) -> None:
         self.app = app
         self.limit = max_body_bytes
         self.body_timeout = body_timeout
         self.metrics = metrics
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -151,7 +152,7 @@ class _Guard:
         endpoint = scope["path"] if scope["path"] in ENDPOINTS else "other"
         status = {"code": 500}
 
-        async def record_send(message: dict) -> None:
+        async def record_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)
@@ -181,7 +182,7 @@ class _Guard:
                 await response(scope, receive, record_send)
                 return
 
-            async def replay() -> dict:
+            async def replay() -> Message:
                 nonlocal body
                 chunk, body = body, b""
                 return {"type": "http.request", "body": chunk, "more_body": False}
@@ -190,14 +191,15 @@ class _Guard:
         finally:
             self.metrics.observe_request(endpoint, status["code"], time.perf_counter() - start)
 
-    async def _read_limited(self, scope: dict, receive: Any) -> bytes | None:
+    async def _read_limited(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body, or None when it exceeds the limit (declared or actual)."""
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return b""
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             return None
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -212,8 +214,8 @@ class _Guard:
         return b"".join(chunks)
 
 
-def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAPI:
-    """The FastAPI app over an open `AnswerService` (the caller closes the service)."""
+def create_app(service: AnswerService, metrics: Metrics | None = None) -> ASGIApp:
+    """The FastAPI app over an open `AnswerService`, behind the body guard (the caller closes the service)."""
     metrics = metrics or Metrics()
     metrics.gauges.setdefault(
         "kgreasoner_queue_depth", ("Requests waiting for a rollout batch.", lambda: service.queue_depth)
@@ -347,16 +349,17 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> FastAP
             }
         )
 
-    return _Guard(app, service.config.max_body_bytes, service.config.body_timeout, metrics)  # type: ignore[return-value]
+    return _Guard(app, service.config.max_body_bytes, service.config.body_timeout, metrics)
 
 
-async def _run(service: AnswerService, metrics: Metrics, prepared: Any) -> dict:
+async def _run(service: AnswerService, metrics: Metrics, prepared: AnswerRequest) -> dict:
     """Queue a prepared request, wait for its batch, and turn failures into RequestErrors."""
     try:
         future = service.submit(prepared)
     except ServiceBusy as err:
         raise RequestError(None, str(err), status=503, kind="overloaded") from err
-    timeout = max(0.0, prepared.deadline - time.monotonic()) + WAIT_GRACE
+    deadline = prepared.deadline
+    timeout = None if deadline is None else max(0.0, deadline - time.monotonic()) + WAIT_GRACE
     try:
         answered = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
     except asyncio.TimeoutError as err:

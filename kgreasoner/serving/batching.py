@@ -101,7 +101,8 @@ class Batcher:
     def _take_batch(self) -> list[tuple[AnswerRequest, concurrent.futures.Future]]:
         """The oldest request and the next ones with the same batch key, up to max_batch_size."""
         first = self._queue.popleft()
-        batch, rest = [first], collections.deque()
+        batch = [first]
+        rest: collections.deque[tuple[AnswerRequest, concurrent.futures.Future]] = collections.deque()
         while self._queue:
             item = self._queue.popleft()
             if len(batch) < self.config.max_batch_size and item[0].batch_key == first[0].batch_key:

@@ -75,8 +75,8 @@ class ServeConfig:
     header_timeout: float = field(
         default=10.0,
         metadata={
-            "help": "seconds to receive a request's headers, from the connection's opening (or the next request's first "
-            "byte); a slower client gets 408 and loses its connection (uvicorn has no such limit of its own)"
+            "help": "seconds to receive a request's headers, from the connection's opening (or the next request's "
+            "first byte); a slower client gets 408 and loses its connection (uvicorn has no such limit of its own)"
         },
     )
     body_timeout: float = field(

@@ -3,8 +3,8 @@
     kgreasoner export checkpoints/grpo/final --out exported/grpo [--base checkpoints/sft/final]
 
 - A LoRA adapter directory (`adapter_config.json`) is merged into its base model
-  (`base_model_name_or_path`, a directory or a hub name in the local cache, or `--base`) with PEFT's `merge_and_unload`; a full checkpoint is
-  copied through `save_pretrained` as is.
+  (`base_model_name_or_path`, a directory or a hub name in the local cache, or `--base`) with PEFT's
+  `merge_and_unload`; a full checkpoint is copied through `save_pretrained` as is.
 - Written: `config.json`, `model.safetensors`, the tokenizer (from the adapter directory when it has
   one: that is the tokenizer training added tags and handles to), and `generation_config.json`
   whose `eos_token_id` lists the tokenizer's end-of-turn token plus `</answer>` when that tag is a
@@ -19,16 +19,22 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tqdm import tqdm
 
 from kgreasoner.protocol import ANSWER_CLOSE, TAGS, build_prompt
 
+if TYPE_CHECKING:
+    from peft import PeftModel
+
 ADAPTER_CONFIG = "adapter_config.json"
 MANIFEST = "export.json"
 PROBE_QUESTION = ("what timezone is utah in", ["Utah"])
-PROBE_TRAJECTORY = " <think> I need the time zone. <search>Utah</search>\n<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
+PROBE_TRAJECTORY = (
+    " <think> I need the time zone. <search>Utah</search>\n"
+    "<triples>\n(Utah, time zone, Mountain Time Zone)\n</triples>\n"
+)
 
 
 def export_checkpoint(
@@ -36,7 +42,7 @@ def export_checkpoint(
 ) -> dict[str, Any]:
     """Write the servable directory `out` from `source`; returns the manifest (also in `out/export.json`)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
     from kgreasoner.models import ensure_pad_token
 
@@ -48,6 +54,7 @@ def export_checkpoint(
     torch_dtype = getattr(torch, dtype)
     adapter = (source / ADAPTER_CONFIG).is_file()
     stages = tqdm(total=4, desc="export", unit="stage", disable=None, postfix="load")
+    model: PeftModel | PreTrainedModel
     if adapter:
         from peft import PeftModel
 
@@ -81,7 +88,8 @@ def export_checkpoint(
     )["input_ids"]
     with torch.no_grad():
         reference = model(input_ids=probe).logits.float()
-    merged = model.merge_and_unload() if adapter else model
+    # peft types the unwrapped model as an nn.Module: it is the base model, a PreTrainedModel.
+    merged = model if isinstance(model, PreTrainedModel) else cast(PreTrainedModel, model.merge_and_unload())
     merged.generation_config = _generation_config(merged, tokenizer)
     if merged.config.pad_token_id is None:
         merged.config.pad_token_id = tokenizer.pad_token_id

@@ -77,7 +77,7 @@ def header_timeout_protocol(timeout: float, base: type | None = None) -> type:
                 return
             logger.warning(
                 "closing a connection from %s: request headers not received within %g s",
-                "%s:%d" % self.client if self.client else "unknown client",
+                f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client",
                 self.header_timeout,
             )
             self.transport.write(TIMEOUT_RESPONSE)

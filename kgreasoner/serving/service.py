@@ -268,7 +268,7 @@ class AnswerService:
                 # A fresh session per request: its handles, explored tree and shown triples are its own.
                 sessions = [self.tool.session(e["question"], list(e["topic_entities"])) for e in examples]
                 deadlines = Deadlines(
-                    {row: requests[i].deadline for row, i in enumerate(todo) if requests[i].deadline is not None},
+                    {row: deadline for row, i in enumerate(todo) if (deadline := requests[i].deadline) is not None},
                     self.config.request_timeout,
                 )
                 self._failures.clear()

@@ -154,8 +154,6 @@ class RequestValidator:
                     raise RequestError(f"{where}.{key}", f"is longer than {self.config.max_question_chars} characters")
                 if value is not None:
                     check_unicode(f"{where}.{key}", value)
-            if entity_id is None and name is None:
-                raise RequestError(where, "needs an 'id' or a 'name'")
             try:
                 if entity_id is not None:
                     entity_id = entity_id.strip()
@@ -167,6 +165,8 @@ class RequestValidator:
                         )
                     topics.append(TopicEntity(entity_id, (name or "").strip() or self.kg.label(entity_id)))
                     continue
+                if name is None:
+                    raise RequestError(where, "needs an 'id' or a 'name'")
                 hits = self.kg.resolve(name.strip())
             except KGError as err:
                 raise kg_failure(where, err) from err

@@ -114,6 +114,7 @@ def apply_choice(root: Path, step_log: Path, last_episode: int, choose_final: st
             record = json.loads((root / BEST_RECORD).read_text(encoding="utf-8"))
             available.add((record["episode"], record["step"]))
         best, chosen = choose(rows), choose(rows, available)
+        assert best is not None and chosen is not None  # `last` is a candidate, and one of `available`
         if best is not chosen:
             logger.warning(
                 "the best dev checkpoint (episode %d, step %d) was not kept (a run restarted without "

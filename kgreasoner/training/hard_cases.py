@@ -136,7 +136,7 @@ def _gather_strided(shard: list[float], total: int, world: int) -> list[float]:
     """The losses of all ranks in record order, rank r having scored records r, r + world, ...."""
     if world == 1:
         return shard
-    shards: list[list[float] | None] = [None] * world
+    shards: list[list[float]] = [[] for _ in range(world)]  # all_gather_object fills every rank's slot
     torch.distributed.all_gather_object(shards, shard)
     losses = [0.0] * total
     for rank, values in enumerate(shards):

@@ -59,7 +59,8 @@ def add_labelled_lm_head(model) -> None:
     scaling = logit_scaling(model)
     if scaling is not None:
         raise ValueError(
-            f"labelled LM head: {model.config.get_text_config().model_type} sets {scaling}, which this head does not apply"
+            f"labelled LM head: {model.config.get_text_config().model_type} sets {scaling}, "
+            "which this head does not apply"
         )
     previous_forward = model.forward
 

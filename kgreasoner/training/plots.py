@@ -4,7 +4,8 @@ Panels over training steps (the paper's Figure 4 and what shows learning rather 
 reward and each component (smoothed), the share of groups whose rollouts all got one reward (no
 gradient), the share whose rollouts all got one answer reward (all right or all wrong: no answer signal),
 by hop count, beside the share of groups guided by a gold row, entropy, response length (model-written
-tokens), searches and correct answers per rollout by hop count, and greedy dev Hits@1 (overall and by hop count; `dev_eval_steps`). Given
+tokens), searches and correct answers per rollout by hop count, and greedy dev Hits@1 (overall and
+by hop count; `dev_eval_steps`). Given
 several runs (for example with and without hard-case sampling) their curves share the panels,
 labelled by run folder name; later episodes continue after earlier ones (dotted lines).
 """
@@ -59,7 +60,8 @@ def smooth(values: list[float], window: int) -> list[float]:
 
 def continuous_steps(rows: list[dict]) -> list[int]:
     """Each row's step counted across episodes: an episode's steps continue after the one before."""
-    x, offset, seen = [], 0, set()
+    x: list[int] = []
+    offset, seen = 0, set()
     for row in rows:
         if row["episode"] not in seen:
             seen.add(row["episode"])
@@ -101,9 +103,9 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
             for key in keys:
                 points = [(xi, row[key]) for xi, row in zip(x, rows) if key in row]
                 xs, ys = zip(*points)
-                ys = smooth(list(ys), window) if smoothed else ys
+                shown = smooth(list(ys), window) if smoothed else list(ys)
                 label = name if len(keys) == 1 else f"{name}: {_short(key)}"
-                ax.plot(xs, ys, label=label, marker=None if smoothed else "o", markersize=3)
+                ax.plot(xs, shown, label=label, marker=None if smoothed else "o", markersize=3)
         for boundary in sorted({x[i] for i in range(1, len(rows)) if rows[i]["episode"] != rows[i - 1]["episode"]}):
             for ax in axes[: len(PANELS)]:
                 ax.axvline(boundary - 0.5, color="grey", linestyle=":", linewidth=1)
@@ -125,7 +127,8 @@ def plot_runs(run_dirs: list[str | Path], output: str | Path) -> Path:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plot",
-        help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and dev Hits@1 (PNG)",
+        help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and "
+        "dev Hits@1 (PNG)",
     )
     parser.add_argument("runs", nargs="+", help="GRPO output_dir(s) holding steps.jsonl")
     parser.add_argument("--out", default="grpo_curves.png", help="PNG to write")
