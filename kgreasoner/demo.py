@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
@@ -57,7 +57,10 @@ from kgreasoner.stages import (
     write_json,
 )
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
 QUICK_CONFIG = "configs/demo/quick.yaml"

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelerate import PartialState
 from accelerate.logging import get_logger
-from transformers import TrainerCallback
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
@@ -388,7 +388,9 @@ class KGRollout:
             return engine.run(prompts, sessions, sampling, prefixes=prefixes)
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
             was_training = model.training
-            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
+            tokenizer = trainer.processing_class
+            assert isinstance(tokenizer, PreTrainedTokenizerBase), "GRPO on text: a tokenizer"
+            engine = RolloutEngine(HFBackend(model, tokenizer), None, self.recipe.rollout)
             trajectories = engine.run(prompts, sessions, sampling, prefixes=prefixes)
             model.train(was_training)
         return trajectories
@@ -613,7 +615,9 @@ class DevEval(TrainerCallback):
             was_training = model.training
             model.eval()
             sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]
-            engine = RolloutEngine(HFBackend(model, trainer.processing_class), None, self.recipe.rollout)
+            tokenizer = trainer.processing_class
+            assert isinstance(tokenizer, PreTrainedTokenizerBase), "GRPO on text: a tokenizer"
+            engine = RolloutEngine(HFBackend(model, tokenizer), None, self.recipe.rollout)
             trajectories = engine.run(share, sessions, SamplingParams(temperature=0.0))
             model.train(was_training)
         right = (

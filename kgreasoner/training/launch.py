@@ -6,16 +6,22 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from kgreasoner.config import add_config_arguments, load_config
-from kgreasoner.training.common import TrainerPassthrough, finish_distributed, report, show_progress
+from kgreasoner.training.common import finish_distributed, report, show_progress
 from kgreasoner.training.preflight import add_arguments as add_preflight_arguments
 from kgreasoner.training.preflight import run_preflight
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Recipe = TypeVar("Recipe", bound="DataclassInstance")
 
 
 def train_main(
     description: str,
-    recipe_class: type[TrainerPassthrough],
+    recipe_class: type[Recipe],
     train: Callable[..., Path],
     resume_help: str,
     argv: list[str] | None = None,
