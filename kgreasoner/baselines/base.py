@@ -43,6 +43,8 @@ class Method(abc.ABC):
     name: str = "method"
     batched: bool = False
     uses_llm: bool = True
+    kg: KnowledgeGraph | None = None
+    """The KG the method searches, which the harness's failure classes read (None: none they can use)."""
 
     @abc.abstractmethod
     def answer(self, example: QAExample, llm: Any) -> MethodResult:

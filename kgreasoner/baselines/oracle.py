@@ -115,7 +115,7 @@ class _Walk:
 
     def __init__(self, session: SearchSession, kg: KnowledgeGraph, config: OracleConfig) -> None:
         self.session = session
-        self.kg = kg
+        self.kg: KnowledgeGraph = kg
         self.config = config
         self.shown: Shown = {}
         self.searched: set[str] = set()

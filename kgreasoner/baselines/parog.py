@@ -156,7 +156,7 @@ class PaRoGMethod(Method):
     name = "parog"
 
     def __init__(self, kg: KnowledgeGraph, config: PaRoGConfig | None = None) -> None:
-        self.kg = kg
+        self.kg: KnowledgeGraph = kg
         self.config = config or PaRoGConfig()
 
     def answer(self, example: QAExample, llm: Any) -> MethodResult:

@@ -146,7 +146,7 @@ class SoGMethod(Method):
     name = "sog"
 
     def __init__(self, kg: KnowledgeGraph, config: SoGConfig | None = None) -> None:
-        self.kg = kg
+        self.kg: KnowledgeGraph = kg
         self.config = config or SoGConfig()
 
     def answer(self, example: QAExample, llm: Any) -> MethodResult:

@@ -83,7 +83,7 @@ class ToGMethod(Method):
     name = "tog"
 
     def __init__(self, kg: KnowledgeGraph, config: ToGConfig | None = None) -> None:
-        self.kg = kg
+        self.kg: KnowledgeGraph = kg
         self.config = config or ToGConfig()
 
     def answer(self, example: QAExample, llm: Any) -> MethodResult:

@@ -32,6 +32,7 @@ from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.failures import classify_failure
 from kgreasoner.evaluation.metrics import score_answers
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.llm.clients import LLMClient
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -95,7 +96,7 @@ def evaluate_method(
     method: Method,
     examples: Sequence[QAExample],
     path: str | Path,
-    llm: Any = None,
+    llm: LLMClient | None = None,
     workers: int = 1,
     batch_size: int = 16,
     progress: bool = True,
@@ -130,7 +131,7 @@ def evaluate_method(
     return [by_id[e.id] for e in examples if e.id in by_id]
 
 
-def _run_one(method: Method, example: QAExample, llm: Any) -> dict[str, Any]:
+def _run_one(method: Method, example: QAExample, llm: LLMClient | None) -> dict[str, Any]:
     metered = llm.metered() if (llm is not None and method.uses_llm) else None
     start = time.perf_counter()
     try:
@@ -139,7 +140,7 @@ def _run_one(method: Method, example: QAExample, llm: Any) -> dict[str, Any]:
         result = MethodResult([], False, None, error=f"{type(err).__name__}: {err}")
     seconds = time.perf_counter() - start
     usage = result.usage if result.usage is not None else (metered.usage.as_dict() if metered else {})
-    return make_record(method.name, example, result, usage, seconds, getattr(method, "kg", None))
+    return make_record(method.name, example, result, usage, seconds, method.kg)
 
 
 def _run_batch(method: Method, batch: Sequence[QAExample]) -> list[dict[str, Any]]:
@@ -149,8 +150,7 @@ def _run_batch(method: Method, batch: Sequence[QAExample]) -> list[dict[str, Any
     except Exception as err:
         results = [MethodResult([], False, None, error=f"{type(err).__name__}: {err}") for _ in batch]
     share = (time.perf_counter() - start) / max(1, len(batch))
-    kg = getattr(method, "kg", None)
-    return [make_record(method.name, e, r, r.usage or {}, share, kg) for e, r in zip(batch, results)]
+    return [make_record(method.name, e, r, r.usage or {}, share, method.kg) for e, r in zip(batch, results)]
 
 
 class _NoBar:
@@ -211,7 +211,7 @@ def run_evaluation(
         summaries.update(json.loads(previous.read_text(encoding="utf-8")).get("methods", {}))
     config = ctx.config
     llm = ctx.llm
-    workers = config.workers or getattr(llm, "concurrency", 1) or 1
+    workers = config.workers or (llm.concurrency if llm is not None else 1)
     for method in methods:
         records = evaluate_method(
             method,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from kgreasoner.baselines.base import Method
 from kgreasoner.baselines.io import IOMethod
@@ -17,6 +16,7 @@ from kgreasoner.baselines.parog import PaRoGConfig, PaRoGMethod
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.llm.clients import LLMClient
 from kgreasoner.llm.spec import CLIENT_FORMS, describe_forms
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig
@@ -79,7 +79,7 @@ class MethodContext:
     """
 
     kg: KnowledgeGraph
-    llm: Any
+    llm: LLMClient | None
     config: EvalConfig = field(default_factory=EvalConfig)
     _tool: KGSearchTool | None = None
 
