@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from kgreasoner.kg.base import Edge, KnowledgeGraph
 from kgreasoner.retrieval.encoder import humanize_label, humanize_relation
@@ -146,7 +147,7 @@ class RankedCandidates(Sequence[Candidate]):
         self._build = build
         if pending:
             self._items: list[Candidate] = []
-            self._keys: set = set()
+            self._keys: set[tuple[tuple[str, str], ...]] = set()
             self._append(ranked)
         else:  # nothing will be appended: no keys to keep (the ranked candidates are distinct already)
             self._items = list(ranked)
@@ -181,7 +182,13 @@ class RankedCandidates(Sequence[Candidate]):
     def __iter__(self) -> Iterator[Candidate]:
         return self.after(0)
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> Candidate: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Candidate]: ...
+
+    def __getitem__(self, index: int | slice) -> Candidate | list[Candidate]:
         if isinstance(index, slice) or index < 0:
             while self._grow():
                 pass

@@ -16,7 +16,7 @@ from kgreasoner.retrieval.encoder import ENCODER_KINDS
 CONTEXT_CHOICES = ("all", "first")
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     commands = kg_commands.register(subparsers)
     embed = commands.add_parser(
         "embed",
@@ -102,23 +102,20 @@ def run_embed(args: argparse.Namespace) -> int:
     from kgreasoner.kg.memory import MemoryKG
     from kgreasoner.kg.open import open_kg, parse_spec
     from kgreasoner.retrieval.embed import embed_ahead, first_search_texts, kg_texts
-    from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
+    from kgreasoner.retrieval.encoder import EncoderConfig, EncoderFields, build_encoder
     from kgreasoner.retrieval.ranker import load_ranker
     from kgreasoner.retrieval.tool import ToolConfig
 
     if args.chunk < 1:
         raise ValueError(f"--chunk must be >= 1, got {args.chunk}")
     tool = ToolConfig()
-    encoder_fields = {
-        "kind": args.encoder,
-        "model_path": args.model_path,
-        "max_length": args.max_length,
-        "hashing_dim": args.hashing_dim,
-    }
+    encoder_fields = EncoderFields(
+        kind=args.encoder, model_path=args.model_path, max_length=args.max_length, hashing_dim=args.hashing_dim
+    )
     max_context = tool.max_context
     if args.ranker is not None:
         _, meta = load_ranker(args.ranker)
-        encoder_fields = dict(meta.get("encoder") or encoder_fields)
+        encoder_fields = meta.get("encoder") or encoder_fields
         max_context = int(meta.get("max_context", max_context))
     if args.max_context is not None:
         max_context = args.max_context

@@ -133,8 +133,9 @@ def _first_search_candidates(
 ) -> tuple[list[Candidate], list[tuple[str, str]]]:
     """(the candidates a first search of `entity` may score, the (relation, side) groups whose words it
     encodes), as `CandidateScorer._rank` chooses them."""
-    ranked_first = relation_first is not None and rerank_pool is not None
-    if ranked_first and isinstance(kg, MemoryKG) and kg.degree(entity) > relation_first:
+    if relation_first is None or rerank_pool is None:
+        return gather_candidates(kg, entity, expand_mediators, neighbor_limit), []
+    if isinstance(kg, MemoryKG) and kg.degree(entity) > relation_first:
         counts = kg.relation_counts(entity, "both")
         candidates = [
             c
@@ -145,14 +146,13 @@ def _first_search_candidates(
         ]
         return candidates, [(relation, side) for relation, side, _ in counts]
     candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
-    if ranked_first:
-        by_group: dict[tuple[str, str], list[Candidate]] = {}
-        for candidate in candidates:
-            by_group.setdefault((candidate.edges[0].relation, candidate.edges[0].direction), []).append(candidate)
-        first_edges = [len({c.edges[0] for c in members}) for members in by_group.values()]
-        if sum(first_edges) > relation_first:
-            pool = [c for members in by_group.values() for c in _first_edges_of(members, rerank_pool)]
-            return pool, list(by_group)
+    by_group: dict[tuple[str, str], list[Candidate]] = {}
+    for candidate in candidates:
+        by_group.setdefault((candidate.edges[0].relation, candidate.edges[0].direction), []).append(candidate)
+    first_edges = [len({c.edges[0] for c in members}) for members in by_group.values()]
+    if sum(first_edges) > relation_first:
+        pool = [c for members in by_group.values() for c in _first_edges_of(members, rerank_pool)]
+        return pool, list(by_group)
     return candidates, []  # at an exact-path hub, the relation words of all of them pick the pool
 
 

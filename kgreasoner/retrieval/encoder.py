@@ -19,6 +19,7 @@ texts missed while another call is encoding wait for it and then go in one batch
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -28,7 +29,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 import numpy as np
 
@@ -65,6 +66,28 @@ class EncoderConfig:
             raise ValueError(f"encoder.kind must be one of {ENCODER_KINDS}, got {self.kind!r}")
         if self.batch_size < 1 or self.max_length < 4 or self.hashing_dim < 8:
             raise ValueError("encoder: batch_size >= 1, max_length >= 4 and hashing_dim >= 8 are required")
+
+
+class EncoderFields(TypedDict, total=False):
+    """The `EncoderConfig` fields a trained ranker records (`ranker.json`'s `encoder`): what decides the
+    vectors, so that a tool encodes texts as the ranker saw them in training."""
+
+    kind: str
+    model_path: str | None
+    max_length: int
+    hashing_dim: int
+
+
+def recorded_fields(config: EncoderConfig) -> EncoderFields:
+    """The fields of `config` that a trained ranker records."""
+    return EncoderFields(
+        kind=config.kind, model_path=config.model_path, max_length=config.max_length, hashing_dim=config.hashing_dim
+    )
+
+
+def saved_encoder_config(fields: EncoderFields, cache_dir: str | None) -> EncoderConfig:
+    """The encoder a ranker recorded (`recorded_fields`), with its cache in `cache_dir`."""
+    return dataclasses.replace(EncoderConfig(**fields), cache_dir=cache_dir)
 
 
 class TextEncoder(Protocol):
@@ -374,7 +397,8 @@ class CachedEncoder:
             rows = np.load(rows_file)
             if rows.shape != (len(keys), self.dim):
                 raise ValueError(
-                    f"{rows_file}: shape {rows.shape} does not match {len(keys)} keys of dim {self.dim}; delete the cache folder"
+                    f"{rows_file}: shape {rows.shape} does not match {len(keys)} keys of dim {self.dim}; "
+                    "delete the cache folder"
                 )
             for key, row in zip(keys, rows):
                 self._memory.setdefault(key, row)
@@ -514,4 +538,4 @@ def _safe_name(name: str) -> str:
 
 def _l2_normalize(rows: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return (rows / np.maximum(norms, 1e-12)).astype(np.float32)
+    return np.asarray(rows / np.maximum(norms, 1e-12), dtype=np.float32)

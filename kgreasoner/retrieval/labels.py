@@ -35,7 +35,7 @@ class LabelledGroup:
     candidates: list[Candidate]
     labels: list[int]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "question_id": self.question_id,
             "question": self.question,

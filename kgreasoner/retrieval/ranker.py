@@ -26,13 +26,15 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Literal, TypedDict, overload
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch_geometric.nn import MessagePassing
 from torch_geometric.utils import softmax as segment_softmax
+
+from kgreasoner.retrieval.encoder import EncoderFields
 
 
 @dataclass
@@ -258,9 +260,43 @@ class GATRanker(nn.Module):
         return (scores, alpha) if return_attention_weights else scores
 
 
-RankerMeta = dict[str, Any]
-"""`ranker.json` as `json.loads` reads it: `model` (the `RankerModelConfig`), `encoder` (its `EncoderConfig`
-fields), `max_context` and whatever the trainer recorded; JSON of a shape the trainer writes, read by key."""
+class RankerModelFields(TypedDict):
+    """`RankerModelConfig` as `ranker.json` records it."""
+
+    dim: int
+    hidden: int
+    head_hidden: int
+    dropout: float
+    negative_slope: float
+
+
+class TrainedOn(TypedDict):
+    """The data a ranker was trained on, as the trainer records it."""
+
+    data: str
+    scheme: str
+    split_seed: int
+    train_questions: int
+    train_groups: int
+
+
+class _RankerMetaModel(TypedDict):
+    model: RankerModelFields
+
+
+class RankerMeta(_RankerMetaModel, total=False):
+    """`ranker.json`: `model` always (written by `save_ranker`), the rest as the trainer records it
+    (a ranker saved by other code may record less): the encoder's fields, the context edges per
+    candidate, and how training went (per split, method and metric)."""
+
+    encoder: EncoderFields
+    max_context: int
+    trained_on: TrainedOn
+    best_epoch: int
+    train_seconds: float
+    dev: dict[str, dict[str, float]]
+    test: dict[str, dict[str, float]]
+
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "ranker.json"
@@ -289,7 +325,7 @@ def load_ranker(folder: str | Path) -> tuple[GATRanker, RankerMeta]:
             raise FileNotFoundError(
                 f"{folder}: missing {needed}; train one with `python train/ranker.py --config configs/ranker.yaml`"
             )
-    meta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
+    meta: RankerMeta = json.loads((folder / CONFIG_FILE).read_text(encoding="utf-8"))
     try:
         config = RankerModelConfig(**meta["model"])
     except (KeyError, TypeError) as err:

@@ -12,8 +12,9 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from kgreasoner.retrieval.encoder import TextEncoder, humanize_label
 from kgreasoner.retrieval.ranker import GATRanker, RankerInputs
 
 RANKING_METHODS = ("gat", "embedding", "none")
+
+_Ranking = tuple[list[Candidate], tuple[PendingGroup, ...], Callable[[PendingGroup], list[Candidate]] | None]
+"""What `RankedCandidates` is built from: the ranked candidates, pending groups and their build."""
 
 
 class TextTable:
@@ -213,37 +217,43 @@ class CandidateScorer:
         kg = kg or self.kg
         key = (entity, question, expand_mediators, neighbor_limit)
         cache = self._cache(kg)
-        hit = cache.get(cache.rankings, key)
+        hit = cache.rankings.get(key)
         if hit is not None:
             self.timings.cached += 1
             return RankedCandidates(*hit)
         ranked = self._rank(question, entity, kg, expand_mediators, neighbor_limit)
-        cache.put(cache.rankings, key, ranked, self.rank_cache, weight=len(ranked[0]) + 1)
+        cache.rankings.put(key, ranked, self.rank_cache, weight=len(ranked[0]) + 1)
         return RankedCandidates(*ranked)
 
     def _rank(
         self, question: str, entity: str, kg: KnowledgeGraph, expand_mediators: bool, neighbor_limit: int | None
-    ) -> tuple:
+    ) -> _Ranking:
         """What `RankedCandidates` is built from: the ranked candidates, pending groups and their build."""
         start = time.perf_counter()
-        relation_first = self.relation_first is not None and self.rerank_pool is not None and self.method != "none"
-        if relation_first and isinstance(kg, MemoryKG) and kg.degree(entity) > self.relation_first:
+        relation_first = self._relation_first_degree()
+        if relation_first is not None and isinstance(kg, MemoryKG) and kg.degree(entity) > relation_first:
             return self._rank_relation_first(question, entity, kg, expand_mediators, neighbor_limit, start)
         cache = self._cache(kg)
         key = (entity, expand_mediators, neighbor_limit)
-        candidates = cache.get(cache.candidates, key)
+        candidates = cache.candidates.get(key)
         if candidates is None:
             candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
-            cache.put(cache.candidates, key, candidates, self.candidate_cache, weight=len(candidates) + 1)
+            cache.candidates.put(key, candidates, self.candidate_cache, weight=len(candidates) + 1)
         self.timings.fetch += time.perf_counter() - start
-        if relation_first:
+        if relation_first is not None:
             groups: dict[tuple[str, str], list[Candidate]] = {}
             for candidate in candidates:
                 groups.setdefault((candidate.edges[0].relation, candidate.edges[0].direction), []).append(candidate)
             edges = [_first_edges(members) for members in groups.values()]
-            if sum(edges) > self.relation_first:  # as the memory store's path, over candidates fetched whole
+            if sum(edges) > relation_first:  # as the memory store's path, over candidates fetched whole
                 return self._relation_first_fetched(question, kg, groups, edges), (), None
         return [candidates[i] for i in self.order(question, candidates, kg)], (), None
+
+    def _relation_first_degree(self) -> int | None:
+        """The degree above which an entity is ranked relation first; None: never (no pool, or no ranking)."""
+        if self.rerank_pool is None or self.method == "none":
+            return None
+        return self.relation_first
 
     def _relation_order(self, question: str, groups: Sequence[tuple[str, str]]) -> list[int]:
         """Indices of (relation, direction) groups, the relation whose words are closest to the question first."""
@@ -274,14 +284,14 @@ class CandidateScorer:
         expand_mediators: bool,
         neighbor_limit: int | None,
         start: float,
-    ) -> tuple:
+    ) -> _Ranking:
         assert self.rerank_pool is not None
         groups = kg.relation_counts(entity, "both")
         self.timings.fetch += time.perf_counter() - start
         best_first = self._relation_order(question, [(relation, side) for relation, side, _ in groups])
         start = time.perf_counter()
         pool: list[Candidate] = []
-        pending = []
+        pending: list[PendingGroup] = []
         budget = self.rerank_pool  # edges, whatever number of candidates their mediators expand to
         for g in best_first:
             relation, side, count = groups[g]
@@ -296,8 +306,14 @@ class CandidateScorer:
         graph = weakref.ref(kg)  # a cached ranking must not keep a question's own graph alive
 
         def build(group: PendingGroup) -> list[Candidate]:
+            alive = graph()
+            if alive is None:
+                raise RuntimeError(
+                    f"the graph {entity} was ranked in is gone: read a ranking's later candidates "
+                    "while its graph lives"
+                )
             return group_candidates(
-                graph(),
+                alive,
                 entity,
                 group.relation,
                 group.direction,
@@ -313,7 +329,7 @@ class CandidateScorer:
         """Empty the ranking cache (candidates and context edges stay): the next searches rank again."""
         with self._lock:
             for cache in self._caches.values():
-                cache.clear(cache.rankings)
+                cache.rankings.clear()
 
     def _cache(self, kg: KnowledgeGraph) -> _GraphCache:
         with self._lock:
@@ -331,7 +347,7 @@ class CandidateScorer:
             return [[] for _ in candidates]
         start = time.perf_counter()
         cache = self._cache(kg)
-        edges_of = {c.target: cache.get(cache.contexts, c.target) for c in candidates}
+        edges_of = {c.target: cache.contexts.get(c.target) for c in candidates}
         missing = [target for target, edges in edges_of.items() if edges is None]
         if missing:
             limit = self.max_context + 1
@@ -340,12 +356,15 @@ class CandidateScorer:
             else:
                 fetched = [kg.neighbors(target, "both", limit=limit) for target in missing]
             for target, edges in zip(missing, fetched):
-                edges_of[target] = [(edge.key(), context_texts(edge)) for edge in edges]
-                cache.put(cache.contexts, target, edges_of[target], self.context_cache)
+                keyed = [(edge.key(), context_texts(edge)) for edge in edges]
+                edges_of[target] = keyed
+                cache.contexts.put(target, keyed, self.context_cache)
         contexts = []
         for candidate in candidates:
             came_by = candidate.edges[-1].key()  # as `context_from`: all but the edge back, then the first max_context
-            contexts.append([texts for key, texts in edges_of[candidate.target] if key != came_by][: self.max_context])
+            known = edges_of[candidate.target]
+            assert known is not None  # every missing target was fetched above
+            contexts.append([texts for key, texts in known if key != came_by][: self.max_context])
         self.timings.fetch += time.perf_counter() - start
         return contexts
 
@@ -405,14 +424,14 @@ class CandidateScorer:
             return _Prepared(out, pool, question, [c.text() for c in chosen])
         contexts = self._contexts(kg or self.kg, chosen)
         table = TextTable()
-        return _Prepared(out, pool, question, table=table, rows=group_rows_of_texts(table, question, chosen, contexts))
+        return _Prepared(out, pool, question, gat=(table, group_rows_of_texts(table, question, chosen, contexts)))
 
     def _finish(self, prepared: _Prepared) -> np.ndarray:
         out = prepared.out
-        if prepared.rows is None:
+        if prepared.gat is None:
             out[prepared.pool] = self._cosine(prepared.question, prepared.candidate_texts)
         else:
-            out[prepared.pool] = self._gat(prepared.table, prepared.rows)
+            out[prepared.pool] = self._gat(*prepared.gat)
         return out
 
     def gat_scores(
@@ -449,7 +468,7 @@ class CandidateScorer:
         rows = [table.row(t) for t in [question, *texts]]
         vectors = self.encoder.encode(list(table.rows))[rows]
         self.timings.encode += time.perf_counter() - start
-        return (vectors[1:] @ vectors[0]).astype(np.float64)
+        return np.asarray(vectors[1:] @ vectors[0], dtype=np.float64)
 
 
 def _first_edges(candidates: Sequence[Candidate]) -> int:
@@ -468,43 +487,55 @@ def _after_first_edges(candidates: Sequence[Candidate], edges: int) -> int:
     return len(candidates)
 
 
-class _GraphCache:
-    """One graph's rankings, candidates and context edges, each an LRU map whose entries weigh
-    (candidates held, or 1) up to a capacity, the least recently used dropped first."""
+_Key = TypeVar("_Key", bound=Hashable)
+_Value = TypeVar("_Value")
+
+
+class _LRUMap(Generic[_Key, _Value]):
+    """A map whose entries weigh (candidates held, or 1) up to a capacity, the least recently used
+    dropped first. Thread-safe: tool calls of one step may run in threads."""
 
     def __init__(self) -> None:
-        self.rankings: OrderedDict = OrderedDict()
-        self.candidates: OrderedDict = OrderedDict()
-        self.contexts: OrderedDict = OrderedDict()
-        self._weights: dict[int, dict] = {id(t): {} for t in (self.rankings, self.candidates, self.contexts)}
-        self._totals: dict[int, int] = {id(t): 0 for t in (self.rankings, self.candidates, self.contexts)}
+        self._items: OrderedDict[_Key, _Value] = OrderedDict()
+        self._weights: dict[_Key, int] = {}
+        self._total = 0
         self._lock = threading.Lock()
 
-    def get(self, table: OrderedDict, key):
+    def get(self, key: _Key) -> _Value | None:
         with self._lock:
-            value = table.get(key)
+            value = self._items.get(key)
             if value is not None:
-                table.move_to_end(key)
+                self._items.move_to_end(key)
             return value
 
-    def put(self, table: OrderedDict, key, value, capacity: int, weight: int = 1) -> None:
+    def put(self, key: _Key, value: _Value, capacity: int, weight: int = 1) -> None:
         if weight > capacity:
             return
-        with self._lock:  # tool calls of one step may run in threads
-            weights = self._weights[id(table)]
-            self._totals[id(table)] += weight - weights.get(key, 0)
-            weights[key] = weight
-            table[key] = value
-            table.move_to_end(key)
-            while self._totals[id(table)] > capacity:
-                old, _ = table.popitem(last=False)
-                self._totals[id(table)] -= weights.pop(old)
-
-    def clear(self, table: OrderedDict) -> None:
         with self._lock:
-            table.clear()
-            self._weights[id(table)].clear()
-            self._totals[id(table)] = 0
+            self._total += weight - self._weights.get(key, 0)
+            self._weights[key] = weight
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while self._total > capacity:
+                old, _ = self._items.popitem(last=False)
+                self._total -= self._weights.pop(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._weights.clear()
+            self._total = 0
+
+
+class _GraphCache:
+    """One graph's rankings (by entity, question, expand_mediators, neighbor_limit), candidates (by
+    entity, expand_mediators, neighbor_limit) and context edges (by node, each edge with its key and
+    `context_texts`)."""
+
+    def __init__(self) -> None:
+        self.rankings: _LRUMap[tuple[str, str, bool, int | None], _Ranking] = _LRUMap()
+        self.candidates: _LRUMap[tuple[str, bool, int | None], list[Candidate]] = _LRUMap()
+        self.contexts: _LRUMap[str, list[tuple[tuple[str, str, str], tuple[str, str]]]] = _LRUMap()
 
 
 @dataclass
@@ -516,8 +547,7 @@ class _Prepared:
     pool: list[int]
     question: str
     candidate_texts: list[str] = field(default_factory=list)
-    table: TextTable | None = None
-    rows: GroupRows | None = None
+    gat: tuple[TextTable, GroupRows] | None = None
 
     def texts(self) -> list[str]:
-        return list(self.table.rows) if self.table is not None else [self.question, *self.candidate_texts]
+        return list(self.gat[0].rows) if self.gat is not None else [self.question, *self.candidate_texts]

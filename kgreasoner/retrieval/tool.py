@@ -49,7 +49,7 @@ from kgreasoner.protocol import (
     split_search_query,
 )
 from kgreasoner.retrieval.candidates import Candidate, RankedCandidates
-from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
+from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder, saved_encoder_config
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, CandidateScorer, Timings
 
@@ -138,7 +138,8 @@ class ToolConfig:
     max_chars: int = field(
         default=2000,
         metadata={
-            "help": "cap on the text of one call, listing and errors included (>= 64); the first candidate is always shown, cut if it alone is longer"
+            "help": "cap on the text of one call, listing and errors included (>= 64); the first candidate is "
+            "always shown, cut if it alone is longer"
         },
     )
     ranking: str = field(
@@ -148,7 +149,8 @@ class ToolConfig:
     ranker_path: str | None = field(
         default=None,
         metadata={
-            "help": "folder of a trained ranker (model.safetensors + ranker.json); needed by ranking=gat unless a ranker is passed"
+            "help": "folder of a trained ranker (model.safetensors + ranker.json); needed by ranking=gat unless a "
+            "ranker is passed"
         },
     )
     encoder: EncoderConfig = field(
@@ -172,13 +174,17 @@ class ToolConfig:
     relation_first: int | None = field(
         default=256,
         metadata={
-            "help": "entities with more edges than this are ranked relation first: their relations are scored by closeness to the question, only the first rerank_pool edges of the best ones are ranked by the ranker, the rest follow relation by relation (so a hub costs what a small entity does; see CandidateScorer); None: every entity exact"
+            "help": "entities with more edges than this are ranked relation first: their relations are scored by "
+            "closeness to the question, only the first rerank_pool edges of the best ones are ranked by the ranker, "
+            "the rest follow relation by relation (so a hub costs what a small entity does; see CandidateScorer); "
+            "None: every entity exact"
         },
     )
     rerank_pool: int | None = field(
         default=64,
         metadata={
-            "help": "at hubs, only the N candidates whose relation is closest to the question are scored by gat/embedding; None: all"
+            "help": "at hubs, only the N candidates whose relation is closest to the question are scored by "
+            "gat/embedding; None: all"
         },
     )
     fuzzy_cutoff: float = field(
@@ -188,7 +194,9 @@ class ToolConfig:
     relation_format: str = field(
         default="id",
         metadata={
-            "help": "how triple lines print relations: `id` as stored, or `words` (namespace parts as words: `__common__topic__notable_types` -> `common topic notable_types`, so the question's word for a relation is a token of its line)"
+            "help": "how triple lines print relations: `id` as stored, or `words` (namespace parts as words: "
+            "`__common__topic__notable_types` -> `common topic notable_types`, so the question's word for a "
+            "relation is a token of its line)"
         },
     )
 
@@ -246,8 +254,9 @@ class KGSearchTool:
             if not config.ranker_path:
                 raise ValueError("ToolConfig.ranking='gat' needs ranker_path (or pass ranker=)")
             ranker, meta = load_ranker(config.ranker_path)
-            if encoder is None and isinstance(meta.get("encoder"), dict):
-                encoder = build_encoder(EncoderConfig(**{**meta["encoder"], "cache_dir": config.encoder.cache_dir}))
+            saved = meta.get("encoder")
+            if encoder is None and isinstance(saved, dict):
+                encoder = build_encoder(saved_encoder_config(saved, config.encoder.cache_dir))
         if config.ranking != "none" and encoder is None:
             encoder = build_encoder(config.encoder)
         if config.ranking == "gat" and encoder is not None and ranker is not None and encoder.dim != ranker.config.dim:
@@ -594,7 +603,7 @@ class SearchSession:
 
     def _listing(
         self, node: _Node, room: int, first: str | None = None, fresh: bool = False
-    ) -> tuple[str, tuple, int]:
+    ) -> tuple[str, tuple[tuple[str, int], ...], int]:
         """(`more:` line, its (name, count) pairs, relations still unlisted) of the node's unseen neighbours'
         relations, within `room` characters: the likeliest first (`first` before them while it has
         unseen neighbours); with `fresh`, only those no listing has named yet, or all again when every one
@@ -735,7 +744,10 @@ class SearchSession:
         name = _echo(name)
         if close:
             names = [_echo(self._display(by_norm[c])) for c in close]
-            return f'Unknown entity "{name}": it is not a topic entity or an entity shown so far. Close names: {"; ".join(names)}.'
+            return (
+                f'Unknown entity "{name}": it is not a topic entity or an entity shown so far. '
+                f"Close names: {'; '.join(names)}."
+            )
         names = [_echo(self._display(e)) for e in self._topics][: self._config.suggestions]
         return (
             f'Unknown entity "{name}": it is not a topic entity or an entity shown so far. '

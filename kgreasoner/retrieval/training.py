@@ -31,7 +31,13 @@ from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import candidate_context
-from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder
+from kgreasoner.retrieval.encoder import (
+    EncoderConfig,
+    TextEncoder,
+    build_encoder,
+    recorded_fields,
+    saved_encoder_config,
+)
 from kgreasoner.retrieval.labels import LabelledGroup, label_groups
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig, load_ranker, save_ranker
 from kgreasoner.retrieval.ranking import RANKING_METHODS, GroupRows, TextTable, collate, group_rows
@@ -214,6 +220,22 @@ def _load(config: RankerTrainConfig) -> _Splits:
     )
 
 
+def _label(
+    config: RankerTrainConfig, kg: KnowledgeGraph, examples: Sequence[QAExample], negative_ratio: float | None
+) -> list[LabelledGroup]:
+    """`label_groups` with the config's settings; `negative_ratio` None keeps every candidate (evaluation)."""
+    return label_groups(
+        kg,
+        examples,
+        negative_ratio,
+        seed=config.seed,
+        max_frontier=config.max_frontier,
+        expand_mediators=config.expand_mediators,
+        neighbor_limit=config.neighbor_limit,
+        max_candidates=config.max_group_candidates,
+    )
+
+
 def _describe(splits: _Splits, config: RankerTrainConfig) -> str:
     seed = "" if splits.scheme == "given" else f", seed {config.split_seed}"
     return f"{splits.name} ({splits.scheme} split{seed})"
@@ -227,22 +249,16 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
     splits = _load(config)
     if not splits.train or not splits.dev:
         raise ValueError(
-            f"{config.data}: need training and dev questions with gold paths (got {len(splits.train)} / {len(splits.dev)})"
+            f"{config.data}: need training and dev questions with gold paths "
+            f"(got {len(splits.train)} / {len(splits.dev)})"
         )
     encoder = build_encoder(config.encoder)
-    label = dict(
-        seed=config.seed,
-        max_frontier=config.max_frontier,
-        expand_mediators=config.expand_mediators,
-        neighbor_limit=config.neighbor_limit,
-        max_candidates=config.max_group_candidates,
-    )
     table = TextTable()
     train = featurize(
-        table, splits.kg, label_groups(splits.kg, splits.train, config.negative_ratio, **label), config.max_context
+        table, splits.kg, _label(config, splits.kg, splits.train, config.negative_ratio), config.max_context
     )
-    dev = featurize(table, splits.kg, label_groups(splits.kg, splits.dev, None, **label), config.max_context)
-    test = featurize(table, splits.kg, label_groups(splits.kg, splits.test, None, **label), config.max_context)
+    dev = featurize(table, splits.kg, _label(config, splits.kg, splits.dev, None), config.max_context)
+    test = featurize(table, splits.kg, _label(config, splits.kg, splits.test, None), config.max_context)
     start = time.perf_counter()
     embeddings = table.embed(encoder)
     encoder.flush()
@@ -272,7 +288,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
             target = torch.from_numpy(np.concatenate([train.labels[i] for i in chunk]))
             loss = F.cross_entropy(model(inputs), target)
             optimizer.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
             optimizer.step()
             total += loss.item() * len(chunk)
         epochs_run = epoch
@@ -292,16 +308,11 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
     model.eval()
     dev_metrics = evaluate_methods(dev, embeddings, model, config.eval_ks)
     test_metrics = evaluate_methods(test, embeddings, model, config.eval_ks) if len(test) else {}
-    encoder_meta = {
-        k: v
-        for k, v in dataclasses.asdict(config.encoder).items()
-        if k in ("kind", "model_path", "hashing_dim", "max_length")
-    }
     out_dir = save_ranker(
         model,
         config.out_dir,
         {
-            "encoder": encoder_meta,
+            "encoder": recorded_fields(config.encoder),
             "max_context": config.max_context,
             "trained_on": {
                 "data": splits.name,
@@ -326,20 +337,10 @@ def evaluate_saved(
     """gat (a saved ranker) vs embedding vs none on one split of `config.data`, with a description of the data."""
     model, meta = load_ranker(ranker_dir)
     if encoder is None:
-        saved = meta.get("encoder") or {}
-        encoder = build_encoder(EncoderConfig(**{**saved, "cache_dir": config.encoder.cache_dir}))
+        encoder = build_encoder(saved_encoder_config(meta.get("encoder") or {}, config.encoder.cache_dir))
     splits = _load(config)
     examples = {"train": splits.train, "dev": splits.dev, "test": splits.test}[split]
-    groups = label_groups(
-        splits.kg,
-        examples,
-        None,
-        seed=config.seed,
-        max_frontier=config.max_frontier,
-        expand_mediators=config.expand_mediators,
-        neighbor_limit=config.neighbor_limit,
-        max_candidates=config.max_group_candidates,
-    )
+    groups = _label(config, splits.kg, examples, None)
     table = TextTable()
     data = featurize(table, splits.kg, groups, int(meta.get("max_context", config.max_context)))
     embeddings = table.embed(encoder)

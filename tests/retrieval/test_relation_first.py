@@ -3,6 +3,8 @@ still reachable, the tail built only when read, and the exact path below the thr
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -158,3 +160,16 @@ def test_a_backend_without_the_index_ranks_relation_first_alike(pool):
     assert [c.key for c in scorer(Unindexed(kg), relation_first=300).rank(QUESTION, "fr")] == [
         c.key for c in scorer(kg, relation_first=300).rank(QUESTION, "fr")
     ]
+
+
+def test_reading_a_ranking_whose_graph_is_gone_says_so():
+    """A ranking keeps its question graph only weakly (a cached ranking must not keep it alive): reading the
+    unbuilt tail after the graph is gone is an error that says why, not a failure inside the KG code."""
+    scorer_ = scorer(hub())
+    question_graph = hub()
+    ranked = scorer_.rank(QUESTION, "fr", kg=question_graph)
+    assert ranked.has(0) and ranked.pending_counts()
+    del question_graph
+    gc.collect()
+    with pytest.raises(RuntimeError, match="the graph fr was ranked in is gone"):
+        len(ranked)
