@@ -71,7 +71,7 @@ def _grpo_recipe(warm_checkpoint, world, out, **fields):
     base = dict(
         model=str(warm_checkpoint),
         dataset=str(world),
-        output_dir=str(out),
+        run_dir=str(out),
         tool=TOOL,
         rollout=ROLLOUT,
         episodes=[{"data": "all", "max_steps": 2}],
