@@ -236,7 +236,7 @@ def run_sft(args, model_dir: Path, warmup: Path, work: Path, gpu: bool) -> tuple
     recipe = SFTRecipe(
         model=str(model_dir),
         train_file=str(warmup),
-        output_dir=str(work / "sft"),
+        run_dir=str(work / "sft"),
         lora=LoraSettings(enabled=args.lora),
         trainer={
             "learning_rate": 1e-5,
@@ -280,7 +280,7 @@ def run_grpo(args, model_path: Path, model_dir: Path, data: Path, tool_config, w
     fields = dict(
         model=str(model_path),
         dataset=str(data),
-        output_dir=str(work / "grpo"),
+        run_dir=str(work / "grpo"),
         tool={"entity_handles": tool_config.entity_handles, "top_k": tool_config.top_k},
         rollout={
             "max_new_tokens": args.max_new_tokens,

@@ -98,7 +98,7 @@ def run_row(name: str, recipe, steps: int, sizes: tuple[int, int, int], scored: 
     dataset = load_dataset(recipe.dataset)
     examples = dataset.split("train")[: recipe.max_questions]
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
-    out = Path(recipe.output_dir)
+    out = Path(recipe.run_dir)
     # The `today` rows reproduce the trainer before the scored LM head: TRL's own class.
     with mock.patch.object(
         trl_internals, "scoring_trainer_class", trl_internals.scoring_trainer_class if scored else lambda: GRPOTrainer
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             f"model={args.model}",
             f"dataset={args.data}",
-            f"output_dir={work}/run",
+            f"run_dir={work}/run",
             "trainer.report_to=[]",
             "trainer.save_steps=100000",
             "trainer.learning_rate=1e-4",

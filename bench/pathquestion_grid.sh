@@ -58,11 +58,11 @@ stage warmup "$OUT/warmup.jsonl" "${KG[@]}" warmup --config configs/tiny-cpu/war
 stage build "$OUT/base" "${KG[@]}" build-tiny --config configs/tiny-cpu/model-1m.yaml --texts "$KB" \
     "$OUT/warmup.jsonl" --out "$OUT/base"
 stage sft "$OUT/sft/final" "${PY[@]}" train/sft.py --resume --config configs/tiny-cpu/sft.yaml --set model="$OUT/base" \
-    --set tiny_model=null --set train_file="$OUT/warmup.jsonl" --set output_dir="$OUT/sft" \
+    --set tiny_model=null --set train_file="$OUT/warmup.jsonl" --set run_dir="$OUT/sft" \
     --set trainer.max_steps="$STEPS" --set trainer.eval_steps=100 --set trainer.save_steps=100 --set trainer.seed=0
 stage grpo "$OUT/grpo/episode-2/final" "${PY[@]}" train/grpo.py --resume --config configs/tiny-cpu/grpo.yaml \
     --set 'episodes=[{data: all, max_steps: 30}, {data: hard, max_steps: 15}]' --set trainer.save_steps=15 \
-    --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set trainer.seed=0 --set output_dir="$OUT/grpo" \
+    --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set trainer.seed=0 --set run_dir="$OUT/grpo" \
     --set hard_case_trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
     --set rollout.max_turns=6 --set rollout.max_new_tokens=320 --set rollout.max_turn_tokens=96
 

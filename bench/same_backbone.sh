@@ -62,7 +62,7 @@ for METHOD in $METHODS; do
         --out "$DIR/base"
     stage filter "${KG[@]}" pipeline-sft "${DATA[@]}" --set tokenizer="$DIR/base" --set max_length=1024
     stage sft "${PY[@]}" train/sft.py --config configs/tiny-cpu/sft.yaml --set model="$DIR/base" --set tiny_model=null \
-        --set train_file="$DIR/data.jsonl" --set output_dir="$DIR/sft" --set trainer.learning_rate=3e-3 \
+        --set train_file="$DIR/data.jsonl" --set run_dir="$DIR/sft" --set trainer.learning_rate=3e-3 \
         --set trainer.max_steps="$STEPS" --set trainer.eval_steps=50 --set trainer.save_steps=50 \
         --set trainer.max_length=1024 --set 'trainer.report_to=[]' \
         "${SFT_EXTRA[@]}"

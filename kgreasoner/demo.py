@@ -339,7 +339,7 @@ class Demo:
                 "tiny_model": None,
                 "tokenizer_texts": [],
                 "train_file": self.train_file,
-                "output_dir": o["sft"],
+                "run_dir": o["sft"],
                 "trainer.seed": seed,
             },
         )
@@ -354,7 +354,7 @@ class Demo:
             {
                 "model": self.sft_final,
                 "dataset": o["data"],
-                "output_dir": o["grpo"],
+                "run_dir": o["grpo"],
                 "hard_cases": self.hard_file,
                 "hard_case_trajectories": None,
                 "split_scheme": config.split_scheme,

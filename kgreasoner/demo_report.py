@@ -28,11 +28,11 @@ BASELINES_LEFT_OUT = (
 )
 
 
-def sft_log_history(output_dir: str | Path) -> list[dict[str, Any]]:
+def sft_log_history(run_dir: str | Path) -> list[dict[str, Any]]:
     """The SFT run's logged rows (train loss, eval loss by step) from its newest checkpoint's trainer_state.json."""
     from kgreasoner.training.common import last_complete_checkpoint
 
-    last = last_complete_checkpoint(output_dir)
+    last = last_complete_checkpoint(run_dir)
     if last is None:
         return []
     return json.loads((Path(last) / "trainer_state.json").read_text(encoding="utf-8")).get("log_history", [])

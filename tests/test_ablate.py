@@ -286,7 +286,7 @@ def test_a_stage_key_covers_the_recipe_file_the_command_names(tmp_path):
     def key(folder: Path) -> str:
         return stage_key(
             "prev",
-            Stage("sft", "", [f"python train/sft.py --config {recipe} --set output_dir={folder}/sft"], dict),
+            Stage("sft", "", [f"python train/sft.py --config {recipe} --set run_dir={folder}/sft"], dict),
             folder,
         )
 

@@ -121,8 +121,8 @@ def test_bad_settings_name_the_stage_and_field(tmp_path):
         Demo(load_config(DemoConfig, full, ["sft.set.max_steps=3"]), tmp_path)
     with pytest.raises(ConfigError, match=r"sft.set: trainer.seed is set by the demo"):
         Demo(load_config(DemoConfig, full, ["sft.set.trainer.seed=3"]), tmp_path)
-    with pytest.raises(ConfigError, match="grpo.set: output_dir is set by the demo"):
-        Demo(load_config(DemoConfig, full, ["grpo.set.output_dir=x"]), tmp_path)
+    with pytest.raises(ConfigError, match="grpo.set: run_dir is set by the demo"):
+        Demo(load_config(DemoConfig, full, ["grpo.set.run_dir=x"]), tmp_path)
     with pytest.raises(ConfigError, match="demo stage ranker: .*encoder.kind must be one of"):
         Demo(load_config(DemoConfig, full, ["ranker.set.encoder.kind=bert"]), tmp_path)
     with pytest.raises(ConfigError, match="ranker.set: encoder.cache_dir is set by the demo"):

@@ -4,4 +4,4 @@ from kgreasoner.training.launch import train_main
 from kgreasoner.training.sft import SFTRecipe, train_sft
 
 if __name__ == "__main__":
-    train_main(__doc__, SFTRecipe, train_sft, "continue from the last checkpoint in output_dir")
+    train_main(__doc__, SFTRecipe, train_sft, "continue from the last checkpoint in run_dir")

@@ -26,10 +26,10 @@ answers all got one reward and of groups guided, by hop count (`rollout/answer_t
 (`rollout/prefix_correct`), and greedy Hits@1 on a fixed dev sample every `dev_eval_steps` (`dev/hits1`,
 also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
 reward functions get), which averages them over the ranks; under torchrun only the main process logs
-progress. Each episode is one TRL run in `output_dir/episode-<k>` starting from the previous episode's final weights;
+progress. Each episode is one TRL run in `run_dir/episode-<k>` starting from the previous episode's final weights;
 `--resume` continues the first unfinished episode from its last checkpoint. With `choose_final:
 best_dev` the last episode's `final` ends up holding the saved checkpoint of the whole run with the
-best dev Hits@1 (`kgreasoner.training.checkpoint_choice`, `output_dir/chosen.json`).
+best dev Hits@1 (`kgreasoner.training.checkpoint_choice`, `run_dir/chosen.json`).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ GRPO_TRAINER = TrainerFields(
         "report_to": ["tensorboard"],
     },
     derived={
-        "output_dir": "output_dir (each episode trains in output_dir/episode-<k>)",
+        "output_dir": "run_dir (each episode trains in run_dir/episode-<k>)",
         "num_train_epochs": "episodes (each episode's num_train_epochs)",
         "max_steps": "episodes (each episode's max_steps)",
         "reward_weights": "rewards",
@@ -152,7 +152,11 @@ class GRPORecipe(TrainerPassthrough):
 
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
-    output_dir: str = field(metadata={"help": "episodes, checkpoints, logs and the final model"})
+    run_dir: str = field(
+        metadata={
+            "help": "the run's folder: its episodes (TRL's output_dir each), logs, hard cases and the final model"
+        }
+    )
     kg: str | None = field(
         default=None, metadata={"help": "KG spec (open_kg); default: the dataset's own kb in memory"}
     )
@@ -492,7 +496,7 @@ class KGRollout:
 
 
 class StepLog:
-    """`output_dir/steps.jsonl`: one row per logged step with TRL's metrics and ours.
+    """`run_dir/steps.jsonl`: one row per logged step with TRL's metrics and ours.
 
     On resume the rows after the checkpoint's step are dropped first, so a killed-and-resumed
     run has each step exactly once.
@@ -681,7 +685,7 @@ def _hard_ids(recipe: GRPORecipe) -> set[str]:
         raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
     from kgreasoner.training.hard_cases import HardCaseConfig, mine_hard_cases
 
-    output = Path(recipe.output_dir) / "hard_cases.jsonl"
+    output = Path(recipe.run_dir) / "hard_cases.jsonl"
     # Every rank sees the same answer: the file is written only after all ranks have scored.
     if not output.exists():
         mine_hard_cases(
@@ -751,7 +755,7 @@ def build_trainer(
     from kgreasoner.rewards import reward_functions
     from kgreasoner.training.trl_internals import reusing_vllm_engine, scoring_trainer_class, send_unfused_experts
 
-    root = Path(recipe.output_dir)
+    root = Path(recipe.run_dir)
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
@@ -841,7 +845,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
 
         dev_examples = stratified_order(dataset.split("dev"), recipe.setting("seed"))[: recipe.dev_eval_questions]
         dev_examples = with_kg_names(dev_examples, tool.kg)
-    root = Path(recipe.output_dir)
+    root = Path(recipe.run_dir)
     root.mkdir(parents=True, exist_ok=True)
     finals = [root / f"episode-{number}" / "final" for number in range(1, len(recipe.episodes) + 1)]
     hard = None

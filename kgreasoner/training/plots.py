@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 STEP_LOG = "steps.jsonl"
-"""The per-step log every GRPO run writes into its output_dir."""
+"""The per-step log every GRPO run writes into its run_dir."""
 
 PANELS = (
     ("reward (smoothed)", r"reward|rewards/(search|format|answer)_reward/mean", True),
@@ -36,7 +36,7 @@ PANELS = (
 def read_steps(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / STEP_LOG
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no step log (is {run_dir} a GRPO output_dir?)")
+        raise FileNotFoundError(f"{path}: no step log (is {run_dir} a GRPO run_dir?)")
     rows = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
@@ -130,6 +130,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="learning curves of GRPO runs: reward and components, zero-variance groups, entropy, searches and "
         "dev Hits@1 (PNG)",
     )
-    parser.add_argument("runs", nargs="+", help="GRPO output_dir(s) holding steps.jsonl")
+    parser.add_argument("runs", nargs="+", help="GRPO run_dir(s) holding steps.jsonl")
     parser.add_argument("--out", default="grpo_curves.png", help="PNG to write")
     parser.set_defaults(func=lambda args: print(f"wrote {plot_runs(args.runs, args.out)}") or 0)

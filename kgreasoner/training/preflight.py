@@ -227,7 +227,7 @@ def _trl_config(recipe, kind: str, report: Report):
         else:
             from kgreasoner.training.grpo import grpo_config
 
-            args = grpo_config(recipe, Path(recipe.output_dir) / "episode-1", recipe.episodes[0])
+            args = grpo_config(recipe, Path(recipe.run_dir) / "episode-1", recipe.episodes[0])
     except Exception as err:  # TRL's own validation: the recipe cannot train as written
         report.problems.append(f"TRL's {'SFT' if kind == 'sft' else 'GRPO'}Config refuses the recipe: {err}")
         return None

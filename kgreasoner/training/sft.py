@@ -49,7 +49,7 @@ SFT_TRAINER = TrainerFields(
         "report_to": ["tensorboard"],
     },
     derived={
-        "output_dir": "output_dir",
+        "output_dir": "run_dir",
         "eval_strategy": "eval_file (or train_file's dev records) and trainer.eval_steps",
         "load_best_model_at_end": "the dev set: the best checkpoint on dev loss ends the run",
         "metric_for_best_model": "the dev set: the best checkpoint on dev loss ends the run",
@@ -72,7 +72,9 @@ class SFTRecipe(TrainerPassthrough):
 
     model: str = field(metadata={"help": "checkpoint directory or hub name of the base model"})
     train_file: str = field(metadata={"help": "warm-up trajectories (JSONL from data_gen/warmup.py)"})
-    output_dir: str = field(metadata={"help": "where checkpoints, logs and the final model go"})
+    run_dir: str = field(
+        metadata={"help": "the run's folder (TRL's output_dir): its checkpoints, logs and the final model"}
+    )
     tiny_model: str | None = field(
         default=None,
         metadata={"help": "TinyModelConfig YAML: build a tiny model into `model` first when it does not exist"},
@@ -147,7 +149,7 @@ def sft_config(recipe: SFTRecipe, has_eval: bool):
     return recipe.TRAINER.build(
         recipe.trainer,
         dict(
-            output_dir=recipe.output_dir,
+            output_dir=recipe.run_dir,
             eval_strategy="steps" if evaluate else "no",
             load_best_model_at_end=evaluate,
             metric_for_best_model="eval_loss" if evaluate else None,
@@ -196,8 +198,8 @@ def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
     if not _has_gpu():
         # PEFT injects its adapters into `model` itself, so the patch also serves a LoRA run
         add_labelled_lm_head(model)
-    trainer.train(resume_from_checkpoint=_last_checkpoint(recipe.output_dir) if resume else None)
-    return save_final(trainer, Path(recipe.output_dir) / "final", model_path)
+    trainer.train(resume_from_checkpoint=_last_checkpoint(recipe.run_dir) if resume else None)
+    return save_final(trainer, Path(recipe.run_dir) / "final", model_path)
 
 
 def _last_checkpoint(output_dir: str) -> str | None:

@@ -254,7 +254,7 @@ def test_tiny_model_trained_on_tog_steps_runs_tog_end_to_end(generated, tog_base
         SFTRecipe(
             model=str(tog_base),
             train_file=str(data["tog"][2].output),
-            output_dir=str(tmp_path / "sft"),
+            run_dir=str(tmp_path / "sft"),
             trainer={
                 "learning_rate": 3e-3,
                 "max_steps": 300,

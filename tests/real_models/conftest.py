@@ -171,7 +171,7 @@ def warm_checkpoint(arch, random_checkpoint, world, tmp_path_factory) -> Path:
     recipe = SFTRecipe(
         model=str(random_checkpoint),
         train_file=str(train_file),
-        output_dir=str(root / "out"),
+        run_dir=str(root / "out"),
         trainer={
             "learning_rate": 1e-2,
             "max_steps": SFT_STEPS,

@@ -71,18 +71,20 @@ def _grpo_recipe(warm_checkpoint, world, out, **fields):
     base = dict(
         model=str(warm_checkpoint),
         dataset=str(world),
-        output_dir=str(out),
+        run_dir=str(out),
         tool=TOOL,
         rollout=ROLLOUT,
         episodes=[{"data": "all", "max_steps": 2}],
-        num_generations=2,
-        per_device_train_batch_size=2,
-        learning_rate=1e-3,
-        beta=0.0,
-        report_to=[],
-        save_steps=2,
-        temperature=1.0,
-        seed=3,
+        trainer=dict(
+            num_generations=2,
+            per_device_train_batch_size=2,
+            learning_rate=1e-3,
+            beta=0.0,
+            report_to=[],
+            save_steps=2,
+            temperature=1.0,
+            seed=3,
+        ),
     )
     base.update(fields)
     from kgreasoner.config import load_config

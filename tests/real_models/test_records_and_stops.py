@@ -76,7 +76,7 @@ def test_sft_trains_exactly_the_mask(arch, world, random_checkpoint, tmp_path, m
         SFTRecipe(
             model=str(random_checkpoint),
             train_file=str(path),
-            output_dir=str(tmp_path / "out"),
+            run_dir=str(tmp_path / "out"),
             trainer={
                 "per_device_train_batch_size": 2,
                 "report_to": [],

@@ -108,7 +108,7 @@ def checkpoint(tmp_path_factory, synthetic_dir, dataset, tool):
     recipe = SFTRecipe(
         model=str(root / "base"),
         train_file=str(root / "warmup.jsonl"),
-        output_dir=str(root / "sft"),
+        run_dir=str(root / "sft"),
         trainer={
             "learning_rate": 1e-2,
             "max_steps": 24,

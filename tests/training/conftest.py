@@ -89,7 +89,7 @@ def warm_policy(tmp_path_factory):
         SFTRecipe(
             model=str(root / "tiny"),
             train_file=str(warmup),
-            output_dir=str(root / "sft"),
+            run_dir=str(root / "sft"),
             trainer={
                 "learning_rate": 3e-3,
                 "max_steps": 300,

@@ -85,7 +85,7 @@ def test_choose_final_last_keeps_the_last_step(tmp_path):
 
 
 def test_choose_final_defaults_to_best_dev_with_dev_evaluation_and_refuses_it_without():
-    base = ["model=m", "dataset=d", "output_dir=o"]
+    base = ["model=m", "dataset=d", "run_dir=o"]
     assert load_config(GRPORecipe, None, base + ["dev_eval_steps=5"]).choose_final == "best_dev"
     assert load_config(GRPORecipe, None, base).choose_final == "last"
     assert load_config(GRPORecipe, None, base).dev_eval_questions == 150

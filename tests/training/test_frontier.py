@@ -99,7 +99,7 @@ def test_one_grpo_step_records_each_groups_right_answers_as_the_answer_reward_sc
     recipe = GRPORecipe(
         model=str(model),
         dataset=str(data),
-        output_dir=str(tmp_path / "run"),
+        run_dir=str(tmp_path / "run"),
         tool=tool_config,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=1)],
@@ -152,7 +152,7 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
     recipe = GRPORecipe(
         model=str(model),
         dataset=str(data),
-        output_dir=str(out),
+        run_dir=str(out),
         tool=tool_config,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=3), Episode("frontier", max_steps=2)],
@@ -210,7 +210,7 @@ def test_an_episode_with_fewer_questions_than_a_generation_batch_is_refused(tiny
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
         dataset=str(synthetic_dir),
-        output_dir=str(tmp_path / "run"),
+        run_dir=str(tmp_path / "run"),
         episodes=[Episode("all"), Episode("frontier")],
         trainer={"num_generations": 4, "per_device_train_batch_size": 16, "report_to": []},
     )

@@ -42,7 +42,7 @@ def _write_recipe(world: Path, out: Path, **overrides) -> Path:
     recipe = {
         "model": str(world / "tiny"),
         "dataset": str(world / "data"),
-        "output_dir": str(out),
+        "run_dir": str(out),
         "tool": {"entity_handles": True, "top_k": 5},
         "rollout": {"max_new_tokens": 32, "max_turn_tokens": 16, "max_turns": 2},
         "episodes": [{"data": "all", "max_steps": 4}],
@@ -80,7 +80,7 @@ def _steps(out: Path) -> list[int]:
 
 def test_recipe_rejects_a_hard_first_episode(tmp_path):
     path = tmp_path / "g.yaml"
-    path.write_text("model: m\ndataset: d\noutput_dir: o\nepisodes: [{data: hard}]\n")
+    path.write_text("model: m\ndataset: d\nrun_dir: o\nepisodes: [{data: hard}]\n")
     with pytest.raises(ConfigError, match="episode 1 must train on all questions"):
         load_config(GRPORecipe, path)
 
@@ -94,7 +94,7 @@ def test_recipe_rejects_vllm_server_mode_for_the_multi_turn_rollout():
         load_config(
             GRPORecipe,
             None,
-            ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm", "trainer.vllm_mode=server"],
+            ["model=m", "dataset=d", "run_dir=o", "rollout_backend=vllm", "trainer.vllm_mode=server"],
         )
 
 

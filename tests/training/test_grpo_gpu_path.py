@@ -38,7 +38,7 @@ def test_vllm_context_and_completion_length_come_from_the_recipe_budget(tmp_path
     from kgreasoner.training.grpo import grpo_config
 
     recipe = load_config(
-        GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"output_dir={tmp_path}", "trainer.deepspeed=null"]
+        GRPORecipe, CONFIGS / "llama3.1-8b" / "grpo.yaml", [f"run_dir={tmp_path}", "trainer.deepspeed=null"]
     )
     args = grpo_config(recipe, tmp_path / "episode-1", recipe.episodes[0])
     # 512 prompt + 4096 model tokens + 8 tool blocks of 384 + the end-of-sequence id the rollout may append
@@ -47,14 +47,14 @@ def test_vllm_context_and_completion_length_come_from_the_recipe_budget(tmp_path
     shorter = load_config(
         GRPORecipe,
         CONFIGS / "llama3.1-8b" / "grpo.yaml",
-        [f"output_dir={tmp_path}", "trainer.deepspeed=null", "max_prompt_tokens=256"],
+        [f"run_dir={tmp_path}", "trainer.deepspeed=null", "max_prompt_tokens=256"],
     )
     assert grpo_config(shorter, tmp_path / "e", shorter.episodes[0]).vllm_max_model_length == 256 + 4096 + 3072 + 1
 
 
 def test_the_recipe_sets_the_lengths_itself():
     with pytest.raises(ValueError, match="trainer: max_completion_length is set by kgreasoner from the rollout's"):
-        GRPORecipe(model="m", dataset="d", output_dir="o", trainer={"max_completion_length": 64})
+        GRPORecipe(model="m", dataset="d", run_dir="o", trainer={"max_completion_length": 64})
 
 
 def test_sleep_mode_is_refused_with_what_to_do():
@@ -66,15 +66,15 @@ def test_sleep_mode_is_refused_with_what_to_do():
         load_config(
             GRPORecipe,
             None,
-            ["model=m", "dataset=d", "output_dir=o", "rollout_backend=vllm", "trainer.vllm_enable_sleep_mode=true"],
+            ["model=m", "dataset=d", "run_dir=o", "rollout_backend=vllm", "trainer.vllm_enable_sleep_mode=true"],
         )
-    load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", "trainer.vllm_enable_sleep_mode=false"])
+    load_config(GRPORecipe, None, ["model=m", "dataset=d", "run_dir=o", "trainer.vllm_enable_sleep_mode=false"])
 
 
 @pytest.mark.parametrize("name", ["vllm_mode", "vllm_server_base_url"])
 def test_server_mode_fields_are_gone(name):
     with pytest.raises(ConfigError, match=name):
-        load_config(GRPORecipe, None, ["model=m", "dataset=d", "output_dir=o", f"{name}=colocate"])
+        load_config(GRPORecipe, None, ["model=m", "dataset=d", "run_dir=o", f"{name}=colocate"])
 
 
 def test_rows_that_ended_hand_trl_an_end_of_sequence_id_and_no_row_is_empty():
@@ -105,7 +105,7 @@ def _recipe(tiny_checkpoint, synthetic_dir, out: Path, **overrides) -> GRPORecip
     fields = dict(
         model=str(tiny_checkpoint),
         dataset=str(synthetic_dir),
-        output_dir=str(out),
+        run_dir=str(out),
         tool=ToolConfig(entity_handles=True, top_k=5),
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=1)],

@@ -58,7 +58,7 @@ def test_rows_that_are_not_whole_groups_are_refused():
 
 
 def test_guidance_options_are_checked_with_what_to_do():
-    base = ["model=m", "dataset=d", "output_dir=o"]
+    base = ["model=m", "dataset=d", "run_dir=o"]
     with pytest.raises(ConfigError, match="guidance must be one of \\('none', 'gold', 'gold_prefix'\\), got 'expert'"):
         load_config(GRPORecipe, None, [*base, "guidance=expert"])
     for mode in ("gold", "gold_prefix"):
@@ -273,7 +273,7 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
         dataset=str(synthetic_dir),
-        output_dir=str(tmp_path / "run"),
+        run_dir=str(tmp_path / "run"),
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
@@ -330,7 +330,7 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
         dataset=str(synthetic_dir),
-        output_dir=str(tmp_path / "run"),
+        run_dir=str(tmp_path / "run"),
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4, max_tool_tokens=4096),
         episodes=[Episode("all", max_steps=1)],

@@ -17,7 +17,7 @@ def _recipe(warm_policy, out: Path, **overrides) -> GRPORecipe:
     fields = dict(
         model=str(model),
         dataset=str(data),
-        output_dir=str(out),
+        run_dir=str(out),
         tool=tool,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=3)],

@@ -8,7 +8,7 @@ from kgreasoner.training.grpo import Episode, GRPORecipe, grpo_config
 
 
 def _recipe(out, **overrides) -> GRPORecipe:
-    fields = dict(model="unused", dataset="unused", output_dir=str(out), trainer={"report_to": []})
+    fields = dict(model="unused", dataset="unused", run_dir=str(out), trainer={"report_to": []})
     trainer = {**fields.pop("trainer"), **overrides.pop("trainer", {})}
     return GRPORecipe(**{**fields, **overrides, "trainer": trainer})
 

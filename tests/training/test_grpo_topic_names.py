@@ -29,7 +29,7 @@ def test_train_grpo_hands_the_trainer_named_topic_entities(tmp_path, oxigraph_se
     recipe = GRPORecipe(
         model="unused",
         dataset=str(CWQ_TRAIN),
-        output_dir=str(tmp_path / "run"),
+        run_dir=str(tmp_path / "run"),
         kg=f"sparql+freebase:{oxigraph_server(raw_ntriples=FREEBASE)}",
         tool=ToolConfig(ranking="none"),
         episodes=[Episode("all", max_steps=1)],

@@ -185,7 +185,7 @@ def test_grpo_mines_hard_cases_once_from_its_warm_up_model(tiny_checkpoint, tmp_
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
         dataset="unused",
-        output_dir=str(tmp_path / "grpo"),
+        run_dir=str(tmp_path / "grpo"),
         hard_case_trajectories=str(trajectories),
         hard_case_quantile=0.5,
     )

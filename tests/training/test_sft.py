@@ -20,7 +20,7 @@ def _recipe(tmp_path, checkpoint, records, **overrides) -> SFTRecipe:
     fields = dict(
         model=str(checkpoint),
         train_file=str(path),
-        output_dir=str(tmp_path / "sft"),
+        run_dir=str(tmp_path / "sft"),
         trainer={
             "learning_rate": 1e-2,
             "max_steps": 12,
@@ -51,7 +51,7 @@ def test_labels_are_minus_100_outside_model_spans(tiny_checkpoint, records, tmp_
 def test_sft_learns_the_trajectories_and_saves_a_loadable_model(tiny_checkpoint, records, tmp_path):
     recipe = _recipe(tmp_path, tiny_checkpoint, records)
     final = train_sft(recipe)
-    state = json.loads((Path(recipe.output_dir) / "checkpoint-12" / "trainer_state.json").read_text())
+    state = json.loads((Path(recipe.run_dir) / "checkpoint-12" / "trainer_state.json").read_text())
     losses = [row["loss"] for row in state["log_history"] if "loss" in row]
     assert len(losses) == 12 and losses[-1] < 0.5 * losses[0]
     model, tokenizer = load_model_and_tokenizer(final)
@@ -88,14 +88,14 @@ def test_resume_continues_from_the_last_checkpoint(tiny_checkpoint, records, tmp
     train_sft(first)
     resumed = _recipe(tmp_path, tiny_checkpoint, records, trainer={"max_steps": 12})
     train_sft(resumed, resume=True)
-    state = json.loads((Path(resumed.output_dir) / "checkpoint-12" / "trainer_state.json").read_text())
+    state = json.loads((Path(resumed.run_dir) / "checkpoint-12" / "trainer_state.json").read_text())
     steps = [row["step"] for row in state["log_history"] if "loss" in row]
     assert steps == list(range(1, 13))
 
 
 def test_recipe_validation_names_the_field(tmp_path):
     bad = tmp_path / "sft.yaml"
-    bad.write_text("model: m\ntrain_file: t\noutput_dir: o\ntrainer: {learning_rate: -1}\n")
+    bad.write_text("model: m\ntrain_file: t\nrun_dir: o\ntrainer: {learning_rate: -1}\n")
     with pytest.raises(ConfigError, match=f"{bad}: trainer.learning_rate must be positive"):
         load_config(SFTRecipe, bad)
 
@@ -125,9 +125,9 @@ def test_torchrun_two_processes_on_cpu(tiny_checkpoint, records, tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    state = json.loads((Path(recipe.output_dir) / "checkpoint-3" / "trainer_state.json").read_text())
+    state = json.loads((Path(recipe.run_dir) / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["global_step"] == 3
-    assert (Path(recipe.output_dir) / "final" / "model.safetensors").exists()
+    assert (Path(recipe.run_dir) / "final" / "model.safetensors").exists()
 
 
 @pytest.mark.slow

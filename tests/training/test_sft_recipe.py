@@ -11,13 +11,13 @@ ZERO3 = Path(__file__).resolve().parents[2] / "configs" / "deepspeed" / "zero3.j
 
 
 def _recipe(tmp_path, **fields):
-    base = {"model": "m", "train_file": "t.jsonl", "output_dir": str(tmp_path / "out")}
+    base = {"model": "m", "train_file": "t.jsonl", "run_dir": str(tmp_path / "out")}
     return SFTRecipe(**{**base, **fields})
 
 
 def test_trainer_must_be_a_mapping():
     with pytest.raises(ConfigError, match="trainer must be a mapping of SFTConfig field names"):
-        load_config(SFTRecipe, None, ["model=m", "train_file=t", "output_dir=o", "trainer=[1]"])
+        load_config(SFTRecipe, None, ["model=m", "train_file=t", "run_dir=o", "trainer=[1]"])
 
 
 def test_the_zero3_config_is_live_when_the_model_loads(tiny_checkpoint, records, tmp_path, monkeypatch):

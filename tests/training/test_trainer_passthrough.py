@@ -1,14 +1,17 @@
 """A recipe's `trainer:` mapping goes to TRL's config as written; what kgreasoner derives, a TRL field at the top
 level, an unknown field and an episode's step budget set twice are refused, naming the file and the setting."""
 
+import dataclasses
+
 import pytest
+from trl import GRPOConfig, SFTConfig
 
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.training.grpo import GRPORecipe, grpo_config
 from kgreasoner.training.sft import SFTRecipe, sft_config
 
-GRPO = "model: m\ndataset: d\noutput_dir: {out}\n"
-SFT = "model: m\ntrain_file: t.jsonl\noutput_dir: {out}\n"
+GRPO = "model: m\ndataset: d\nrun_dir: {out}\n"
+SFT = "model: m\ntrain_file: t.jsonl\nrun_dir: {out}\n"
 
 
 def _yaml(tmp_path, head: str, body: str):
@@ -18,7 +21,7 @@ def _yaml(tmp_path, head: str, body: str):
 
 
 def _grpo_args(recipe: GRPORecipe):
-    return grpo_config(recipe, recipe.output_dir, recipe.episodes[0])
+    return grpo_config(recipe, recipe.run_dir, recipe.episodes[0])
 
 
 def test_the_trainer_mapping_reaches_trls_configs_as_written(tmp_path):
@@ -40,16 +43,16 @@ def test_the_trainer_mapping_reaches_trls_configs_as_written(tmp_path):
 
 
 def test_kgreasoners_defaults_sit_under_the_mapping_and_the_accessor_reads_what_trl_gets(tmp_path):
-    recipe = GRPORecipe(model="m", dataset="d", output_dir=str(tmp_path))
+    recipe = GRPORecipe(model="m", dataset="d", run_dir=str(tmp_path))
     args = _grpo_args(recipe)
     assert (args.beta, args.num_generations, args.loss_type, args.seed, args.data_seed) == (1e-5, 16, "grpo", 0, 0)
     assert args.activation_checkpointing is False and args.gradient_checkpointing is False
     for name in ("beta", "num_generations", "seed", "epsilon", "top_p", "temperature"):
         assert recipe.setting(name) == getattr(args, name), name
-    seeded = GRPORecipe(model="m", dataset="d", output_dir=str(tmp_path), trainer={"seed": 3, "beta": 0.0})
+    seeded = GRPORecipe(model="m", dataset="d", run_dir=str(tmp_path), trainer={"seed": 3, "beta": 0.0})
     args = _grpo_args(seeded)
     assert (args.seed, args.data_seed, args.beta) == (3, 3, 0.0) and seeded.setting("seed") == 3
-    sft = SFTRecipe(model="m", train_file="t", output_dir=str(tmp_path))
+    sft = SFTRecipe(model="m", train_file="t", run_dir=str(tmp_path))
     assert (sft.setting("max_length"), sft_config(sft, has_eval=True).train_sampling_strategy) == (
         4096,
         "group_by_length",
@@ -63,9 +66,10 @@ def test_kgreasoners_defaults_sit_under_the_mapping_and_the_accessor_reads_what_
         (GRPO, "max_completion_length", "the rollout's budget"),
         (GRPO, "use_vllm", "rollout_backend"),
         (GRPO, "shuffle_dataset", "order"),
-        (GRPO, "output_dir", "output_dir"),
+        (GRPO, "output_dir", r"run_dir \(each episode trains in run_dir/episode-<k>\)"),
         (GRPO, "max_steps", r"episodes \(each episode's max_steps\)"),
         (GRPO, "num_train_epochs", r"episodes \(each episode's num_train_epochs\)"),
+        (SFT, "output_dir", "run_dir"),
         (SFT, "eval_strategy", "eval_file"),
         (SFT, "save_strategy", "trainer.save_steps"),
     ],
@@ -100,6 +104,30 @@ def test_a_top_level_field_kgreasoner_derives_points_to_its_setting(tmp_path):
     path = _yaml(tmp_path, GRPO, "use_vllm: true\n")
     with pytest.raises(ConfigError, match=rf"^{path}: use_vllm is set by kgreasoner from rollout_backend$"):
         load_config(GRPORecipe, path)
+
+
+@pytest.mark.parametrize(("cls", "head"), [(GRPORecipe, GRPO), (SFTRecipe, SFT)], ids=["grpo", "sft"])
+def test_a_recipe_that_sets_output_dir_is_told_it_is_now_run_dir(tmp_path, cls, head):
+    """A recipe written when the run's folder was `output_dir` (TRL's name) is pointed to `run_dir`."""
+    path = tmp_path / "old.yaml"
+    path.write_text(head.replace("run_dir", "output_dir").format(out=tmp_path / "out"))
+    with pytest.raises(ConfigError, match=rf"^{path}: output_dir is set by kgreasoner from run_dir"):
+        load_config(cls, path)
+    current = _yaml(tmp_path, head, "")
+    with pytest.raises(ConfigError, match=rf"^{current}: output_dir is set by kgreasoner from run_dir"):
+        load_config(cls, current, ["output_dir=elsewhere"])
+
+
+@pytest.mark.parametrize(("recipe", "config"), [(GRPORecipe, GRPOConfig), (SFTRecipe, SFTConfig)])
+def test_a_recipe_holds_no_field_of_trls_config(recipe, config):
+    """Every TRL setting lives under `trainer:`; a recipe field of the same name would say two things at once."""
+    names = {f.name for f in dataclasses.fields(config)}
+    assert sorted(f.name for f in dataclasses.fields(recipe) if f.name in names) == []
+
+
+def test_sfts_trl_output_dir_is_the_run_dir(tmp_path):
+    sft = load_config(SFTRecipe, _yaml(tmp_path, SFT, ""))
+    assert sft_config(sft, has_eval=False).output_dir == str(tmp_path / "out")
 
 
 def test_recipe_checks_of_trl_values_name_the_trainer_field(tmp_path):
