@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from kgreasoner.config import add_config_arguments, load_config
+from kgreasoner.config import ConfigError, add_config_arguments, load_config
 from kgreasoner.training.common import finish_distributed, report, show_progress
 from kgreasoner.training.preflight import add_arguments as add_preflight_arguments
 from kgreasoner.training.preflight import run_preflight
@@ -39,7 +39,10 @@ def train_main(
     args = parser.parse_args(argv)
     if args.dry_run:
         sys.exit(run_preflight(args.config, args.overrides, args))
-    recipe = load_config(recipe_class, args.config, args.overrides)
+    try:
+        recipe = load_config(recipe_class, args.config, args.overrides)
+    except ConfigError as err:  # a recipe mistake is a message, not a traceback
+        parser.exit(2, f"{parser.prog}: error: {err}\n")
     show_progress()
     report(f"final model: {train(recipe, resume=args.resume)}")
     finish_distributed()

@@ -135,3 +135,20 @@ def test_recipe_checks_of_trl_values_name_the_trainer_field(tmp_path):
         load_config(GRPORecipe, _yaml(tmp_path, GRPO, "trainer: {num_generations: 1}\n"))
     with pytest.raises(ConfigError, match=r"trainer.save_steps must be a multiple of trainer.eval_steps"):
         load_config(SFTRecipe, _yaml(tmp_path, SFT, "trainer: {eval_steps: 20, save_steps: 30}\n"))
+
+
+def test_the_train_scripts_refuse_a_misplaced_field_with_one_error_line(tmp_path, capsys):
+    from kgreasoner.training.launch import train_main
+
+    def never(recipe, resume):
+        raise AssertionError("a refused recipe must not train")
+
+    argv = ["--config", "configs/tiny-cpu/sft.yaml", "--set", "learning_rate=1e-3"]
+    with pytest.raises(SystemExit) as exit_:
+        train_main("SFT", SFTRecipe, never, "resume", argv=argv)
+    assert exit_.value.code == 2
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[-1]
+        .endswith("error: configs/tiny-cpu/sft.yaml: learning_rate is a SFTConfig field: set it under trainer:")
+    )
