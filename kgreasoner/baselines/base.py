@@ -13,6 +13,7 @@ from typing import Any
 
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph
+from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import split_answers
 
 
@@ -47,8 +48,14 @@ class Method(abc.ABC):
     """The KG the method searches, which the harness's failure classes read (None: none they can use)."""
 
     @abc.abstractmethod
-    def answer(self, example: QAExample, llm: Any) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None) -> MethodResult:
         """Answer one question; `llm` is a per-question metered client (None when `uses_llm` is False)."""
+
+    def client(self, llm: MeteredLLM | None) -> MeteredLLM:
+        """`llm`, which the harness always gives a method with `uses_llm`; None is a caller's mistake, said so."""
+        if llm is None:
+            raise ValueError(f"method {self.name!r} needs an LLM client, got None")
+        return llm
 
     def answer_batch(self, examples: Sequence[QAExample]) -> list[MethodResult]:
         raise NotImplementedError(f"{self.name} does not answer in batches")

@@ -7,10 +7,9 @@ answer as `Answer: {A | B}`; a reply without that is read leniently (the text af
 
 from __future__ import annotations
 
-from typing import Any
-
 from kgreasoner.baselines.base import Method, MethodResult, braced_answers, first_line_answer
 from kgreasoner.data.schema import QAExample
+from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import TOPIC_SEPARATOR, topic_names
 
 IO_PROMPT = (
@@ -54,8 +53,9 @@ class IOMethod(Method):
         self.name = "cot" if chain_of_thought else "io"
         self.max_tokens = max_tokens
 
-    def answer(self, example: QAExample, llm: Any) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None) -> MethodResult:
+        client = self.client(llm)
         prompt = build_io_prompt(example, self.chain_of_thought)
-        reply = llm.complete(prompt, self.max_tokens).text
+        reply = client.complete(prompt, self.max_tokens).text
         answers, valid = parse_io_reply(reply, self.chain_of_thought)
         return MethodResult(answers, valid, trace={"prompt": prompt, "reply": reply})

@@ -29,6 +29,7 @@ from typing import Any
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path
+from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import QUERY_SEPARATOR, RELATIONS_MARK
 from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolResult
 
@@ -69,7 +70,7 @@ class OracleMethod(Method):
         self.tool = tool
         self.config = config or OracleConfig()
 
-    def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None = None) -> MethodResult:
         if not example.gold_paths:
             return MethodResult([], False, {"reason": "no gold path"})
         branches = (

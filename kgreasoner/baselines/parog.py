@@ -34,6 +34,7 @@ from kgreasoner.baselines.base import (
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
+from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import ANSWER_SEPARATOR
 
 PLAN_PROMPT = """Break the question into the smallest sequence of sub-objectives, each one step from an \
@@ -159,13 +160,14 @@ class PaRoGMethod(Method):
         self.kg: KnowledgeGraph = kg
         self.config = config or PaRoGConfig()
 
-    def answer(self, example: QAExample, llm: Any) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None) -> MethodResult:
+        client = self.client(llm)
         cfg = self.config
         kg = CountingKG(self.kg)
         steps: list[Step] = []
 
         def ask(kind: str, prompt: str) -> str:
-            reply = llm.complete(prompt, cfg.max_tokens).text
+            reply = client.complete(prompt, cfg.max_tokens).text
             steps.append(Step(kind, reply))
             return reply
 

@@ -24,6 +24,7 @@ from kgreasoner.baselines.base import CountingKG, Method, MethodResult, Step, br
 from kgreasoner.data.normalize import normalize_answer
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import Edge, KnowledgeGraph
+from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.retrieval.encoder import humanize_relation
 
 DIRECTIONS = {"outgoing": "out", "out": "out", "incoming": "in", "in": "in"}
@@ -149,7 +150,8 @@ class SoGMethod(Method):
         self.kg: KnowledgeGraph = kg
         self.config = config or SoGConfig()
 
-    def answer(self, example: QAExample, llm: Any) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None) -> MethodResult:
+        client = self.client(llm)
         cfg = self.config
         kg = CountingKG(self.kg)
         labels: dict[str, str] = {t.id: t.name for t in example.topic_entities}
@@ -164,7 +166,7 @@ class SoGMethod(Method):
 
         answers: list[str] | None = None
         for _ in range(cfg.max_steps):
-            reply = llm.complete(transcript, cfg.max_tokens, stop=(OBSERVATION,)).text
+            reply = client.complete(transcript, cfg.max_tokens, stop=(OBSERVATION,)).text
             action, final = parse_action(reply), parse_final(reply)
             final_at = _FINAL.search(reply)
             action_at = _ACTION.search(reply)

@@ -31,6 +31,7 @@ from kgreasoner.baselines import tog_prompts as prompts
 from kgreasoner.baselines.base import CountingKG, Method, MethodResult, Step
 from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.llm.clients import MeteredLLM
 
 TOG_MODES = ("faithful", "fixed")
 UNNAMED = "unnamed node"
@@ -86,7 +87,8 @@ class ToGMethod(Method):
         self.kg: KnowledgeGraph = kg
         self.config = config or ToGConfig()
 
-    def answer(self, example: QAExample, llm: Any) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None) -> MethodResult:
+        client = self.client(llm)
         cfg = self.config
         kg = CountingKG(self.kg)
         rng = random.Random(f"{cfg.seed}:{example.id}")
@@ -103,7 +105,7 @@ class ToGMethod(Method):
             return names[entity]
 
         def ask(kind: str, prompt: str) -> str:
-            reply = llm.complete(prompt, cfg.max_tokens).text
+            reply = client.complete(prompt, cfg.max_tokens).text
             steps.append(Step(kind, reply))
             return reply
 

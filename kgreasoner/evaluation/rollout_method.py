@@ -18,6 +18,7 @@ from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.failures import RecordingSession
 from kgreasoner.llm import rollout_backend
+from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import check_format
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
@@ -41,7 +42,7 @@ class KGReasonerMethod(Method):
         self.kg = tool.kg
         self.sampling = sampling or SamplingParams(temperature=0.0, seed=0)
 
-    def answer(self, example: QAExample, llm: Any = None) -> MethodResult:
+    def answer(self, example: QAExample, llm: MeteredLLM | None = None) -> MethodResult:
         return self.answer_batch([example])[0]
 
     def answer_batch(self, examples: Sequence[QAExample]) -> list[MethodResult]:

@@ -1,5 +1,7 @@
 """io and cot through the harness with scripted replies: one call each, prompts, parsing, scoring."""
 
+import pytest
+
 from kgreasoner.evaluation.harness import evaluate_method
 from kgreasoner.evaluation.methods import EvalConfig, MethodContext, build_method
 
@@ -18,3 +20,11 @@ def test_io_and_cot_end_to_end(tmp_path, synthetic_data):
         assert all(r["format_valid"] is True for r in records)
         assert llm.usage.calls == len(examples)
         assert all(p.endswith("Reasoning:" if name == "cot" else "Answer:") for p in llm.prompts)
+
+
+def test_a_method_that_asks_an_llm_and_is_given_none_says_so(synthetic_data):
+    from kgreasoner.baselines.io import IOMethod
+
+    dataset, _ = synthetic_data
+    with pytest.raises(ValueError, match=r"^method 'cot' needs an LLM client, got None$"):
+        IOMethod(chain_of_thought=True).answer(dataset.split("test")[0], None)
