@@ -194,8 +194,7 @@ class DemoConfig:
         default=300,
         metadata={
             "help": "training questions in the SFT warm-up sample (stratified by hops and relation path; the paper "
-            "used "
-            "about 500); None: SFT on a trajectory for every training question"
+            "used about 500); None: SFT on a trajectory for every training question"
         },
     )
     rl: bool = field(
@@ -203,8 +202,7 @@ class DemoConfig:
         metadata={
             "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
             "warmup_examples null and sft.set.trainer.max_steps sized to the RL run's training time, imitation of "
-            "every "
-            "gold trajectory against RL on the same CPU budget)"
+            "every gold trajectory against RL on the same CPU budget)"
         },
     )
     sft_warmup: bool = field(

@@ -4,12 +4,12 @@ The dev evaluation runs at every save step as well as every `dev_eval_steps`, an
 save step carries `"checkpoint": 1`: those rows are the candidates, across all episodes. Episode 1's
 step 0 (the warm-up model) is not one: the choice is among what GRPO trained.
 
-The best candidate so far is kept aside in `OUTPUT/best` (with `OUTPUT/best.json` naming it) when it
+The best candidate so far is kept aside in `run_dir/best` (with `run_dir/best.json` naming it) when it
 is not the last step of its episode, whose weights `episode-<k>/final` holds anyway; so
 `save_total_limit` never removes it. At the end `apply_choice` picks the candidate with the highest
 dev Hits@1 (the later one on ties), copies its weights into the last episode's `final` (what
 evaluation reads; that episode's last step stays in its last `checkpoint-N`) and writes
-`OUTPUT/chosen.json`. Weights are copied only after the checkpoint of the same step is complete, so
+`run_dir/chosen.json`. Weights are copied only after the checkpoint of the same step is complete, so
 a resumed run (whose step log drops rows after its checkpoint) never points at weights it lost; a
 run restarted from scratch without `--resume` can, and then the choice is among the candidates whose
 weights exist, as the warning says.
@@ -60,7 +60,7 @@ def episode_ends(rows: list[dict]) -> dict[int, int]:
 
 
 class BestKeeper(TrainerCallback):
-    """Copies the weights of a saved step into `OUTPUT/best` when its dev Hits@1 is the best of the run
+    """Copies the weights of a saved step into `run_dir/best` when its dev Hits@1 is the best of the run
     so far (every rank together: the copy is a collective under ZeRO-3)."""
 
     def __init__(self, root: Path, episode: int, base: str, dev_eval, step_log: Path) -> None:
@@ -100,7 +100,7 @@ class BestKeeper(TrainerCallback):
 
 
 def apply_choice(root: Path, step_log: Path, last_episode: int, choose_final: str) -> dict:
-    """Put the chosen weights in the last episode's `final` and write `OUTPUT/chosen.json` (main process)."""
+    """Put the chosen weights in the last episode's `final` and write `run_dir/chosen.json` (main process)."""
     rows = read_rows(step_log)
     ends = episode_ends(rows)
     last_final = root / f"episode-{last_episode}" / "final"

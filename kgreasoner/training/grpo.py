@@ -232,8 +232,7 @@ class GRPORecipe(TrainerPassthrough):
         default=None,
         metadata={
             "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole "
-            "run "
-            "with the highest dev Hits@1, the later one on ties; OUTPUT/chosen.json says which) or last (the "
+            "run with the highest dev Hits@1, the later one on ties; run_dir/chosen.json says which) or last (the "
             "last step's weights); default best_dev when dev evaluation is on, else last"
         },
     )

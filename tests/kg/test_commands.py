@@ -168,8 +168,7 @@ def test_kb_files_that_parse_but_cannot_work_are_refused_naming_file_line_and_fi
         (
             "<http://x/a> <http://kgreasoner.local/relation/%5Eborn_in> <http://x/b> .",
             "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no path could "
-            "name "
-            "this relation; rename it",
+            "name this relation; rename it",
         ),
         (
             f"<http://x/a> <http://x/born_on> {DATE} .",
