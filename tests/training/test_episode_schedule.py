@@ -6,6 +6,7 @@ import pytest
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from kgreasoner.config import ConfigError, load_config
+from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.grpo import Episode, GRPORecipe, train_grpo
 
@@ -40,15 +41,35 @@ class OptimizerSteps:
         return group["lr"], moment, float(state["step"]) if "step" in state else 0.0
 
 
-def _recipe(model, data, tool, out) -> GRPORecipe:
+TOOL = ToolConfig(entity_handles=True, top_k=5)
+
+
+@pytest.fixture(scope="module")
+def gold_file(synthetic_dir, tmp_path_factory):
+    """Gold warm-up trajectories of every training question: guided groups give the untrained model's all-wrong
+    groups a right row, so its steps have real gradients."""
+    from data_gen.warmup import WarmupConfig, run
+
+    path = tmp_path_factory.mktemp("gold") / "all.jsonl"
+    run(
+        WarmupConfig(
+            dataset=str(synthetic_dir), output=str(path), num_examples=None, dev_examples=0, tool=TOOL, progress=False
+        )
+    )
+    return path
+
+
+def _recipe(model, data, gold, out) -> GRPORecipe:
     return GRPORecipe(
         model=str(model),
         dataset=str(data),
         run_dir=str(out),
-        tool=tool,
-        rollout=RolloutConfig(max_new_tokens=64, max_turn_tokens=32, max_turns=2),
+        tool=TOOL,
+        rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=3), Episode("all", max_steps=3)],
         max_questions=12,
+        guidance="gold",
+        guidance_trajectories=str(gold),
         trainer={
             "num_generations": 4,
             "per_device_train_batch_size": 8,
@@ -63,11 +84,12 @@ def _recipe(model, data, tool, out) -> GRPORecipe:
     )
 
 
-def test_episode_two_starts_from_episode_ones_adamw_state_on_the_runs_one_schedule(warm_policy, tmp_path):
-    model, data, tool = warm_policy
+def test_episode_two_starts_from_episode_ones_adamw_state_on_the_runs_one_schedule(
+    tiny_checkpoint, synthetic_dir, gold_file, tmp_path
+):
     out = tmp_path / "run"
     with OptimizerSteps() as steps:
-        train_grpo(_recipe(model, data, tool, out))
+        train_grpo(_recipe(tiny_checkpoint, synthetic_dir, gold_file, out))
     assert [lr for lr, _, _ in steps.before] == RUN_SCHEDULE
     last_of_one, first_of_two = steps.after[2], steps.before[3]
     assert last_of_one[1].abs().sum() > 0, "episode 1 trained with no gradient: the moment proves nothing"
@@ -78,7 +100,7 @@ def test_episode_two_starts_from_episode_ones_adamw_state_on_the_runs_one_schedu
     shutil.rmtree(out / "episode-2" / "final")
     shutil.rmtree(out / "episode-2" / "checkpoint-3")
     with OptimizerSteps() as resumed:
-        train_grpo(_recipe(model, data, tool, out), resume=True)
+        train_grpo(_recipe(tiny_checkpoint, synthetic_dir, gold_file, out), resume=True)
     assert [lr for lr, _, _ in resumed.before] == RUN_SCHEDULE[5:]
     assert resumed.before[0][1].equal(steps.before[5][1]) and resumed.before[0][2] == 5.0
 
