@@ -1,11 +1,13 @@
 """The run's final model: the warm-up or a save, by Hits@1 on the whole dev split with a per-hop guard."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from kgreasoner.config import ConfigError, load_config
+from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.training.checkpoint_choice import apply_choice, choose, episode_ends, floors, judge
 from kgreasoner.training.grpo import GRPORecipe
 
@@ -151,7 +153,66 @@ def test_the_demo_measures_dev_hits_on_at_least_150_questions():
     assert config.grpo.set["dev_eval_questions"] >= 150 and DemoConfig().grpo.set["dev_eval_questions"] >= 150
 
 
-def test_a_grpo_run_that_only_makes_the_warm_up_worse_ends_with_the_warm_up(warm_policy, tmp_path):
+TOOL = ToolConfig(entity_handles=True, top_k=5)
+
+
+@pytest.fixture
+def memorised_warmup(synthetic_dir, tmp_path):
+    """A dataset whose dev split repeats 8 of its training questions (under new ids), and a tiny model SFT-trained on
+    those 8 questions' gold trajectories until it answers some: a warm-up with a dev Hits@1 above 0 in seconds.
+    Returns (model directory, dataset folder)."""
+    from data_gen.warmup import WarmupConfig, run
+    from kgreasoner.models import TinyModelConfig, build_tiny
+    from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
+    from kgreasoner.training.sft import SFTRecipe, train_sft
+
+    data = tmp_path / "data"
+    shutil.copytree(synthetic_dir, data)
+    rows = [json.loads(line) for line in (data / "questions.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if r["split"] == "train"][:8]
+    repeated = [{**r, "id": r["id"] + "-dev", "split": "dev"} for r in kept]
+    rows = [r for r in rows if r["split"] != "dev"] + repeated
+    (data / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    every = tmp_path / "all.jsonl"
+    run(
+        WarmupConfig(
+            dataset=str(data), output=str(every), num_examples=None, dev_examples=0, tool=TOOL, progress=False
+        )
+    )
+    ids = {r["id"] for r in kept}
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(line + "\n" for line in every.read_text().splitlines() if json.loads(line)["id"] in ids))
+    config = TinyModelConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        tokenizer=TokenizerConfig(num_handles=16),
+    )
+    build_tiny(config, read_training_texts([data / "kb.tsv", every]), tmp_path / "tiny")
+    final = train_sft(
+        SFTRecipe(
+            model=str(tmp_path / "tiny"),
+            train_file=str(gold),
+            run_dir=str(tmp_path / "sft"),
+            trainer={
+                "learning_rate": 3e-3,
+                "max_steps": 150,
+                "per_device_train_batch_size": 8,
+                "warmup_steps": 0.0,
+                "eval_steps": 0,
+                "save_steps": 150,
+                "logging_steps": 50,
+                "report_to": [],
+            },
+        )
+    )
+    return final, data
+
+
+def test_a_grpo_run_that_only_makes_the_warm_up_worse_ends_with_the_warm_up(memorised_warmup, tmp_path):
     """A real run at a ruinous learning rate: every save answers worse than the warm-up on the whole dev split."""
     from safetensors.torch import load_file
 
@@ -159,18 +220,18 @@ def test_a_grpo_run_that_only_makes_the_warm_up_worse_ends_with_the_warm_up(warm
     from kgreasoner.rollout.types import RolloutConfig
     from kgreasoner.training.grpo import Episode, train_grpo
 
-    model, data, tool = warm_policy
+    model, data = memorised_warmup
     out = tmp_path / "run"
     recipe = GRPORecipe(
         model=str(model),
         dataset=str(data),
         run_dir=str(out),
-        tool=tool,
-        rollout=RolloutConfig(max_new_tokens=64, max_turn_tokens=32, max_turns=2),
+        tool=TOOL,
+        rollout=RolloutConfig(max_new_tokens=192, max_turn_tokens=48, max_turns=5),
         episodes=[Episode("all", max_steps=2)],
-        max_questions=12,
+        max_questions=8,
         dev_eval_steps=1,
-        dev_eval_questions=4,
+        dev_eval_questions=2,
         trainer={
             "num_generations": 4,
             "per_device_train_batch_size": 8,
@@ -182,20 +243,20 @@ def test_a_grpo_run_that_only_makes_the_warm_up_worse_ends_with_the_warm_up(warm
     )
     final = train_grpo(recipe)
     chosen = json.loads((out / "chosen.json").read_text())
-    dev = load_dataset(str(data)).split("dev")
-    warmup = chosen["candidates"][0]
     assert [(c["episode"], c["step"], c["warmup"]) for c in chosen["candidates"]] == [
         (1, 0, True),
         (1, 1, False),
         (1, 2, False),
     ]
+    warmup = chosen["candidates"][0]
     assert warmup["dev_hits1"] > max(c["dev_hits1"] for c in chosen["candidates"][1:])
     assert (chosen["episode"], chosen["step"], chosen["warmup"], chosen["source"]) == (1, 0, True, str(model))
-    # every candidate was measured on the whole dev split, not the curve's 4-question sample
+    # every candidate was measured on the whole dev split (8 questions), not the dev curve's sample of 2
+    assert len(load_dataset(str(data)).split("dev")) == 8
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     counted = [
         sum(v for k, v in r.items() if k.startswith("dev_split/questions_hop")) for r in rows if "candidate" in r
     ]
-    assert counted == [len(dev)] * 3 and len(dev) > 4
-    weights = load_file(final / "model.safetensors")
-    assert all(t.equal(load_file(Path(model) / "model.safetensors")[k]) for k, t in weights.items())
+    assert counted == [8, 8, 8]
+    weights, start = load_file(final / "model.safetensors"), load_file(Path(model) / "model.safetensors")
+    assert final == out / "episode-1" / "final" and all(t.equal(start[k]) for k, t in weights.items())
