@@ -180,7 +180,15 @@ class DemoConfig:
             search_reward="hops",
             dev_eval_steps=25,
             dev_eval_questions=150,
-            trainer={"learning_rate": 1e-4, "per_device_train_batch_size": 24, "save_steps": 50, "report_to": []},
+            # the episodes share one AdamW state and one schedule: 25 warm-up steps (5% of the run's 500), then 1e-4
+            trainer={
+                "learning_rate": 1e-4,
+                "lr_scheduler_type": "constant_with_warmup",
+                "warmup_steps": 25,
+                "per_device_train_batch_size": 24,
+                "save_steps": 50,
+                "report_to": [],
+            },
         ),
         metadata={"help": "train/grpo.py (GRPORecipe)"},
     )

@@ -27,9 +27,11 @@ answers all got one reward and of groups guided, by hop count (`rollout/answer_t
 also before the first step). Rollout figures go through TRL's own metric path (the `log_metric` its
 reward functions get), which averages them over the ranks; under torchrun only the main process logs
 progress. Each episode is one TRL run in `run_dir/episode-<k>` starting from the previous episode's final weights;
-`--resume` continues the first unfinished episode from its last checkpoint. With `choose_final:
-best_dev` the last episode's `final` ends up holding the saved checkpoint of the whole run with the
-best dev Hits@1 (`kgreasoner.training.checkpoint_choice`, `run_dir/chosen.json`).
+`--resume` continues the first unfinished episode from its last checkpoint. The episodes share one AdamW
+state and one learning-rate schedule (`episode_carry`, `kgreasoner.training.episode_schedule`). With
+`choose_final: best_dev` the last episode's `final` ends up holding the warm-up or the save of the whole
+run with the best Hits@1 on the whole dev split, no hop count more than one standard error below the
+warm-up's (`kgreasoner.training.checkpoint_choice`, `run_dir/chosen.json`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from kgreasoner.training.common import (
     save_final,
     trainer_help,
 )
+from kgreasoner.training.episode_schedule import plan_episode
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
 from kgreasoner.training.hard_cases import read_hard_ids
 from kgreasoner.training.plots import STEP_LOG
@@ -170,6 +173,15 @@ class GRPORecipe(TrainerPassthrough):
         default_factory=lambda: [Episode("all"), Episode("hard")],
         metadata={"help": "episode 1 on all questions, later ones on the hard cases (paper)"},
     )
+    episode_carry: bool = field(
+        default=True,
+        metadata={
+            "help": "episodes share one optimiser and one learning-rate schedule: episode k > 1 starts from episode "
+            "k - 1's AdamW state, and trainer.lr_scheduler_type (its warm-up first) runs over the steps of all "
+            "episodes (kgreasoner.training.episode_schedule); false: each episode restarts both (needed under "
+            "DeepSpeed)"
+        },
+    )
     hard_cases: str | None = field(
         default=None, metadata={"help": "hard-case ids (JSONL from kgreasoner.training.hard_cases)"}
     )
@@ -225,15 +237,17 @@ class GRPORecipe(TrainerPassthrough):
     dev_eval_questions: int = field(
         default=150,
         metadata={
-            "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too"
+            "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too "
+            "(the final choice, choose_final, measures the whole dev split)"
         },
     )
     choose_final: str | None = field(
         default=None,
         metadata={
-            "help": "what the last episode's `final` holds at the end: best_dev (the saved checkpoint of the whole "
-            "run with the highest dev Hits@1, the later one on ties; run_dir/chosen.json says which) or last (the "
-            "last step's weights); default best_dev when dev evaluation is on, else last"
+            "help": "what the last episode's `final` holds at the end: best_dev (among the warm-up and every save, "
+            "each measured on the whole dev split, the highest Hits@1 of those with no hop count more than one "
+            "standard error below the warm-up's; run_dir/chosen.json says why) or last (the last step's weights); "
+            "default best_dev when dev evaluation is on, else last"
         },
     )
     length_chunk_rows: int = field(
@@ -314,6 +328,15 @@ class GRPORecipe(TrainerPassthrough):
             raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
         if self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
+        from kgreasoner.training.episode_schedule import check_run_schedule
+
+        check_run_schedule(
+            [e.max_steps for e in self.episodes],
+            self.setting("lr_scheduler_type"),
+            self.setting("warmup_steps"),
+            self.setting("deepspeed"),
+            self.episode_carry,
+        )
         for name, value in self.trainer.items():
             if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
                 raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
@@ -742,8 +765,12 @@ def build_trainer(
     tool,
     dev_examples=(),
     engine_from=None,
+    dev_split=(),
 ):
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks.
+
+    `dev_examples` is the periodic dev curve's sample; `dev_split`, the whole dev split, measures the
+    candidates of `choose_final: best_dev`.
 
     With `engine_from` (the previous episode's trainer) a vLLM rollout drives that trainer's
     colocated engine instead of starting a second one in the process.
@@ -786,8 +813,10 @@ def build_trainer(
     if recipe.dev_eval_steps and dev_examples:
         dev_eval = DevEval(recipe, dev_examples, tool, step_log)
         callbacks.append(dev_eval)
-        if recipe.choose_final == "best_dev":
-            callbacks.append(BestKeeper(root, number, model_path, dev_eval, step_log.path))
+    keeper = None
+    if recipe.choose_final == "best_dev" and dev_split:
+        keeper = BestKeeper(root, number, model_path, dev_split, tool, recipe.rollout, step_log)
+        callbacks.append(keeper)
     with reusing_vllm_engine(engine_from):
         trainer = scoring_trainer_class()(
             model=model_path,
@@ -804,6 +833,8 @@ def build_trainer(
     metrics.trainer = trainer
     if dev_eval is not None:
         dev_eval.trainer = trainer
+    if keeper is not None:
+        keeper.trainer = trainer
     trainer.length_chunk_rows = recipe.length_chunk_rows
     return trainer
 
@@ -844,6 +875,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
 
         dev_examples = stratified_order(dataset.split("dev"), recipe.setting("seed"))[: recipe.dev_eval_questions]
         dev_examples = with_kg_names(dev_examples, tool.kg)
+    dev_split = with_kg_names(dataset.split("dev"), tool.kg) if recipe.choose_final == "best_dev" else []
     root = Path(recipe.run_dir)
     root.mkdir(parents=True, exist_ok=True)
     finals = [root / f"episode-{number}" / "final" for number in range(1, len(recipe.episodes) + 1)]
@@ -867,7 +899,10 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             args = grpo_config(recipe, episode_dir, episode)
             per_batch = args.generation_batch_size // args.num_generations
             examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, args.seed, per_batch)
-        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous)
+        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous, dev_split)
+        if recipe.episode_carry:
+            max_steps = [e.max_steps for e in recipe.episodes]
+            trainer.run_schedule = plan_episode(root, number, max_steps, recipe.lora.enabled)
         if trainer.is_world_process_zero():
             (root / CHOSEN).unlink(missing_ok=True)  # made before this episode changed
         checkpoint = last_complete_checkpoint(episode_dir) if resume else None
@@ -886,11 +921,10 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         previous = trainer if trainer.use_vllm else None  # kept for its vLLM engine only
     state = PartialState()  # set up by the trainers, or a bare single process when every episode was done
     if state.is_main_process and not (root / CHOSEN).is_file():
-        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final or "last")
+        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final or "last", recipe.model)
         logger.info(
-            "final model: episode %s step %s (dev Hits@1 %s), %s",
-            chosen["episode"],
-            chosen["step"],
+            "final model: %s (dev Hits@1 %s), %s",
+            "the warm-up" if chosen["warmup"] else f"episode {chosen['episode']} step {chosen['step']}",
             chosen["dev_hits1"],
             root / CHOSEN,
         )

@@ -9,7 +9,8 @@ refuses a TRL outside `TESTED_TRL` with an error naming that range (`pyproject.t
 What is here:
 - `scoring_trainer_class`: `GRPOTrainer` with `_compute_loss` and `_get_per_token_logps_and_entropies`
   overridden to score only where the loss reads, in length chunks (`length_chunks`), through TRL's
-  fused LM head with its `_use_triton` device test patched.
+  fused LM head with its `_use_triton` device test patched; its `create_optimizer` / `create_scheduler`
+  follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`).
 - `send_unfused_experts`: TRL's weight sync reads the weights through `vllm_weights.vllm_named_weights`
@@ -209,6 +210,23 @@ def scoring_trainer_class():
     class ScoringGRPOTrainer(GRPOTrainer):
         _scored = None
         length_chunk_rows = 4
+        run_schedule = None  # kgreasoner.training.episode_schedule.RunSchedule: the episode's place in the run
+
+        def create_optimizer(self, model=None):
+            # transformers' override point; with a run schedule, episode k > 1 continues episode k - 1's AdamW state
+            optimizer = super().create_optimizer(model)
+            if self.run_schedule is not None:
+                self.run_schedule.load_optimizer(optimizer, self.args.device)
+            return optimizer
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            # transformers' override point; the episode's window of the run's one schedule
+            if self.run_schedule is None or self.lr_scheduler is not None:
+                return super().create_scheduler(num_training_steps, optimizer)
+            optimizer = self.optimizer if optimizer is None else optimizer
+            self.lr_scheduler = self.run_schedule.scheduler(optimizer, self.args, num_training_steps)
+            self._created_lr_scheduler = True  # transformers' flag: a later train() call builds it anew
+            return self.lr_scheduler
 
         def _compute_loss(self, model, inputs):
             mask = inputs["completion_mask"]

@@ -194,10 +194,13 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
     chosen = json.loads((out / "chosen.json").read_text())
     best = choose(steps)
     assert (chosen["episode"], chosen["step"]) == (best["episode"], best["step"])
-    assert chosen["dev_hits1"] == best["dev/hits1"]
-    source = {(1, 3): out / "episode-1" / "final", (2, 2): out / "episode-2" / "checkpoint-2", (1, 2): out / "best"}[
-        (chosen["episode"], chosen["step"])
-    ]
+    assert chosen["dev_hits1"] == best["dev_split/hits1"]
+    source = {
+        (1, 0): Path(model),
+        (1, 3): out / "episode-1" / "final",
+        (2, 2): out / "episode-2" / "checkpoint-2",
+        (1, 2): out / "best",
+    }[(chosen["episode"], chosen["step"])]
     weights, kept = load_file(final / "model.safetensors"), load_file(source / "model.safetensors")
     assert final == out / "episode-2" / "final" and all((weights[k] == kept[k]).all() for k in weights)
 
