@@ -56,6 +56,7 @@ from kgreasoner.training.common import (
     is_saved_model,
     last_complete_checkpoint,
     save_final,
+    start_process_group,
     trainer_help,
 )
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
@@ -831,6 +832,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.trl_internals import release_trainer
 
+    start_process_group(recipe.setting("ddp_timeout"))  # before hard-case mining opens one
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
     if not train_examples:

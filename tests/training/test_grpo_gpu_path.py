@@ -454,3 +454,93 @@ def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint,
     names = [name for name, _ in second.vllm_generation._iter_named_params()]
     assert synced == [second.model.config.model_type]
     assert "model.embed_tokens.weight" in names
+
+
+# ----------------------------------------------------------------- the process group's timeout
+
+
+class Mined(Exception):
+    """Raised after hard-case mining: this test reads the process group mining ran in, not a run."""
+
+
+def _timeout_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
+    """One of two gloo ranks: `train_grpo` up to its hard-case mining (real), then the timeout torch gives
+    the default group's backend."""
+    import os
+
+    try:
+        os.environ.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "OMP_NUM_THREADS": "1",
+            }
+        )
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        import kgreasoner.training.grpo as grpo
+        import kgreasoner.training.hard_cases as hard_cases
+
+        mine = hard_cases.mine_hard_cases
+
+        def mining(config):
+            mine(config)
+            backend = distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+            raise Mined(backend.options._timeout.total_seconds())
+
+        hard_cases.mine_hard_cases = mining
+        try:
+            grpo.train_grpo(recipe)
+        except Mined as mined:
+            queue.put((rank, mined.args[0], dist.get_world_size()))
+        dist.destroy_process_group()
+    except BaseException as err:  # report it to the parent instead of dying silently
+        queue.put((rank, "error", repr(err)))
+
+
+@pytest.mark.slow
+def test_the_process_group_has_the_recipes_timeout_from_hard_case_mining_on(tiny_checkpoint, synthetic_dir, tmp_path):
+    """Hard-case mining is the first to use the process group, before any trainer exists: the group it runs
+    in already has the recipe's `ddp_timeout`, as torch reports it (two real gloo ranks)."""
+    import multiprocessing
+    import socket
+
+    from data_gen.warmup import WarmupConfig, run
+
+    trajectories = tmp_path / "all_train.jsonl"
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        tmp_path / "run",
+        episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
+        hard_case_trajectories=str(trajectories),
+        trainer={"ddp_timeout": 1234},
+    )
+    run(
+        WarmupConfig(
+            dataset=str(synthetic_dir), output=str(trajectories), num_examples=8, dev_examples=0, tool=recipe.tool
+        )
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_timeout_rank, args=(rank, port, recipe, queue)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:
+        results = dict((r[0], r[1:]) for r in (queue.get(timeout=240) for _ in processes))
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    assert results == {0: (1234.0, 2), 1: (1234.0, 2)}
+    assert (tmp_path / "run" / "hard_cases.jsonl").is_file()
