@@ -544,3 +544,129 @@ def test_the_process_group_has_the_recipes_timeout_from_hard_case_mining_on(tiny
                 process.kill()
     assert results == {0: (1234.0, 2), 1: (1234.0, 2)}
     assert (tmp_path / "run" / "hard_cases.jsonl").is_file()
+
+
+# ----------------------------------------------------------------- the dev evaluation's batches and backend
+
+
+def test_every_rank_runs_as_many_dev_batches_of_at_most_the_batch_size():
+    from kgreasoner.training.grpo import dev_batches
+
+    assert dev_batches(5, 0, 1, 2) == [[0, 1], [2, 3], [4]]
+    # seven questions on three ranks: shares of 3, 2 and 2, each in two calls, the smaller ones' last empty
+    assert [dev_batches(7, rank, 3, 2) for rank in range(3)] == [[[0, 3], [6]], [[1, 4], []], [[2, 5], []]]
+    assert dev_batches(2, 3, 4, 32) == [[]]  # a rank with no question still joins the one call
+    with pytest.raises(ValueError, match="dev_eval_batch_size must be >= 1, got 0"):
+        GRPORecipe(model="m", dataset="d", run_dir="o", dev_eval_batch_size=0)
+
+
+def _dev_trainer(recipe, count: int):
+    from kgreasoner.training.grpo import DevEval, build_trainer
+
+    dataset, tool = _tool(recipe)
+    dev = dataset.split("dev")[:count]
+    started = None
+    if recipe.rollout_backend == "vllm":  # TRL takes this engine over instead of starting one (vLLM cannot run)
+        from types import SimpleNamespace
+
+        started = SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(mode="colocate", llm=None))
+    trainer = build_trainer(
+        recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool, dev, started
+    )
+    [callback] = [c for c in trainer.callback_handler.callbacks if isinstance(c, DevEval)]
+    return trainer, callback, dev
+
+
+@pytest.mark.slow
+def test_the_dev_evaluation_rolls_out_in_calls_of_at_most_its_batch_size(tiny_checkpoint, synthetic_dir, tmp_path):
+    """The hf backend on the real tiny policy: five dev questions in batches of two are three engine calls,
+    greedy, in eval mode, and every question is scored."""
+    from kgreasoner.rollout.engine import RolloutEngine
+
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval_steps=1, dev_eval_batch_size=2)
+    trainer, dev, examples = _dev_trainer(recipe, 5)
+    calls, real_run = [], RolloutEngine.run
+
+    def recording(engine, prompts, sessions=None, sampling=None, halt=None, prefixes=None):
+        calls.append(([p.id for p in prompts], sampling.temperature, engine.backend.model.training))
+        return real_run(engine, prompts, sessions, sampling, halt, prefixes)
+
+    trainer.state.global_step = 0
+    trainer.model.train()  # as TRL leaves it between steps
+    with mock.patch.object(RolloutEngine, "run", recording):
+        dev._evaluate(trainer.state)
+    ids = [e.id for e in examples]
+    assert calls == [(ids[0:2], 0.0, False), (ids[2:4], 0.0, False), (ids[4:5], 0.0, False)]
+    assert trainer.model.training  # put back after each call
+    assert trainer._metrics["train"]["dev/hits1"] == [dev.latest[1]]
+
+
+class StandInVLLM:
+    """vLLM cannot run here: a stand-in for the colocated `vllm.LLM` TRL drives. `generate` answers every
+    request in one turn; `load_weights` (TRL's colocated weight sync) and `reset_prefix_cache` are recorded."""
+
+    REPLY = "<think> I know it. </think>\n<answer>nobody</answer>"
+
+    def __init__(self, tokenizer) -> None:
+        from types import SimpleNamespace
+
+        self.reply = tokenizer(self.REPLY, add_special_tokens=False)["input_ids"]
+        self.events: list[tuple] = []
+        runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda weights: self.events.append(("load",))))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))
+        )
+
+    def reset_prefix_cache(self) -> None:
+        self.events.append(("reset",))
+
+    def generate(self, prompts, params, use_tqdm=False):
+        from types import SimpleNamespace
+
+        self.events.append(("generate", len(prompts), sorted({p["temperature"] for p in params})))
+        logprobs = [{token: SimpleNamespace(logprob=-0.5)} for token in self.reply]
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=self.reply, logprobs=logprobs)]) for _ in prompts]
+
+
+@pytest.mark.slow
+def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights(
+    tiny_checkpoint, synthetic_dir, tmp_path, monkeypatch
+):
+    """vLLM cannot run here: `StandInVLLM` stands in for the engine and small modules for `vllm`'s
+    `SamplingParams` and `TokensPrompt`. The hf generation context must not be entered: under ZeRO-3 it
+    would gather the whole model beside vLLM's copy."""
+    import sys
+    import types
+
+    import trl.models
+
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        tmp_path / "run",
+        dev_eval_steps=1,
+        dev_eval_batch_size=2,
+        rollout_backend="vllm",
+    )
+    trainer, dev, _ = _dev_trainer(recipe, 3)
+    engine = StandInVLLM(trainer.processing_class)
+    trainer.vllm_generation.llm = engine
+    vllm, inputs = types.ModuleType("vllm"), types.ModuleType("vllm.inputs")
+    vllm.SamplingParams = lambda **kwargs: kwargs
+    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+
+    def hf_generation(*args, **kwargs):
+        raise AssertionError("the dev evaluation entered the hf generation context")
+
+    monkeypatch.setattr(trl.models, "unwrap_model_for_generation", hf_generation)
+    weights = len(list(trainer.vllm_generation._iter_named_params()))
+    trainer.state.global_step = 3  # after a step TRL has not generated for yet
+    dev._evaluate(trainer.state)
+    assert engine.events == [("load",)] * weights + [("reset",), ("generate", 2, [0.0]), ("generate", 1, [0.0])]
+    assert trainer._last_loaded_step == 3  # TRL's next generation of step 3 loads nothing again
+    assert dev.latest == (3, 0.0)
+    engine.events.clear()
+    dev._evaluate(trainer.state)
+    assert engine.events == [("generate", 2, [0.0]), ("generate", 1, [0.0])]
