@@ -357,9 +357,12 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
             layer.register_forward_pre_hook(shard_fetch, with_kwargs=True)
         real = trl.models.unwrap_model_for_generation
 
+        entered = []
+
         @contextmanager
         def zero3_generation(model, accelerator, **kwargs):
             dist.all_reduce(torch.zeros(1))
+            entered.append(True)
             gathered.append(True)
             with real(model, accelerator, **kwargs) as unwrapped:
                 yield unwrapped
@@ -372,14 +375,17 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
         dev._evaluate(trainer.state)
         logs = [None, None]
         dist.all_gather_object(logs, {name: list(values) for name, values in trainer._metrics["train"].items()})
-        queue.put((rank, logs, max(rows) if rows else 0))
+        queue.put((rank, logs, max(rows) if rows else 0, len(entered)))
         dist.destroy_process_group()
     except BaseException as err:  # report it to the parent instead of dying silently
         queue.put((rank, "error", repr(err)))
 
 
 @pytest.mark.slow
-def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_dir, tmp_path):
+@pytest.mark.parametrize("batch, rows, calls", [(32, (2, 1), (1, 1)), (1, (1, 1), (2, 2))])
+def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_dir, tmp_path, batch, rows, calls):
+    """Three questions on two ranks: shares of two and one. In batches of one, rank 1 joins rank 0's second
+    generation context with an empty batch."""
     import multiprocessing
     import socket
 
@@ -392,6 +398,7 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
         tmp_path / "dev",
         dev_eval_steps=1,
         dev_eval_questions=3,
+        dev_eval_batch_size=batch,
         trainer={"ddp_timeout": 60},
     )
     context = multiprocessing.get_context("spawn")
@@ -410,8 +417,9 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
     logs = results[0][0]
     assert logs[0] == logs[1] == results[1][0][0], "the ranks logged different dev figures"
     assert set(logs[0]) >= {"dev/hits1", "dev/searches"}
-    # each rank rolled out its own share of the three questions: two and one rows
-    assert (results[0][1], results[1][1]) == (2, 1)
+    # each rank rolled out its own share of the three questions (two and one rows), in as many calls
+    assert (results[0][1], results[1][1]) == rows
+    assert (results[0][2], results[1][2]) == calls
     rows = [json.loads(line) for line in (tmp_path / "dev" / "steps.jsonl").read_text().splitlines()]
     assert [(r["step"], "dev/hits1" in r) for r in rows] == [(0, True)]
 
