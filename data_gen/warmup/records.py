@@ -19,6 +19,7 @@ from data_gen.warmup.teacher import Teacher
 from data_gen.warmup.templates import load_templates
 from data_gen.warmup.walk import WarmupGenerator
 from data_gen.warmup.writer import Skip, renumber_handles
+from kgreasoner.data.entity_names import with_kg_names
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.sampling import stratified_order
 from kgreasoner.data.schema import QAExample
@@ -39,11 +40,15 @@ def generate_records(
     Corrections are scheduled so that the running share stays at `correction_share`: a question
     that cannot take a detour becomes a gold record and the next one is asked again.
 
-    Questions of a per-question KG without gold paths get them derived on their own subgraph
+    Topic entities named by their id are named by the KG (`with_kg_names`). Questions of a per-question KG
+    without gold paths get them derived on their own subgraph
     (`with_derived_paths`): all first where the order (stratified by hops) or paraphrase mixing
     (questions paired by path) needs them, else each when the loop reaches it.
     """
     config = generator.config
+    # Topic entities the data names by id only (CWQ's Freebase mids) get the KG's names, as GRPO's and
+    # evaluation's prompts give them: the records' prompts, thinking and searches then say what those say.
+    examples = with_kg_names(examples, generator.kg)
     upfront = config.sample == "stratified" or config.augment.paraphrase_mixing > 0
     if upfront:
         examples = [with_derived_paths(e, generator.kg) for e in examples]

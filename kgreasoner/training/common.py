@@ -157,6 +157,25 @@ def ddp_backend() -> str | None:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+def start_process_group(timeout_s: float) -> None:
+    """Under torchrun, open the process group now, with `timeout_s` (the recipe's `ddp_timeout`) for its
+    collectives; in one process, or when a group exists, do nothing.
+
+    Whatever opens the group first sets its timeout for the whole run: accelerate's `PartialState` (hard-case
+    mining, the tiny-model build) opens one with torch's default, and DeepSpeed and TRL's own state then
+    reuse it as it is. So a stage calls this before anything else, and a rank that waits at a barrier while
+    rank 0 merges, saves or copies a model waits as long as the recipe says.
+    """
+    from datetime import timedelta
+
+    backend = ddp_backend()
+    if backend is None or torch.distributed.is_initialized():
+        return
+    if backend == "nccl":  # each rank's collectives on its own GPU, as accelerate would place them
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
 def ensure_model(model: str, tiny_model: str | None, tokenizer_texts: list[str]) -> str:
     """Return `model`, first building a tiny model there from its YAML when it does not exist yet.
 

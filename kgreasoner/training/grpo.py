@@ -58,6 +58,7 @@ from kgreasoner.training.common import (
     is_saved_model,
     last_complete_checkpoint,
     save_final,
+    start_process_group,
     trainer_help,
 )
 from kgreasoner.training.episode_schedule import plan_episode
@@ -241,6 +242,13 @@ class GRPORecipe(TrainerPassthrough):
             "(the final choice, choose_final, measures the whole dev split)"
         },
     )
+    dev_eval_batch_size: int = field(
+        default=32,
+        metadata={
+            "help": "dev questions a rank rolls out in one engine call (greedy, through rollout_backend): that many "
+            "rows share the KV cache at once; a rank's share of the dev sample takes ceil(share / this) calls"
+        },
+    )
     choose_final: str | None = field(
         default=None,
         metadata={
@@ -324,6 +332,8 @@ class GRPORecipe(TrainerPassthrough):
                 f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
                 f"{self.dev_eval_steps} and {self.dev_eval_questions}"
             )
+        if self.dev_eval_batch_size < 1:
+            raise ValueError(f"dev_eval_batch_size must be >= 1, got {self.dev_eval_batch_size}")
         if self.length_chunk_rows < 1:
             raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
         if self.max_prompt_tokens < 1:
@@ -345,6 +355,51 @@ class GRPORecipe(TrainerPassthrough):
     def gold_trajectories(self) -> str | None:
         """The warm-up records guided groups take their gold rows from."""
         return self.guidance_trajectories or self.hard_case_trajectories
+
+
+def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes=None, evaluate=False) -> list:
+    """The engine's rollouts of `prompts` (strings, or the QA examples themselves) in fresh sessions on the
+    trainer's current weights, through the run's rollout backend: the training rollouts and the dev
+    evaluation (greedy `sampling`, `evaluate`: the hf policy in eval mode) both come here.
+
+    Every rank calls it together, with rows or none: under ZeRO-3 the hf generation context gathers the
+    weights on all ranks at once, and vLLM's tensor-parallel group turns together. With vLLM the engine
+    first gets the current weights when TRL has not loaded this step's yet (it does so only before its own
+    generation, so a dev evaluation after a step would read the previous step's)."""
+    from trl.models import unwrap_model_for_generation
+
+    from kgreasoner.rollout.engine import RolloutEngine
+    from kgreasoner.rollout.hf_backend import HFBackend
+    from kgreasoner.training.trl_internals import sync_vllm_weights, vllm_engine
+
+    sessions = [tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in examples]
+    if recipe.rollout_backend == "vllm":
+        from kgreasoner.rollout.vllm_backend import VLLMBackend
+
+        sync_vllm_weights(trainer)
+        # With tensor parallelism the ranks of a TP group share one engine: the backend gathers their requests.
+        llm, tp_group = vllm_engine(trainer)
+        backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
+        return RolloutEngine(backend, None, recipe.rollout).run(prompts, sessions, sampling, prefixes=prefixes)
+    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        was_training = model.training
+        if evaluate:
+            model.eval()
+        tokenizer = trainer.processing_class
+        assert isinstance(tokenizer, PreTrainedTokenizerBase), "GRPO on text: a tokenizer"
+        engine = RolloutEngine(HFBackend(model, tokenizer), None, recipe.rollout)
+        trajectories = engine.run(prompts, sessions, sampling, prefixes=prefixes)
+        model.train(was_training)
+    return trajectories
+
+
+def dev_batches(count: int, rank: int, world: int, size: int) -> list[list[int]]:
+    """The dev sample's positions rank `rank` of `world` rolls out (every world-th from its own), in batches of
+    at most `size`. Every rank gets as many batches as the largest share needs, the last ones empty where its
+    share is smaller: each batch is a collective (ZeRO-3's gather, vLLM's tensor-parallel turns)."""
+    mine = list(range(rank, count, world))
+    largest = -(-count // world)  # rank 0's share, ceil(count / world)
+    return [mine[start : start + size] for start in range(0, largest, size)]
 
 
 class KGRollout:
@@ -393,33 +448,9 @@ class KGRollout:
         return trl_rollout_output(rows, trainer.processing_class.eos_token_id)
 
     def generate(self, prompts, examples, sampling, trainer, prefixes=None) -> list:
-        """The engine's rollouts of `prompts` in fresh sessions on the trainer's current weights. Every rank
-        calls it together, with rows or none: under ZeRO-3 the generation context gathers the weights on all
-        ranks at once, and vLLM's tensor-parallel group turns together."""
-        from trl.models import unwrap_model_for_generation
-
-        from kgreasoner.rollout.engine import RolloutEngine
-        from kgreasoner.rollout.hf_backend import HFBackend
-        from kgreasoner.training.trl_internals import vllm_engine
-
-        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in examples]
-        if self.recipe.rollout_backend == "vllm":
-            from kgreasoner.rollout.vllm_backend import VLLMBackend
-
-            # TRL has synced the current weights into its engine just before calling us. With tensor
-            # parallelism the ranks of a TP group share one engine: the backend gathers their requests.
-            llm, tp_group = vllm_engine(trainer)
-            backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
-            engine = RolloutEngine(backend, None, self.recipe.rollout)
-            return engine.run(prompts, sessions, sampling, prefixes=prefixes)
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
-            was_training = model.training
-            tokenizer = trainer.processing_class
-            assert isinstance(tokenizer, PreTrainedTokenizerBase), "GRPO on text: a tokenizer"
-            engine = RolloutEngine(HFBackend(model, tokenizer), None, self.recipe.rollout)
-            trajectories = engine.run(prompts, sessions, sampling, prefixes=prefixes)
-            model.train(was_training)
-        return trajectories
+        """The engine's rollouts of `prompts` in fresh sessions on the trainer's current weights
+        (`policy_rollouts`)."""
+        return policy_rollouts(self.recipe, self.tool, trainer, prompts, examples, sampling, prefixes)
 
     def guide(self, trajectories, examples, correct, trainer, prompts, sampling) -> tuple[list, dict[str, float]]:
         """The rows TRL trains on (each planned guided row replaced by its gold row, or by a rollout after its
@@ -595,9 +626,12 @@ class DevEval(TrainerCallback):
 
     The curve RL is judged by: reward can rise while answers do not (a policy paid for searching
     learns to search). Rows go to the step log (`dev/hits1`) and through `trainer.log` to `report_to`.
-    Every rank rolls out its share of the sample (every world_size-th question) inside TRL's
-    generation context, as the training rollouts do: under ZeRO-3 that context gathers the weights
-    on all ranks together, so a rank left out would hang the others. The verdicts are gathered, and
+    Every rank rolls out its share of the sample (every world_size-th question) greedily through the
+    run's own rollout backend, as the training rollouts do (`policy_rollouts`: vLLM, or the hf policy
+    in TRL's generation context), in batches of `dev_eval_batch_size` rows (`dev_batches`). Every rank
+    runs as many batches as the largest share needs, empty ones included: under ZeRO-3 the hf context
+    gathers the weights on all ranks together, and vLLM's tensor-parallel group turns together, so a
+    rank left out would hang the others. The verdicts are gathered, and
     every rank computes the same figures; they join the trainer's metric buffer, so the next logged
     step carries them to `report_to` as well, and the main process writes the step log.
     """
@@ -623,29 +657,23 @@ class DevEval(TrainerCallback):
         if not self.examples:
             return
         from accelerate.utils import gather_object
-        from trl.models import unwrap_model_for_generation
 
         from kgreasoner.data.sampling import hop_count
         from kgreasoner.rewards import answer_reward
-        from kgreasoner.rollout.engine import RolloutEngine
-        from kgreasoner.rollout.hf_backend import HFBackend
         from kgreasoner.rollout.types import SamplingParams
         from kgreasoner.training.trl_internals import add_metric
 
         trainer = self.trainer
         assert trainer is not None, "set by build_trainer"
         accelerator = trainer.accelerator
-        positions = list(range(len(self.examples)))[accelerator.process_index :: accelerator.num_processes]
+        size = self.recipe.dev_eval_batch_size
+        greedy = SamplingParams(temperature=0.0)
+        positions, trajectories = [], []
+        for batch in dev_batches(len(self.examples), accelerator.process_index, accelerator.num_processes, size):
+            share = [self.examples[i] for i in batch]
+            trajectories += policy_rollouts(self.recipe, self.tool, trainer, share, share, greedy, evaluate=True)
+            positions += batch
         share = [self.examples[i] for i in positions]
-        with unwrap_model_for_generation(trainer.model_wrapped, accelerator) as model:
-            was_training = model.training
-            model.eval()
-            sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]
-            tokenizer = trainer.processing_class
-            assert isinstance(tokenizer, PreTrainedTokenizerBase), "GRPO on text: a tokenizer"
-            engine = RolloutEngine(HFBackend(model, tokenizer), None, self.recipe.rollout)
-            trajectories = engine.run(share, sessions, SamplingParams(temperature=0.0))
-            model.train(was_training)
         right = (
             answer_reward(
                 [t.text for t in trajectories],
@@ -862,6 +890,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.trl_internals import release_trainer
 
+    start_process_group(recipe.setting("ddp_timeout"))  # before hard-case mining opens one
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
     if not train_examples:

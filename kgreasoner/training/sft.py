@@ -23,6 +23,7 @@ from kgreasoner.training.common import (
     ensure_model,
     last_complete_checkpoint,
     save_final,
+    start_process_group,
     trainer_help,
 )
 from kgreasoner.training.labelled_head import add_labelled_lm_head
@@ -176,6 +177,7 @@ def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
 
     from kgreasoner.models import load_model, load_tokenizer
 
+    start_process_group(recipe.setting("ddp_timeout"))  # before the tiny-model build opens one
     model_path = ensure_model(recipe.model, recipe.tiny_model, recipe.tokenizer_texts)
     tokenizer = load_tokenizer(model_path)
     train_set, dev_set, dropped = build_datasets(recipe, tokenizer)

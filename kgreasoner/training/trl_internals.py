@@ -12,7 +12,8 @@ What is here:
   fused LM head with its `_use_triton` device test patched; its `create_optimizer` / `create_scheduler`
   follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
-- `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`).
+- `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
+  `sync_vllm_weights`: the engine given the current weights outside TRL's generation (`_last_loaded_step`).
 - `send_unfused_experts`: TRL's weight sync reads the weights through `vllm_weights.vllm_named_weights`
   (`_iter_named_params`), so fused MoE experts reach vLLM under the names its loader takes.
 - `reusing_vllm_engine`: builds a trainer that drives an earlier trainer's colocated engine;
@@ -65,6 +66,7 @@ __all__ = [
     "reusing_vllm_engine",
     "scoring_trainer_class",
     "send_unfused_experts",
+    "sync_vllm_weights",
     "vllm_engine",
 ]
 
@@ -84,6 +86,18 @@ def vllm_engine(trainer) -> tuple[Any, Any]:
     generation = trainer.vllm_generation
     group = getattr(generation, "tp_group", None) if generation.tensor_parallel_size > 1 else None
     return generation.llm, group
+
+
+def sync_vllm_weights(trainer) -> None:
+    """Load the trainer's current weights into its vLLM engine unless this step's are there already.
+
+    TRL syncs (`vllm_generation.sync_weights`, a collective under ZeRO-3) only before its own generation of
+    a step, and marks the step it loaded (`_last_loaded_step`); generation outside it (a dev evaluation
+    after a step) syncs here and marks the step the same way, so TRL's next generation does not load again.
+    """
+    if trainer.state.global_step != trainer._last_loaded_step:
+        trainer.vllm_generation.sync_weights()
+        trainer._last_loaded_step = trainer.state.global_step
 
 
 @contextlib.contextmanager

@@ -357,9 +357,12 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
             layer.register_forward_pre_hook(shard_fetch, with_kwargs=True)
         real = trl.models.unwrap_model_for_generation
 
+        entered = []
+
         @contextmanager
         def zero3_generation(model, accelerator, **kwargs):
             dist.all_reduce(torch.zeros(1))
+            entered.append(True)
             gathered.append(True)
             with real(model, accelerator, **kwargs) as unwrapped:
                 yield unwrapped
@@ -372,14 +375,17 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
         dev._evaluate(trainer.state)
         logs = [None, None]
         dist.all_gather_object(logs, {name: list(values) for name, values in trainer._metrics["train"].items()})
-        queue.put((rank, logs, max(rows) if rows else 0))
+        queue.put((rank, logs, max(rows) if rows else 0, len(entered)))
         dist.destroy_process_group()
     except BaseException as err:  # report it to the parent instead of dying silently
         queue.put((rank, "error", repr(err)))
 
 
 @pytest.mark.slow
-def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_dir, tmp_path):
+@pytest.mark.parametrize("batch, rows, calls", [(32, (2, 1), (1, 1)), (1, (1, 1), (2, 2))])
+def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_dir, tmp_path, batch, rows, calls):
+    """Three questions on two ranks: shares of two and one. In batches of one, rank 1 joins rank 0's second
+    generation context with an empty batch."""
     import multiprocessing
     import socket
 
@@ -392,6 +398,7 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
         tmp_path / "dev",
         dev_eval_steps=1,
         dev_eval_questions=3,
+        dev_eval_batch_size=batch,
         trainer={"ddp_timeout": 60},
     )
     context = multiprocessing.get_context("spawn")
@@ -410,8 +417,9 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
     logs = results[0][0]
     assert logs[0] == logs[1] == results[1][0][0], "the ranks logged different dev figures"
     assert set(logs[0]) >= {"dev/hits1", "dev/searches"}
-    # each rank rolled out its own share of the three questions: two and one rows
-    assert (results[0][1], results[1][1]) == (2, 1)
+    # each rank rolled out its own share of the three questions (two and one rows), in as many calls
+    assert (results[0][1], results[1][1]) == rows
+    assert (results[0][2], results[1][2]) == calls
     rows = [json.loads(line) for line in (tmp_path / "dev" / "steps.jsonl").read_text().splitlines()]
     assert [(r["step"], "dev/hits1" in r) for r in rows] == [(0, True)]
 
@@ -454,3 +462,219 @@ def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint,
     names = [name for name, _ in second.vllm_generation._iter_named_params()]
     assert synced == [second.model.config.model_type]
     assert "model.embed_tokens.weight" in names
+
+
+# ----------------------------------------------------------------- the process group's timeout
+
+
+class Mined(Exception):
+    """Raised after hard-case mining: this test reads the process group mining ran in, not a run."""
+
+
+def _timeout_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
+    """One of two gloo ranks: `train_grpo` up to its hard-case mining (real), then the timeout torch gives
+    the default group's backend."""
+    import os
+
+    try:
+        os.environ.update(
+            {
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+                "OMP_NUM_THREADS": "1",
+            }
+        )
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        import kgreasoner.training.grpo as grpo
+        import kgreasoner.training.hard_cases as hard_cases
+
+        mine = hard_cases.mine_hard_cases
+
+        def mining(config):
+            mine(config)
+            backend = distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+            raise Mined(backend.options._timeout.total_seconds())
+
+        hard_cases.mine_hard_cases = mining
+        try:
+            grpo.train_grpo(recipe)
+        except Mined as mined:
+            queue.put((rank, mined.args[0], dist.get_world_size()))
+        dist.destroy_process_group()
+    except BaseException as err:  # report it to the parent instead of dying silently
+        queue.put((rank, "error", repr(err)))
+
+
+@pytest.mark.slow
+def test_the_process_group_has_the_recipes_timeout_from_hard_case_mining_on(tiny_checkpoint, synthetic_dir, tmp_path):
+    """Hard-case mining is the first to use the process group, before any trainer exists: the group it runs
+    in already has the recipe's `ddp_timeout`, as torch reports it (two real gloo ranks)."""
+    import multiprocessing
+    import socket
+
+    from data_gen.warmup import WarmupConfig, run
+
+    trajectories = tmp_path / "all_train.jsonl"
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        tmp_path / "run",
+        episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
+        hard_case_trajectories=str(trajectories),
+        trainer={"ddp_timeout": 1234},
+    )
+    run(
+        WarmupConfig(
+            dataset=str(synthetic_dir), output=str(trajectories), num_examples=8, dev_examples=0, tool=recipe.tool
+        )
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    processes = [context.Process(target=_timeout_rank, args=(rank, port, recipe, queue)) for rank in (0, 1)]
+    for process in processes:
+        process.start()
+    try:
+        results = dict((r[0], r[1:]) for r in (queue.get(timeout=240) for _ in processes))
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    assert results == {0: (1234.0, 2), 1: (1234.0, 2)}
+    assert (tmp_path / "run" / "hard_cases.jsonl").is_file()
+
+
+# ----------------------------------------------------------------- the dev evaluation's batches and backend
+
+
+def test_every_rank_runs_as_many_dev_batches_of_at_most_the_batch_size():
+    from kgreasoner.training.grpo import dev_batches
+
+    assert dev_batches(5, 0, 1, 2) == [[0, 1], [2, 3], [4]]
+    # seven questions on three ranks: shares of 3, 2 and 2, each in two calls, the smaller ones' last empty
+    assert [dev_batches(7, rank, 3, 2) for rank in range(3)] == [[[0, 3], [6]], [[1, 4], []], [[2, 5], []]]
+    assert dev_batches(2, 3, 4, 32) == [[]]  # a rank with no question still joins the one call
+    with pytest.raises(ValueError, match="dev_eval_batch_size must be >= 1, got 0"):
+        GRPORecipe(model="m", dataset="d", run_dir="o", dev_eval_batch_size=0)
+
+
+def _dev_trainer(recipe, count: int):
+    from kgreasoner.training.grpo import DevEval, build_trainer
+
+    dataset, tool = _tool(recipe)
+    dev = dataset.split("dev")[:count]
+    started = None
+    if recipe.rollout_backend == "vllm":  # TRL takes this engine over instead of starting one (vLLM cannot run)
+        from types import SimpleNamespace
+
+        started = SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(mode="colocate", llm=None))
+    trainer = build_trainer(
+        recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool, dev, started
+    )
+    [callback] = [c for c in trainer.callback_handler.callbacks if isinstance(c, DevEval)]
+    return trainer, callback, dev
+
+
+@pytest.mark.slow
+def test_the_dev_evaluation_rolls_out_in_calls_of_at_most_its_batch_size(tiny_checkpoint, synthetic_dir, tmp_path):
+    """The hf backend on the real tiny policy: five dev questions in batches of two are three engine calls,
+    greedy, in eval mode, and every question is scored."""
+    from kgreasoner.rollout.engine import RolloutEngine
+
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval_steps=1, dev_eval_batch_size=2)
+    trainer, dev, examples = _dev_trainer(recipe, 5)
+    calls, real_run = [], RolloutEngine.run
+
+    def recording(engine, prompts, sessions=None, sampling=None, halt=None, prefixes=None):
+        calls.append(([p.id for p in prompts], sampling.temperature, engine.backend.model.training))
+        return real_run(engine, prompts, sessions, sampling, halt, prefixes)
+
+    trainer.state.global_step = 0
+    trainer.model.train()  # as TRL leaves it between steps
+    with mock.patch.object(RolloutEngine, "run", recording):
+        dev._evaluate(trainer.state)
+    ids = [e.id for e in examples]
+    assert calls == [(ids[0:2], 0.0, False), (ids[2:4], 0.0, False), (ids[4:5], 0.0, False)]
+    assert trainer.model.training  # put back after each call
+    assert trainer._metrics["train"]["dev/hits1"] == [dev.latest[1]]
+
+
+class StandInVLLM:
+    """vLLM cannot run here: a stand-in for the colocated `vllm.LLM` TRL drives. `generate` answers every
+    request in one turn; `load_weights` (TRL's colocated weight sync) and `reset_prefix_cache` are recorded."""
+
+    REPLY = "<think> I know it. </think>\n<answer>nobody</answer>"
+
+    def __init__(self, tokenizer) -> None:
+        from types import SimpleNamespace
+
+        self.reply = tokenizer(self.REPLY, add_special_tokens=False)["input_ids"]
+        self.events: list[tuple] = []
+        runner = SimpleNamespace(model=SimpleNamespace(load_weights=lambda weights: self.events.append(("load",))))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))
+        )
+
+    def reset_prefix_cache(self) -> None:
+        self.events.append(("reset",))
+
+    def generate(self, prompts, params, use_tqdm=False):
+        from types import SimpleNamespace
+
+        self.events.append(("generate", len(prompts), sorted({p["temperature"] for p in params})))
+        logprobs = [{token: SimpleNamespace(logprob=-0.5)} for token in self.reply]
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=self.reply, logprobs=logprobs)]) for _ in prompts]
+
+
+@pytest.mark.slow
+def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights(
+    tiny_checkpoint, synthetic_dir, tmp_path, monkeypatch
+):
+    """vLLM cannot run here: `StandInVLLM` stands in for the engine and small modules for `vllm`'s
+    `SamplingParams` and `TokensPrompt`. The hf generation context must not be entered: under ZeRO-3 it
+    would gather the whole model beside vLLM's copy."""
+    import sys
+    import types
+
+    import trl.models
+
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        tmp_path / "run",
+        dev_eval_steps=1,
+        dev_eval_batch_size=2,
+        rollout_backend="vllm",
+    )
+    trainer, dev, _ = _dev_trainer(recipe, 3)
+    engine = StandInVLLM(trainer.processing_class)
+    trainer.vllm_generation.llm = engine
+    vllm, inputs = types.ModuleType("vllm"), types.ModuleType("vllm.inputs")
+    vllm.SamplingParams = lambda **kwargs: kwargs
+    inputs.TokensPrompt = lambda prompt_token_ids: {"prompt_token_ids": prompt_token_ids}
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
+
+    def hf_generation(*args, **kwargs):
+        raise AssertionError("the dev evaluation entered the hf generation context")
+
+    monkeypatch.setattr(trl.models, "unwrap_model_for_generation", hf_generation)
+    weights = len(list(trainer.vllm_generation._iter_named_params()))
+    trainer.state.global_step = 3  # after a step TRL has not generated for yet
+    dev._evaluate(trainer.state)
+    assert engine.events == [("load",)] * weights + [("reset",), ("generate", 2, [0.0]), ("generate", 1, [0.0])]
+    assert trainer._last_loaded_step == 3  # TRL's next generation of step 3 loads nothing again
+    assert dev.latest == (3, 0.0)
+    engine.events.clear()
+    dev._evaluate(trainer.state)
+    assert engine.events == [("generate", 2, [0.0]), ("generate", 1, [0.0])]
