@@ -22,7 +22,7 @@ def test_train_grpo_hands_the_trainer_named_topic_entities(tmp_path, oxigraph_se
     """The trainer stops at its construction (a run is `test_grpo_learning`'s); the episode's rows are
     built from the questions it was handed by the same function the trainer uses."""
 
-    def build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples=(), engine_from=None):
+    def build_trainer(recipe, number, episode, examples, *rest):
         raise Built(examples)
 
     monkeypatch.setattr(grpo, "build_trainer", build_trainer)
