@@ -139,7 +139,7 @@ class DemoConfig:
         metadata={"help": "RolloutConfig fields shared by GRPO and eval"},
     )
     ranker: StageRecipe = field(
-        default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180),
+        default_factory=_recipe("configs/ranker.yaml", epochs=10),
         metadata={"help": "train/ranker.py (RankerTrainConfig)"},
     )
     warmup: StageRecipe = field(

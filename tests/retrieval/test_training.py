@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from data_gen.synthetic import write_synthetic
-from kgreasoner.config import load_config
+from kgreasoner.config import ConfigError, load_config
 from kgreasoner.data.schema import read_jsonl
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.encoder import EncoderConfig
@@ -46,7 +46,6 @@ def trained(synthetic, tmp_path_factory):
         patience=3,
         batch_groups=32,
         lr=0.003,
-        max_train_seconds=45,
         out_dir=str(tmp_path_factory.mktemp("ranker")),
     )
     return config, train_ranker(config)
@@ -98,6 +97,15 @@ def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_oft
         }
         assert len(texts) == 1
     assert first_hit["gat"] > first_hit["embedding"]
+
+
+def test_a_time_budget_is_refused_naming_the_budget_to_set(tmp_path):
+    with pytest.raises(ConfigError, match=r"max_train_seconds was removed .*bound training with epochs"):
+        load_config(RankerTrainConfig, None, ["data=PQ-2H", "max_train_seconds=45"])
+    recipe = tmp_path / "ranker.yaml"
+    recipe.write_text("data: PQ-2H\nepochs: 5\nmax_train_seconds: 30\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{recipe}: max_train_seconds was removed"):
+        load_config(RankerTrainConfig, recipe)
 
 
 def test_shipped_configs_parse():
