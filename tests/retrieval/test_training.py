@@ -1,4 +1,5 @@
-"""Training the ranker on synthetic data: it must beat the no-context baseline, fast."""
+"""Training the ranker on synthetic data: it must beat the no-context baseline, fast. Training length is a count
+of epochs, never a clock, so the figures are the same on a busy machine."""
 
 from __future__ import annotations
 
@@ -65,10 +66,16 @@ def test_ranker_trained_on_synthetic_beats_embedding_baseline(trained):
     assert again["gat"] == pytest.approx(gat)
 
 
+def test_the_budget_is_epochs_so_training_runs_them_all(trained):
+    """15 epochs with patience 3: dev MRR improves often enough that every epoch runs, however long each takes."""
+    config, result = trained
+    assert (result.epochs_run, config.epochs) == (15, 15)
+
+
 def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_often(trained, synthetic):
     config, result = trained
     kg = MemoryKG.from_file(synthetic / "kb.tsv")
-    test = [e for e in read_jsonl(synthetic / "questions.jsonl") if e.split == "test"][:40]
+    test = [e for e in read_jsonl(synthetic / "questions.jsonl") if e.split == "test"]
     tools = {
         m: KGSearchTool(
             kg,
@@ -88,6 +95,7 @@ def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_oft
                 tool.session(example.question, list(example.topic_entities)).call(example.topic_entities[0].id).edges
             )
             first_hit[method] += edges[0].path_relation == example.gold_paths[0][0]
+    for example in test[:40]:
         texts = {
             tools["gat"]
             .session(example.question, list(example.topic_entities))
@@ -96,7 +104,9 @@ def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_oft
             for _ in range(2)
         }
         assert len(texts) == 1
-    assert first_hit["gat"] > first_hit["embedding"]
+    print(f"gold relation first, of {len(test)} test questions: {first_hit}")
+    # measured 167 against 107 of 300; the bar asks for half that gap
+    assert len(test) == 300 and first_hit["gat"] >= first_hit["embedding"] + 30
 
 
 def test_a_time_budget_is_refused_naming_the_budget_to_set(tmp_path):
