@@ -56,6 +56,7 @@ from kgreasoner.stages import (
     command,
     default_threads,
     log_progress,
+    threads_text,
     write_json,
 )
 
@@ -829,8 +830,7 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
     torch.set_num_threads(threads)
     stages = demo.stages()
     print(
-        f"kgreasoner demo: data {demo.source} -> {out} ({threads} torch thread{'s' * (threads > 1)}; "
-        f"{os.cpu_count()} cores)",
+        f"kgreasoner demo: data {demo.source} -> {out} ({threads_text(threads)}; {os.cpu_count()} cores)",
         flush=True,
     )
     runner = StageRunner(demo.store, threads)
@@ -869,7 +869,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads",
         type=int,
         default=0,
-        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)",
+        help="torch CPU threads of every stage (0: OMP_NUM_THREADS when set, else every core this process may use); "
+        "each stage's first line says how many",
     )
     parser.set_defaults(func=run)
 
