@@ -155,6 +155,10 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     for number, name in enumerate(STAGE_NAMES, 1):
         assert f"[{number}/10] {name}: " in log
     assert log.count("    $ ") == 11  # one command per stage, two for the evaluation
+    assert f"[{STAGE_NAMES.index('sft') + 1}/10] sft: SFT warm-up (1 torch thread) ..." in log
+    # the quick world's oracle walks need up to 5 searches (99th percentile; the most 6): 6 turns fit
+    budget = [line for line in log.splitlines() if line.startswith("kgreasoner demo: turn budget ")]
+    assert len(budget) == 1 and budget[0].startswith("kgreasoner demo: turn budget 6 searches fits: ")
 
     # Stage outputs.
     data = out / "data"
@@ -203,6 +207,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     for name in STAGE_NAMES[:-1]:
         assert any(r.startswith(f"| {STAGE_NAMES.index(name) + 1} | {name} | ") for r in rows)
     assert "python train/sft.py --config" in text and "kgreasoner eval --methods kgreasoner,oracle" in text
+    assert "\n- Turns: turn budget 6 searches fits: " in text
     for png in ("sft_loss.png", "grpo_curves.png", "hard_cases.png"):
         assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
