@@ -640,7 +640,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads",
         type=int,
         default=0,
-        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)",
+        help="torch CPU threads of every stage (0: OMP_NUM_THREADS when set, else every core this process may use)",
     )
     parser.set_defaults(func=run)
 

@@ -13,7 +13,9 @@ Stages, each into its own folder under `--out` (default outputs/demo):
  3. ranker   `ranker/`: the question-conditioned GAT ranker the tool orders candidates with
  4. warmup   `warmup/all.jsonl`: a trajectory per training question (the tool in the loop, entity
              handles), and `warmup/warmup.jsonl`: the SFT sample, the first `warmup_examples`
-             questions of a stratified order (hop counts and relation paths take turns)
+             questions of a stratified order (hop counts and relation paths take turns); where
+             these oracle trajectories need more searches than `rollout.max_turns` allows, GRPO and
+             evaluation get a turn budget that fits them (`TurnBudget`; the log and report say so)
  5. model    `base/`: a tiny Qwen3 and a word tokenizer trained on the KB, the warm-up sample and
              every training question's text
  6. sft      `sft/final`: the SFT warm-up (short: it teaches the format and the search habit)
@@ -54,6 +56,7 @@ from kgreasoner.stages import (
     command,
     default_threads,
     log_progress,
+    threads_text,
     write_json,
 )
 
@@ -136,10 +139,13 @@ class DemoConfig:
     )
     rollout: dict[str, Any] = field(
         default_factory=lambda: {"max_turns": 6, "max_new_tokens": 192, "max_turn_tokens": 64},
-        metadata={"help": "RolloutConfig fields shared by GRPO and eval"},
+        metadata={
+            "help": "RolloutConfig fields shared by GRPO and eval; max_turns is raised (never lowered) to the warm-up "
+            "trajectories' 99th-percentile search count + 1 where it is below that"
+        },
     )
     ranker: StageRecipe = field(
-        default_factory=_recipe("configs/ranker.yaml", epochs=10, max_train_seconds=180),
+        default_factory=_recipe("configs/ranker.yaml", epochs=10),
         metadata={"help": "train/ranker.py (RankerTrainConfig)"},
     )
     warmup: StageRecipe = field(
@@ -263,6 +269,72 @@ def overrides(values: dict[str, Any], prefix: str = "") -> list[str]:
     return [f"{key}={cli_value(value)}" for key, value in flatten(values, prefix).items()]
 
 
+TURN_PERCENTILE = 99
+"""The share of the warm-up's oracle trajectories (percent) whose searches the turn budget must allow."""
+
+
+@dataclass(frozen=True)
+class TurnBudget:
+    """The rollout's turn budget (`max_turns`, searches per row) against the searches of the warm-up's oracle
+    trajectories: `needed` is their `TURN_PERCENTILE`th percentile (nearest rank) + 1, one spare search."""
+
+    configured: int
+    records: int
+    percentile: int
+    most: int
+
+    @property
+    def needed(self) -> int:
+        return self.percentile + 1 if self.records else 0
+
+    @property
+    def max_turns(self) -> int:
+        """The budget GRPO and evaluation get: the configured one, raised to `needed`, never lowered."""
+        return max(self.configured, self.needed)
+
+    @property
+    def raised(self) -> bool:
+        return self.max_turns > self.configured
+
+    def line(self) -> str:
+        if not self.records:
+            return f"turn budget {self.configured} searches (no warm-up trajectories to check it against)"
+        searches = (
+            f"the warm-up's oracle trajectories need up to {self.percentile} searches ({TURN_PERCENTILE}th "
+            f"percentile of {self.records}; the most {self.most})"
+        )
+        if self.raised:
+            return (
+                f"turn budget raised from {self.configured} to {self.max_turns} searches (rollout.max_turns): "
+                f"{searches}, plus one spare"
+            )
+        return f"turn budget {self.configured} searches fits: {searches}"
+
+
+def turn_budget(searches: Sequence[int], configured: int) -> TurnBudget:
+    """`configured` max_turns against the search counts of the oracle trajectories."""
+    ordered = sorted(searches)
+    if not ordered:
+        return TurnBudget(configured, 0, 0, 0)
+    rank = -(-TURN_PERCENTILE * len(ordered) // 100)  # nearest rank: ceil(p/100 * n)
+    return TurnBudget(configured, len(ordered), ordered[rank - 1], ordered[-1])
+
+
+def oracle_searches(path: str | Path) -> list[int]:
+    """Searches of each warm-up trajectory in `path` (gold walks and corrections, the trajectories the SFT model
+    imitates; lookup drills are not trajectories)."""
+    from kgreasoner.data.trajectories import iter_warmup
+    from kgreasoner.protocol import parse_trajectory
+
+    return [len(parse_trajectory(r.completion).searches) for r in iter_warmup(path) if r.kind != "drill"]
+
+
+def with_max_turns(stage: StageInput[T], max_turns: int) -> StageInput[T]:
+    """The stage's config and command with `rollout.max_turns` set last, so the printed command still builds it."""
+    sets = (*stage.sets, f"rollout.max_turns={max_turns}")
+    return StageInput(load_config(type(stage.config), stage.path, list(sets)), stage.path, sets)
+
+
 class Demo:
     """The stages of one demo run into `out`, built from a DemoConfig (every stage config is validated up front)."""
 
@@ -374,6 +446,21 @@ class Demo:
         self.eval = self._stage_config(EvalConfig, "eval", {}, tool_sets + rollout_sets)
         if config.eval_questions is not None:
             self.eval.config.limit = config.eval_questions
+        self._turn_budget: TurnBudget | None = None
+
+    def fit_turn_budget(self) -> TurnBudget:
+        """Once the warm-up trajectories exist: the turn budget against their searches, GRPO's and evaluation's
+        configs (and commands) raised to it where they allow fewer; the first call prints what it found."""
+        if self._turn_budget is None:
+            budget = turn_budget(oracle_searches(self.warmup_all_file), self.grpo.config.rollout.max_turns)
+            if budget.raised:
+                self.grpo = with_max_turns(self.grpo, budget.max_turns)
+                limit = self.eval.config.limit
+                self.eval = with_max_turns(self.eval, budget.max_turns)
+                self.eval.config.limit = limit
+            print(f"kgreasoner demo: {budget.line()}", flush=True)
+            self._turn_budget = budget
+        return self._turn_budget
 
     def tokenizer_texts(self) -> list[str]:
         """The KB, the SFT records and the dataset's questions (their train split only: `--text-splits train`)."""
@@ -657,10 +744,12 @@ class Demo:
     def run_grpo(self) -> dict[str, Any]:
         from kgreasoner.training.grpo import train_grpo
 
+        self.fit_turn_budget()
         final = train_grpo(self.grpo.config, resume=True)
         return {"line": str(final)}
 
     def run_eval(self) -> dict[str, Any]:
+        self.fit_turn_budget()
         results = {}
         first = self.first_eval
         runs = [(first, self.sft_final, ["kgreasoner", "oracle"])]
@@ -741,8 +830,7 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
     torch.set_num_threads(threads)
     stages = demo.stages()
     print(
-        f"kgreasoner demo: data {demo.source} -> {out} ({threads} torch thread{'s' * (threads > 1)}; "
-        f"{os.cpu_count()} cores)",
+        f"kgreasoner demo: data {demo.source} -> {out} ({threads_text(threads)}; {os.cpu_count()} cores)",
         flush=True,
     )
     runner = StageRunner(demo.store, threads)
@@ -752,6 +840,10 @@ def run_demo(config: DemoConfig, out: str | Path, threads: int | None = None) ->
         record, ran = runner.run(stage, head)
         if not ran:
             print(f"{head}: done earlier in {record['seconds']:.1f}s, skipped", flush=True)
+        if stage.name == "warmup":
+            # the later stages' commands, as they will run: with the turn budget the trajectories need
+            demo.fit_turn_budget()
+            stages[number:] = demo.stages()[number:]
     report = Path(demo.paths["report"]) / "report.md"
     print(f"kgreasoner demo: finished in {time.perf_counter() - started:.1f}s; report: {report}", flush=True)
     return report
@@ -777,7 +869,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threads",
         type=int,
         default=0,
-        help="torch CPU threads (0: all cores when the machine is idle, the free ones when not)",
+        help="torch CPU threads of every stage (0: OMP_NUM_THREADS when set, else every core this process may use); "
+        "each stage's first line says how many",
     )
     parser.set_defaults(func=run)
 

@@ -144,6 +144,7 @@ def write_report(demo: Any) -> Path:
         f"word vocabulary of {model.get('vocab', 0):,} tokens.",
         f"- Tool: {', '.join(f'{k}={v}' for k, v in demo.config.tool.items())}{ranking}; "
         f"rollout {', '.join(f'{k}={v}' for k, v in demo.config.rollout.items())}; greedy decoding in evaluation.",
+        f"- Turns: {demo.fit_turn_budget().line()}.",
         f"- Seeds: {demo.config.seed} (data and training); wall time of the stages {total / 60:.1f} min "
         f"with {threads} torch thread(s).",
         "",

@@ -69,10 +69,23 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def default_threads() -> int:
-    """All cores when the machine is idle; the cores other jobs leave free (1-minute load) when it is not."""
-    cores = os.cpu_count() or 1
-    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
-    return max(1, cores - busy)
+    """Torch threads of every stage when `--threads` does not say: `OMP_NUM_THREADS` when set (a job given cores of
+    its own says how many), else every core this process may run on. Not the load average at start: what else
+    happened to run then must not decide how a stage computes."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(
+                f"OMP_NUM_THREADS must be a positive integer (torch threads of each stage), got {value!r}"
+            )
+        return int(value)
+    if hasattr(os, "sched_getaffinity"):  # the cores `taskset` or a container left this process
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def threads_text(threads: int) -> str:
+    return f"{threads} torch thread{'s' * (threads > 1)}"
 
 
 def log_progress() -> None:
@@ -137,7 +150,10 @@ def _cpu_seconds() -> float:
 
 @dataclass
 class StageRunner:
-    """Runs stages into a store; `show_commands` prints each stage's shell commands before it runs."""
+    """Runs stages into a store; `show_commands` prints each stage's shell commands before it runs.
+
+    Each stage runs with `threads` torch threads, set at its start (a stage or library that changed the count
+    does not carry it into the next) and said in its first line; the caller's count is restored after."""
 
     store: StageStore
     threads: int
@@ -148,19 +164,26 @@ class StageRunner:
     ) -> tuple[dict[str, Any], bool]:
         """(the stage's record, whether it ran now): a finished stage is not run again.
 
-        Prints `HEAD ...` before and `FINISH: RESULT LINE (SECONDS s)` after (FINISH defaults to
-        HEAD); `extra` fields go into the record.
+        Prints `HEAD (N torch threads) ...` before and `FINISH: RESULT LINE (SECONDS s)` after (FINISH defaults
+        to HEAD); `extra` fields go into the record.
         """
+        import torch
+
         done = self.store.finished(stage.name, key)
         if done is not None:
             return done, False
-        print(f"{head} ...", flush=True)
+        print(f"{head} ({threads_text(self.threads)}) ...", flush=True)
         if self.show_commands:
             for line in stage.commands:
                 print(f"    $ {line}", flush=True)
-        wall, cpu = time.perf_counter(), _cpu_seconds()
-        result = stage.run()
-        seconds, cpu_seconds = time.perf_counter() - wall, _cpu_seconds() - cpu
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            wall, cpu = time.perf_counter(), _cpu_seconds()
+            result = stage.run()
+            seconds, cpu_seconds = time.perf_counter() - wall, _cpu_seconds() - cpu
+        finally:
+            torch.set_num_threads(previous)
         print(f"{finish or head}: {result['line']} ({seconds:.1f}s)", flush=True)
         record = {
             "stage": stage.name,

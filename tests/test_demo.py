@@ -155,6 +155,10 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     for number, name in enumerate(STAGE_NAMES, 1):
         assert f"[{number}/10] {name}: " in log
     assert log.count("    $ ") == 11  # one command per stage, two for the evaluation
+    assert f"[{STAGE_NAMES.index('sft') + 1}/10] sft: SFT warm-up (1 torch thread) ..." in log
+    # the quick world's oracle walks need up to 5 searches (99th percentile; the most 6): 6 turns fit
+    budget = [line for line in log.splitlines() if line.startswith("kgreasoner demo: turn budget ")]
+    assert len(budget) == 1 and budget[0].startswith("kgreasoner demo: turn budget 6 searches fits: ")
 
     # Stage outputs.
     data = out / "data"
@@ -203,6 +207,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     for name in STAGE_NAMES[:-1]:
         assert any(r.startswith(f"| {STAGE_NAMES.index(name) + 1} | {name} | ") for r in rows)
     assert "python train/sft.py --config" in text and "kgreasoner eval --methods kgreasoner,oracle" in text
+    assert "\n- Turns: turn budget 6 searches fits: " in text
     for png in ("sft_loss.png", "grpo_curves.png", "hard_cases.png"):
         assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
@@ -356,3 +361,97 @@ def test_the_data_stage_summary_counts_the_warnings_of_its_questions(tmp_path):
     result = demo.run_data()
     assert result["warnings"] == {"answers_not_in_kb": 1}
     assert result["line"] == "3 questions (train/dev/test 1/1/1), 3 with gold paths; warnings: 1 answers not in kb"
+
+
+def test_the_turn_budget_is_the_oracles_99th_percentile_plus_one_and_never_lower():
+    from kgreasoner.demo import turn_budget
+
+    # nearest rank: the 99th of 100 counts is the 99th smallest
+    assert turn_budget([2] * 99 + [9], 6).max_turns == 6
+    raised = turn_budget([2] * 98 + [9, 9], 6)
+    assert (raised.percentile, raised.most, raised.needed, raised.max_turns, raised.raised) == (9, 9, 10, 10, True)
+    assert turn_budget([3, 1, 2], 2).max_turns == 4  # fewer than 100 counts: the most
+    assert turn_budget([3, 1, 2], 4).max_turns == 4 and not turn_budget([3, 1, 2], 4).raised
+    assert turn_budget([3, 1, 2], 12).max_turns == 12
+    assert turn_budget([], 6).max_turns == 6 and turn_budget([], 6).line() == (
+        "turn budget 6 searches (no warm-up trajectories to check it against)"
+    )
+
+
+def _hub_dataset(folder: Path) -> Path:
+    """30 two-hop questions from one hub: its 30 `city` lines fill three pages of the tool (top_k 10, KG order),
+    so the oracle walk pages through the listing before it reaches a question's city."""
+    folder.mkdir()
+    kb, names, questions = [], ["e.utopia\tUtopia"], []
+    for i in range(30):
+        kb += [f"e.utopia\tcity\te.city{i}", f"e.city{i}\tmayor\te.mayor{i}"]
+        names += [f"e.city{i}\tCity {i}", f"e.mayor{i}\tMayor {i}"]
+        questions.append(
+            {
+                "id": f"q{i}",
+                "question": f"who is the mayor of city {i} of utopia",
+                "split": "train" if i % 10 < 8 else "dev" if i % 10 == 8 else "test",
+                "topic_entities": [{"id": "e.utopia", "name": "Utopia"}],
+                "answers": [{"id": f"e.mayor{i}", "name": f"Mayor {i}"}],
+                "gold_paths": [["city", "mayor"]],
+            }
+        )
+    (folder / "kb.tsv").write_text("\n".join(kb) + "\n", encoding="utf-8")
+    (folder / "names.tsv").write_text("\n".join(names) + "\n", encoding="utf-8")
+    (folder / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
+    return folder
+
+
+def test_a_dataset_whose_oracle_pages_past_max_turns_gets_a_raised_turn_budget(tmp_path, capsys):
+    """The warm-up's oracle walks (real tool, real data stage) need 2, 3 or 4 searches for a 2-hop question; a
+    budget of 2 is raised to 5 for GRPO and evaluation, their commands say so, and the log says why. A budget
+    that fits (5, or 8) is kept."""
+    from collections import Counter
+
+    from kgreasoner.demo import oracle_searches
+    from kgreasoner.evaluation.methods import EvalConfig
+    from kgreasoner.training.grpo import GRPORecipe
+
+    data = _hub_dataset(tmp_path / "hub")
+    out = tmp_path / "out"
+
+    def demo(max_turns: int) -> Demo:
+        sets = [
+            f"data={data}",
+            "tool.ranking=none",
+            "warmup.set.correction_share=0",
+            f"rollout.max_turns={max_turns}",
+            "eval_questions=2",
+        ]
+        return Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", sets), out)
+
+    tight = demo(2)
+    tight.run_data()
+    tight.run_warmup()
+    capsys.readouterr()
+    assert sorted(Counter(oracle_searches(tight.warmup_all_file)).items()) == [(2, 9), (3, 9), (4, 9)]
+    budget = tight.fit_turn_budget()
+    assert capsys.readouterr().out == (
+        "kgreasoner demo: turn budget raised from 2 to 5 searches (rollout.max_turns): the warm-up's oracle "
+        "trajectories need up to 4 searches (99th percentile of 27; the most 4), plus one spare\n"
+    )
+    assert (budget.configured, budget.max_turns) == (2, 5)
+    assert tight.grpo.config.rollout.max_turns == tight.eval.config.rollout.max_turns == 5
+    assert tight.eval.config.limit == 2
+    stages = {s.name: s for s in tight.stages()}
+    path, sets = _sets(shlex.split(stages["grpo"].commands[0]))
+    assert load_config(GRPORecipe, path, sets) == tight.grpo.config
+    for line in stages["eval"].commands:
+        args = build_parser().parse_args(shlex.split(line)[1:])
+        assert load_config(EvalConfig, args.config, args.overrides).rollout.max_turns == 5
+    assert tight.fit_turn_budget() is budget and capsys.readouterr().out == ""  # once
+
+    for max_turns in (5, 8):
+        roomy = demo(max_turns)
+        assert roomy.fit_turn_budget().max_turns == max_turns
+        assert roomy.grpo.config.rollout.max_turns == roomy.eval.config.rollout.max_turns == max_turns
+        assert [s for s in roomy.grpo.sets if s.startswith("rollout.max_turns=")] == [f"rollout.max_turns={max_turns}"]
+        assert capsys.readouterr().out == (
+            f"kgreasoner demo: turn budget {max_turns} searches fits: the warm-up's oracle trajectories need up to "
+            "4 searches (99th percentile of 27; the most 4)\n"
+        )

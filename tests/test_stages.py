@@ -1,8 +1,12 @@
 """The stage runner and store that `kgreasoner demo` and `kgreasoner ablate` share."""
 
 import json
+import os
 
-from kgreasoner.stages import Stage, StageRunner, StageStore
+import pytest
+import torch
+
+from kgreasoner.stages import Stage, StageRunner, StageStore, default_threads
 
 
 def _stage(calls: list[str], name: str = "sft") -> Stage:
@@ -20,7 +24,7 @@ def test_a_stage_runs_once_then_its_record_is_found(tmp_path, capsys):
     record, ran = runner.run(_stage(calls), "[6/10] sft: SFT warm-up")
     assert ran and calls == ["sft"]
     assert capsys.readouterr().out.splitlines()[:2] == [
-        "[6/10] sft: SFT warm-up ...",
+        "[6/10] sft: SFT warm-up (2 torch threads) ...",
         "    $ python train/sft.py --config x.yaml",
     ]
     on_disk = json.loads((tmp_path / "stages" / "sft.json").read_text())
@@ -38,10 +42,49 @@ def test_keyed_stages_are_stored_by_content_key_beside_their_folder(tmp_path, ca
     runner = StageRunner(store, threads=1, show_commands=False)
     record, ran = runner.run(_stage(calls), "    sft: SFT warm-up", key="abc", finish="    sft", made_by="full/seed-0")
     assert ran and record["key"] == "abc" and record["made_by"] == "full/seed-0"
-    assert capsys.readouterr().out.splitlines()[0] == "    sft: SFT warm-up ..."
+    assert capsys.readouterr().out.splitlines()[0] == "    sft: SFT warm-up (1 torch thread) ..."
     assert (
         store.marker("sft", "abc") == tmp_path / "sft" / "abc.json"
         and store.folder("sft", "abc") == tmp_path / "sft" / "abc"
     )
     assert store.finished("sft", "abc") == record and store.finished("sft", "other") is None
     assert runner.run(_stage(calls), "    sft", key="other")[1] and calls == ["sft", "sft"]
+
+
+def test_each_stage_runs_with_the_runners_threads_and_the_callers_count_comes_back(tmp_path, capsys):
+    seen: list[int] = []
+
+    def ranker() -> dict:
+        seen.append(torch.get_num_threads())
+        torch.set_num_threads(3)  # a stage (or a library it calls) that changes the count
+        return {"line": "trained"}
+
+    def sft() -> dict:
+        seen.append(torch.get_num_threads())
+        return {"line": "trained"}
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runner = StageRunner(StageStore(tmp_path), threads=2, show_commands=False)
+        runner.run(Stage("ranker", "GAT ranker", [], ranker), "[3/10] ranker: GAT ranker")
+        assert torch.get_num_threads() == 1
+        record, _ = runner.run(Stage("sft", "SFT warm-up", [], sft), "[6/10] sft: SFT warm-up")
+        assert seen == [2, 2] and record["threads"] == 2 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(previous)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "[3/10] ranker: GAT ranker (2 torch threads) ..."
+    assert lines[2] == "[6/10] sft: SFT warm-up (2 torch threads) ..."
+
+
+def test_the_default_thread_count_is_omp_num_threads_else_the_usable_cores_whatever_the_load(monkeypatch):
+    monkeypatch.setattr(os, "getloadavg", lambda: (8.0, 8.0, 8.0))  # other jobs busy on every core
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert default_threads() == len(os.sched_getaffinity(0))
+    for bad in ("two", "0"):
+        monkeypatch.setenv("OMP_NUM_THREADS", bad)
+        with pytest.raises(ValueError, match=f"OMP_NUM_THREADS must be a positive integer .*got '{bad}'"):
+            default_threads()

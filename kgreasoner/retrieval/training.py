@@ -77,16 +77,31 @@ class RankerTrainConfig:
     max_eval_questions: int | None = field(
         default=None, metadata={"help": "use only the first N dev and N test questions"}
     )
-    epochs: int = field(default=30, metadata={"help": "maximum passes over the training groups"})
+    epochs: int = field(
+        default=30,
+        metadata={
+            "help": "the training budget: passes over the training groups (fewer when early stopping ends it); "
+            "a count, not a clock, so a busy machine trains the same ranker, only later"
+        },
+    )
     batch_groups: int = field(default=64, metadata={"help": "groups (questions x searched entity) per optimiser step"})
     lr: float = field(default=2e-3, metadata={"help": "AdamW learning rate"})
     weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
     patience: int = field(default=3, metadata={"help": "epochs without a better dev MRR before stopping"})
-    max_train_seconds: float | None = field(default=None, metadata={"help": "stop training after this many seconds"})
     seed: int = field(default=0, metadata={"help": "seed for negatives, shuffling and initialisation"})
     eval_ks: list[int] = field(default_factory=lambda: [1, 3, 5], metadata={"help": "k of recall@k"})
     out_dir: str = field(default="checkpoints/ranker", metadata={"help": "where model.safetensors and ranker.json go"})
     torch_threads: int | None = field(default=None, metadata={"help": "torch CPU threads; None: torch's default"})
+
+    @classmethod
+    def misplaced_key(cls, key: str) -> str | None:
+        """`kgreasoner.config.from_dict`'s hint for a key the config does not have."""
+        if key == "max_train_seconds":
+            return (
+                "max_train_seconds was removed (a clock made a busy machine train a worse ranker): bound training "
+                "with epochs (and patience)"
+            )
+        return None
 
     def __post_init__(self) -> None:
         if not self.data:
@@ -299,8 +314,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
             best_mrr, best_state, best_epoch, stale = dev_mrr, copy.deepcopy(model.state_dict()), epoch, 0
         else:
             stale += 1
-        out_of_time = config.max_train_seconds is not None and time.perf_counter() - start > config.max_train_seconds
-        if stale >= config.patience or out_of_time:
+        if stale >= config.patience:
             break
     epochs.close()
     train_seconds = time.perf_counter() - start

@@ -1,4 +1,5 @@
-"""Training the ranker on synthetic data: it must beat the no-context baseline, fast."""
+"""Training the ranker on synthetic data: it must beat the no-context baseline, fast. Training length is a count
+of epochs, never a clock, so the figures are the same on a busy machine."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 import pytest
 
 from data_gen.synthetic import write_synthetic
-from kgreasoner.config import load_config
+from kgreasoner.config import ConfigError, load_config
 from kgreasoner.data.schema import read_jsonl
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.retrieval.encoder import EncoderConfig
@@ -46,7 +47,6 @@ def trained(synthetic, tmp_path_factory):
         patience=3,
         batch_groups=32,
         lr=0.003,
-        max_train_seconds=45,
         out_dir=str(tmp_path_factory.mktemp("ranker")),
     )
     return config, train_ranker(config)
@@ -66,10 +66,16 @@ def test_ranker_trained_on_synthetic_beats_embedding_baseline(trained):
     assert again["gat"] == pytest.approx(gat)
 
 
+def test_the_budget_is_epochs_so_training_runs_them_all(trained):
+    """15 epochs with patience 3: dev MRR improves often enough that every epoch runs, however long each takes."""
+    config, result = trained
+    assert (result.epochs_run, config.epochs) == (15, 15)
+
+
 def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_often(trained, synthetic):
     config, result = trained
     kg = MemoryKG.from_file(synthetic / "kb.tsv")
-    test = [e for e in read_jsonl(synthetic / "questions.jsonl") if e.split == "test"][:40]
+    test = [e for e in read_jsonl(synthetic / "questions.jsonl") if e.split == "test"]
     tools = {
         m: KGSearchTool(
             kg,
@@ -89,6 +95,7 @@ def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_oft
                 tool.session(example.question, list(example.topic_entities)).call(example.topic_entities[0].id).edges
             )
             first_hit[method] += edges[0].path_relation == example.gold_paths[0][0]
+    for example in test[:40]:
         texts = {
             tools["gat"]
             .session(example.question, list(example.topic_entities))
@@ -97,7 +104,18 @@ def test_tool_with_trained_ranker_is_deterministic_and_ranks_gold_first_more_oft
             for _ in range(2)
         }
         assert len(texts) == 1
-    assert first_hit["gat"] > first_hit["embedding"]
+    print(f"gold relation first, of {len(test)} test questions: {first_hit}")
+    # measured 167 against 107 of 300; the bar asks for half that gap
+    assert len(test) == 300 and first_hit["gat"] >= first_hit["embedding"] + 30
+
+
+def test_a_time_budget_is_refused_naming_the_budget_to_set(tmp_path):
+    with pytest.raises(ConfigError, match=r"max_train_seconds was removed .*bound training with epochs"):
+        load_config(RankerTrainConfig, None, ["data=PQ-2H", "max_train_seconds=45"])
+    recipe = tmp_path / "ranker.yaml"
+    recipe.write_text("data: PQ-2H\nepochs: 5\nmax_train_seconds: 30\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=rf"{recipe}: max_train_seconds was removed"):
+        load_config(RankerTrainConfig, recipe)
 
 
 def test_shipped_configs_parse():
