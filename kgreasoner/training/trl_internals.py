@@ -276,10 +276,12 @@ def scoring_trainer_class():
             logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
             entropies = torch.zeros_like(logps) if compute_entropy else None
             for rows, first, end in length_chunks(attention_mask, batch_size or self.length_chunk_rows):
-                kept = end - prompt_width  # completion columns inside the chunk's span
-                if kept <= 0:
-                    continue
-                first = min(first, prompt_width)
+                # Completion columns inside the chunk's span; at least one, so that a chunk whose rows keep no
+                # completion token (truncated ones under mask_truncated_completions) still runs its forward, as
+                # TRL's own path does: the loss then still hangs off the model (backward runs), and under ZeRO-3,
+                # where every forward gathers the weights with the other ranks, each rank runs one per chunk.
+                kept = max(end - prompt_width, 1)
+                first, end = min(first, prompt_width), prompt_width + kept
                 ids, attention = input_ids[rows, first:end], attention_mask[rows, first:end]
                 columns = torch.arange(kept, device=logps.device)[None, :]
                 labels = ids.masked_fill(attention == 0, -100)
