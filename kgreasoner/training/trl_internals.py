@@ -207,7 +207,13 @@ def scoring_trainer_class():
     projection twice the size of its body, and tool blocks 80% of a completion, most of a CPU step
     went to logits the loss multiplies by zero. Here those positions get label -100 and the fused
     head runs on the labelled rows only, on every device. Log-probabilities and gradients at the
-    positions the loss reads are unchanged (tested); the others are 0.
+    positions the loss reads are unchanged (tested). The others (tool blocks, gold prefixes, the
+    appended end id, padding) carry the batch's old log-probabilities, so the ratio there is exactly
+    1: a 0 beside an old logprob below -88.7 (a tool token the policy finds unlikely, likelier at a
+    low temperature) overflowed exp(new - old), and inf x mask 0 made the whole loss NaN. The
+    reference logprobs there are set to the same values, so the KL term reads 0 where the mask does
+    (TRL's own path scores those positions and can overflow there too). TRL's loss multiplies every
+    such position by 0, so it is TRL's own to the last bit wherever that is finite (tested).
 
     The batch is also scored in chunks of rows of similar length (`length_chunks`), each cut to its
     own span of real tokens: TRL pads every sequence to the longest rollout of the step, and one
@@ -222,7 +228,8 @@ def scoring_trainer_class():
     from trl import GRPOTrainer
 
     class ScoringGRPOTrainer(GRPOTrainer):
-        _scored = None
+        _scored = None  # the loss mask of the batch `_compute_loss` is scoring
+        _unscored = None  # what the log-probabilities are where that mask is 0: its old ones, when it has them
         length_chunk_rows = 4
         run_schedule = None  # kgreasoner.training.episode_schedule.RunSchedule: the episode's place in the run
 
@@ -245,10 +252,16 @@ def scoring_trainer_class():
         def _compute_loss(self, model, inputs):
             mask = inputs["completion_mask"]
             self._scored = mask if inputs.get("tool_mask") is None else mask * inputs["tool_mask"]
+            # Without old logprobs TRL takes the new ones as old (a ratio of 1 everywhere): 0 is then safe.
+            self._unscored = inputs.get("old_per_token_logps")
+            reference = inputs.get("ref_per_token_logps")
+            if reference is not None and self._unscored is not None:
+                # exp(ref - new) must not overflow where new is the old logprob and the mask reads nothing
+                inputs = {**inputs, "ref_per_token_logps": reference.where(self._scored.bool(), self._unscored)}
             try:
                 return super()._compute_loss(model, inputs)
             finally:
-                self._scored = None
+                self._scored = self._unscored = None
 
         def _get_per_token_logps_and_entropies(
             self,
@@ -293,6 +306,8 @@ def scoring_trainer_class():
                 logps = logps.index_put((rows[:, None], columns), outputs.log_probs[:, -kept:].float())
                 if compute_entropy:
                     entropies = entropies.index_put((rows[:, None], columns), outputs.entropy[:, -kept:].float())
+            if self._unscored is not None:
+                logps = logps.where(self._scored.bool(), self._unscored.to(logps.dtype))
             return logps, entropies, None
 
     return ScoringGRPOTrainer
