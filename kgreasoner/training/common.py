@@ -176,6 +176,27 @@ def start_process_group(timeout_s: float) -> None:
     torch.distributed.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
 
 
+def generation_context(trainer):
+    """TRL's context for generating with the trainer's policy (`trl.models.unwrap_model_for_generation`), called
+    as TRL's own generation calls it (`GRPOTrainer._generate_single_turn`).
+
+    Under ZeRO-3 it gathers the whole model on every rank: the rollout engine's decoding loop runs a
+    different number of forwards on each rank, which a model left sharded (layer-wise gathers, each a
+    collective) cannot take, so GRPO recipes refuse `ds3_gather_for_generation: false`. Activation
+    checkpointing is off while generating and comes back on with the run's own
+    `activation_checkpointing_kwargs` (left out, it came back with transformers' defaults, whatever the
+    run had set).
+    """
+    from trl.models import unwrap_model_for_generation
+
+    return unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    )
+
+
 def ensure_model(model: str, tiny_model: str | None, tokenizer_texts: list[str]) -> str:
     """Return `model`, first building a tiny model there from its YAML when it does not exist yet.
 

@@ -55,6 +55,7 @@ from kgreasoner.training.common import (
     TrainerFields,
     TrainerPassthrough,
     ddp_backend,
+    generation_context,
     is_saved_model,
     last_complete_checkpoint,
     save_final,
@@ -78,6 +79,12 @@ UNSUPPORTED_TRAINER = {
         "vllm_gpu_memory_utilization if memory is short",
     ),
     "vllm_mode": ("colocate", "the multi-turn rollout drives TRL's colocated engine; remove vllm_mode"),
+    "ds3_gather_for_generation": (
+        True,
+        "the hf rollouts and the dev evaluation decode with kgreasoner's own loop, which runs a different "
+        "number of forwards on each rank and so needs the whole model gathered under ZeRO-3; remove it "
+        "(a model too large to gather generates with rollout_backend: vllm)",
+    ),
 }
 """GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
 SCALE_REWARDS = ("group", "batch", "none")
@@ -350,6 +357,13 @@ class GRPORecipe(TrainerPassthrough):
         for name, value in self.trainer.items():
             if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
                 raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
+        layer_keys = sorted({"every_n_layers", "offload"} & set(self.setting("activation_checkpointing_kwargs") or {}))
+        if layer_keys:
+            raise ValueError(
+                f"trainer: activation_checkpointing_kwargs: {', '.join(layer_keys)} is not supported: after each "
+                "generation TRL's generation context turns checkpointing back on with these kwargs passed to "
+                "torch's checkpoint, which takes neither; leave them out"
+            )
 
     @property
     def gold_trajectories(self) -> str | None:
@@ -366,8 +380,6 @@ def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes
     weights on all ranks at once, and vLLM's tensor-parallel group turns together. With vLLM the engine
     first gets the current weights when TRL has not loaded this step's yet (it does so only before its own
     generation, so a dev evaluation after a step would read the previous step's)."""
-    from trl.models import unwrap_model_for_generation
-
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.rollout.hf_backend import HFBackend
     from kgreasoner.training.trl_internals import sync_vllm_weights, vllm_engine
@@ -381,7 +393,7 @@ def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes
         llm, tp_group = vllm_engine(trainer)
         backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
         return RolloutEngine(backend, None, recipe.rollout).run(prompts, sessions, sampling, prefixes=prefixes)
-    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+    with generation_context(trainer) as model:
         was_training = model.training
         if evaluate:
             model.eval()
