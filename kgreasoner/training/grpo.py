@@ -32,6 +32,10 @@ state and one learning-rate schedule (`episode_carry`, `kgreasoner.training.epis
 `choose_final: best_dev` the last episode's `final` ends up holding the warm-up or the save of the whole
 run with the best Hits@1 on the whole dev split, no hop count more than one standard error below the
 warm-up's (`kgreasoner.training.checkpoint_choice`, `run_dir/chosen.json`).
+
+With `rollout_backend: vllm` the step log also carries the shares of model tokens and of rollouts that
+TRL's importance-sampling correction dropped or capped (`importance_sampling`: `rollout/is_dropped`,
+`rollout/is_dropped_rows`, `rollout/is_capped`).
 """
 
 from __future__ import annotations
@@ -145,6 +149,7 @@ GRPO_TRAINER = TrainerFields(
         "vllm_max_model_length": "the rollout's budget (max_prompt_tokens and rollout)",
         "max_completion_length": "the rollout's budget (rollout)",
         "model_init_kwargs": "trainer.bf16 (the policy loads in bfloat16 with it)",
+        "vllm_importance_sampling_mode": "importance_sampling",
         "save_strategy": "trainer.save_steps (checkpoints every save_steps steps, which the final choice reads)",
         "ddp_backend": "the launch (nccl with GPUs, gloo without, none in one process)",
         "use_cpu": "the machine (CPU where there is no GPU)",
@@ -273,6 +278,22 @@ class GRPORecipe(TrainerPassthrough):
         },
     )
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
+    importance_sampling: str = field(
+        default="token_truncate",
+        metadata={
+            "help": "with rollout_backend: vllm, how TRL weighs each model token by exp(trainer logprob - engine "
+            "logprob) to correct for the engine sampling from slightly other probabilities than the trainer's "
+            "(TRL's vllm_importance_sampling_mode; bounds trainer.vllm_importance_sampling_clip_max, 3, and "
+            "_clip_min, none): token_truncate (each token's ratio clipped to the bounds: no rollout is dropped "
+            "and a long one is not penalised for its length), token_mask (tokens outside the bounds get weight "
+            "0), sequence_truncate or sequence_mask (one ratio per rollout, the product over its tokens, "
+            "clipped, or the whole rollout dropped outside the bounds). Over a multi-turn rollout of thousands "
+            "of model tokens small per-token differences compound: TRL's default, sequence_mask, then drops long "
+            "rollouts, the multi-hop ones, for their length. The step log shows the shares: rollout/is_dropped "
+            "(model tokens given weight 0), rollout/is_dropped_rows (rollouts all of whose tokens were), "
+            "rollout/is_capped (tokens whose ratio was clipped)"
+        },
+    )
     rollout_backend: str = field(
         default="hf",
         metadata={
@@ -303,6 +324,12 @@ class GRPORecipe(TrainerPassthrough):
         self.TRAINER.check(self.trainer)
         if self.setting("num_generations") < 2:
             raise ValueError("trainer.num_generations must be >= 2: GRPO compares rollouts of one question")
+        from kgreasoner.training.trl_internals import IMPORTANCE_SAMPLING_MODES
+
+        if self.importance_sampling not in IMPORTANCE_SAMPLING_MODES:
+            raise ValueError(
+                f"importance_sampling must be one of {IMPORTANCE_SAMPLING_MODES}, got {self.importance_sampling!r}"
+            )
         if self.rollout_backend not in ("hf", "vllm"):
             raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
         if self.split_scheme not in ("random", "grouped"):
@@ -733,6 +760,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
             vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
             max_completion_length=completion_tokens(recipe.rollout),
             model_init_kwargs={"dtype": "bfloat16" if recipe.setting("bf16") else "float32"},
+            vllm_importance_sampling_mode=recipe.importance_sampling,
             save_strategy="steps",
             ddp_backend=ddp_backend(),
             use_cpu=not torch.cuda.is_available(),

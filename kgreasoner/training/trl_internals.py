@@ -25,6 +25,7 @@ What is here:
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import trl
@@ -32,6 +33,8 @@ from packaging.version import Version
 
 TESTED_TRL = (">=1.16", "<1.17")
 """The TRL releases this module was read against and tested with (`pyproject.toml` pins the same)."""
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+"""TRL's `vllm_importance_sampling_mode` values (`GRPOTrainer._generate_and_score_completions`)."""
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -55,11 +58,13 @@ from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head  # noqa: E4
 __all__ = [
     "CHUNKED_LOGPROB_CHUNK_SIZE",
     "FusedCausalLMOutput",
+    "IMPORTANCE_SAMPLING_MODES",
     "TESTED_TRL",
     "TOKEN_CHUNK_SIZE",
     "add_fused_lm_head",
     "add_metric",
     "check_trl_version",
+    "importance_sampling_counts",
     "length_chunks",
     "log_metric",
     "release_trainer",
@@ -198,6 +203,41 @@ def length_chunks(attention_mask, rows_per_chunk: int):
     return chunks
 
 
+def importance_sampling_counts(old, sampling, mask, mode: str, clip_min: float | None, clip_max: float | None):
+    """What TRL's importance-sampling correction does to one generation batch, as counts (a float tensor, to sum
+    over ranks): model tokens, tokens it gives weight 0, tokens whose ratio it clips, rows with a model token,
+    and rows all of whose model tokens get weight 0.
+
+    The ratio is TRL's (`_generate_and_score_completions`): exp(old - sampling) on each model token (`mask`
+    1), a NaN sampling logprob (one the engine could not score) counting as no difference, or for the
+    `sequence_*` modes exp of their sum over the row, applied to each of its tokens. Outside
+    [clip_min, clip_max] (None: unbounded) the `*_mask` modes set it to 0 and the `*_truncate` modes clip it.
+    """
+    import torch
+
+    if mode not in IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(f"importance sampling mode must be one of {IMPORTANCE_SAMPLING_MODES}, got {mode!r}")
+    kept = mask.bool()
+    difference = torch.nan_to_num((old - sampling) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        difference = difference.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(difference)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    outside = ((ratio < low) | (ratio > high)).expand_as(kept) & kept
+    dropped = outside if mode.endswith("mask") else torch.zeros_like(outside)
+    rows = kept.any(dim=-1)
+    return torch.stack(
+        [
+            kept.sum(),
+            dropped.sum(),
+            (outside & ~dropped).sum(),
+            rows.sum(),
+            (rows & (dropped == kept).all(dim=-1)).sum(),
+        ]
+    ).float()
+
+
 def scoring_trainer_class():
     """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
 
@@ -262,6 +302,28 @@ def scoring_trainer_class():
                 return super()._compute_loss(model, inputs)
             finally:
                 self._scored = self._unscored = None
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.use_vllm and self.vllm_importance_sampling_correction:
+                # What the importance-sampling correction dropped or capped, over every rank's rows of the batch
+                mask = output["completion_mask"]
+                if output.get("tool_mask") is not None:
+                    mask = mask * output["tool_mask"]
+                counts = importance_sampling_counts(
+                    output["old_per_token_logps"],
+                    output["sampling_per_token_logps"],
+                    mask,
+                    self.vllm_importance_sampling_mode,
+                    self.vllm_importance_sampling_clip_min,
+                    self.vllm_importance_sampling_clip_max,
+                )
+                tokens, dropped, capped, rows, dropped_rows = self.accelerator.reduce(counts, reduction="sum").tolist()
+                metrics = self._metrics["train" if self.model.training else "eval"]
+                metrics["rollout/is_dropped"].append(dropped / max(tokens, 1.0))
+                metrics["rollout/is_capped"].append(capped / max(tokens, 1.0))
+                metrics["rollout/is_dropped_rows"].append(dropped_rows / max(rows, 1.0))
+            return output
 
         def _get_per_token_logps_and_entropies(
             self,
