@@ -55,6 +55,7 @@ from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.checkpoint_choice import CHOSEN, BestKeeper, apply_choice
 from kgreasoner.training.common import (
+    POLICY_DTYPE_HELP,
     LoraSettings,
     TrainerFields,
     TrainerPassthrough,
@@ -148,7 +149,7 @@ GRPO_TRAINER = TrainerFields(
         "use_vllm": "rollout_backend",
         "vllm_max_model_length": "the rollout's budget (max_prompt_tokens and rollout)",
         "max_completion_length": "the rollout's budget (rollout)",
-        "model_init_kwargs": "trainer.bf16 (the policy loads in bfloat16 with it)",
+        "model_init_kwargs": "policy_dtype (the dtype the policy loads in)",
         "vllm_importance_sampling_mode": "importance_sampling",
         "save_strategy": "trainer.save_steps (checkpoints every save_steps steps, which the final choice reads)",
         "ddp_backend": "the launch (nccl with GPUs, gloo without, none in one process)",
@@ -278,6 +279,7 @@ class GRPORecipe(TrainerPassthrough):
         },
     )
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
+    policy_dtype: str = field(default="auto", metadata={"help": POLICY_DTYPE_HELP})
     importance_sampling: str = field(
         default="token_truncate",
         metadata={
@@ -324,6 +326,7 @@ class GRPORecipe(TrainerPassthrough):
         self.TRAINER.check(self.trainer)
         if self.setting("num_generations") < 2:
             raise ValueError("trainer.num_generations must be >= 2: GRPO compares rollouts of one question")
+        self.weights_dtype()  # refuses a dtype that cannot train
         from kgreasoner.training.trl_internals import IMPORTANCE_SAMPLING_MODES
 
         if self.importance_sampling not in IMPORTANCE_SAMPLING_MODES:
@@ -759,7 +762,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
             use_vllm=recipe.rollout_backend == "vllm",
             vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
             max_completion_length=completion_tokens(recipe.rollout),
-            model_init_kwargs={"dtype": "bfloat16" if recipe.setting("bf16") else "float32"},
+            model_init_kwargs={"dtype": recipe.weights_dtype()},
             vllm_importance_sampling_mode=recipe.importance_sampling,
             save_strategy="steps",
             ddp_backend=ddp_backend(),
