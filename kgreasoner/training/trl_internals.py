@@ -10,7 +10,9 @@ What is here:
 - `scoring_trainer_class`: `GRPOTrainer` with `_compute_loss` and `_get_per_token_logps_and_entropies`
   overridden to score only where the loss reads, in length chunks (`length_chunks`), through TRL's
   fused LM head with its `_use_triton` device test patched; its `create_optimizer` / `create_scheduler`
-  follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`).
+  follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`);
+  its `_generate_and_score_completions` logs what TRL's importance-sampling correction of vLLM rollouts
+  dropped or capped (`importance_sampling_counts`, TRL's ratio recomputed; `IMPORTANCE_SAMPLING_MODES`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
   `sync_vllm_weights`: the engine given the current weights outside TRL's generation (`_last_loaded_step`).
@@ -253,7 +255,7 @@ def scoring_trainer_class():
     low temperature) overflowed exp(new - old), and inf x mask 0 made the whole loss NaN. The
     reference logprobs there are set to the same values, so the KL term reads 0 where the mask does
     (TRL's own path scores those positions and can overflow there too). TRL's loss multiplies every
-    such position by 0, so it is TRL's own to the last bit wherever that is finite (tested).
+    such position by 0, so the loss is TRL's own wherever that is finite (tested bit for bit).
 
     The batch is also scored in chunks of rows of similar length (`length_chunks`), each cut to its
     own span of real tokens: TRL pads every sequence to the longest rollout of the step, and one
