@@ -9,10 +9,11 @@
 The project's own stages run as they would in a recipe: the synthetic world and its warm-up
 trajectories (`data_gen`), `train_sft`, then one GRPO episode built by `build_trainer` (our
 `rollout_func` on the trainer's weights, TRL's loss). The model is the released `config.json` with
-random weights, saved in float32 (with `--shrink` its body shrunk, for a CPU), and the real
-tokenizer. Training runs as a real run does: float32 master weights with bf16 autocast on a GPU that
-has bf16 (`bf16: true`), float32 on a CPU; with `--deepspeed` under ZeRO-3
-(`configs/deepspeed/zero3.json`), which keeps its own float32 masters. `--ranks N` (and `--deepspeed`,
+random weights, saved in bfloat16 as the released checkpoints are (with `--shrink` its body shrunk, for
+a CPU), and the real tokenizer. Training runs as a real run does, loaded by the recipes'
+`policy_dtype: auto`: float32 master weights with bf16 autocast on a GPU that has bf16 (`bf16: true`),
+float32 on a CPU; with `--deepspeed` under ZeRO-3 (`configs/deepspeed/zero3.json`), bf16 weights whose
+float32 masters DeepSpeed keeps. `--ranks N` (and `--deepspeed`,
 even with one rank) starts the ranks through torchrun: NCCL between GPUs, gloo on a CPU. With `--lora`
 GRPO starts from the random base, as a LoRA SFT leaves only an adapter.
 
@@ -238,8 +239,9 @@ def model_config(args) -> dict:
 
 
 def build_model(raw: dict, tokenizer_dir: Path, out: Path) -> Path:
-    """The architecture with random float32 weights (made on the GPU when there is one; the recipes load them
-    as saved, so training keeps float32 masters), saved with the real tokenizer."""
+    """The architecture with random weights (made in float32 on the GPU when there is one), saved in bfloat16
+    as the released checkpoints are, with the real tokenizer: the recipes load it as they load those
+    (`policy_dtype`), float32 masters included."""
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
     from kgreasoner.models import load_tokenizer
@@ -255,7 +257,7 @@ def build_model(raw: dict, tokenizer_dir: Path, out: Path) -> Path:
         pad_token_id=generation.get("pad_token_id"),
         bos_token_id=generation.get("bos_token_id"),
     )
-    model.save_pretrained(out)
+    model.to(torch.bfloat16).save_pretrained(out)
     load_tokenizer(tokenizer_dir).save_pretrained(out)
     del model
     return out
@@ -527,7 +529,7 @@ def run_rank(args, work: Path, gpu: bool) -> int:
         grpo["train_share_of_peak"] = _share(grpo["train_tokens_per_s"] or 0.0, flops, peak)
     figures = {
         "device": torch.cuda.get_device_name(0) if gpu else "cpu",
-        "dtype": "float32 masters, bf16 autocast" if gpu and torch.cuda.is_bf16_supported() else "float32",
+        "dtype": _dtype(args, gpu),
         "model_config": str(args.model_config),
         "shrink": args.shrink,
         "lora": args.lora,
@@ -546,6 +548,15 @@ def run_rank(args, work: Path, gpu: bool) -> int:
         if args.out:
             args.out.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
     return 0 if figures["learns"] else 1
+
+
+def _dtype(args, gpu: bool) -> str:
+    """How the stages hold and compute the weights (`policy_dtype: auto` under this run's settings)."""
+    if not (gpu and torch.cuda.is_bf16_supported()):
+        return "float32"
+    if args.deepspeed:
+        return "bf16 weights, DeepSpeed's float32 masters"
+    return "bf16 base, float32 adapters" if args.lora else "float32 masters, bf16 autocast"
 
 
 def _without_shared_memory_collectives() -> None:

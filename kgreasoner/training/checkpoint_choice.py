@@ -33,7 +33,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from kgreasoner.training.common import last_complete_checkpoint, save_final
+from kgreasoner.training.common import generation_context, last_complete_checkpoint, save_final
 
 BEST_DIR = "best"
 BEST_RECORD = "best.json"
@@ -142,7 +142,6 @@ def split_verdicts(trainer, examples, tool, rollout) -> list[bool]:
     under ZeRO-3 gathers the weights on all ranks at once; the verdicts are gathered back in order."""
     from accelerate.utils import gather_object
     from transformers import PreTrainedTokenizerBase
-    from trl.models import unwrap_model_for_generation
 
     from kgreasoner.rewards import answer_reward
     from kgreasoner.rollout.engine import RolloutEngine
@@ -152,7 +151,7 @@ def split_verdicts(trainer, examples, tool, rollout) -> list[bool]:
     accelerator = trainer.accelerator
     positions = list(range(len(examples)))[accelerator.process_index :: accelerator.num_processes]
     share = [examples[i] for i in positions]
-    with unwrap_model_for_generation(trainer.model_wrapped, accelerator) as model:
+    with generation_context(trainer) as model:
         was_training = model.training
         model.eval()
         sessions = [tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]

@@ -95,15 +95,52 @@ class TrainerFields:
         return None
 
 
+POLICY_DTYPES = ("auto", "float32", "bfloat16")
+POLICY_DTYPE_HELP = (
+    "dtype the trained model's weights load in: auto (float32 for a full fine-tune outside DeepSpeed: the "
+    "optimiser updates float32 master weights while trainer.bf16 runs the compute under bfloat16 autocast, "
+    "mixed precision; bfloat16 with trainer.bf16 under DeepSpeed, whose optimiser keeps float32 masters of "
+    "its own, and with LoRA, whose frozen base needs none (PEFT keeps the adapters in float32); float32 "
+    "without trainer.bf16), float32, or bfloat16 (refused for a full fine-tune outside DeepSpeed: AdamW "
+    "steps on bfloat16 weights round most updates of a small learning rate away, and nothing is learned)"
+)
+
+
+def policy_dtype(choice: str, bf16: bool, deepspeed: object, lora: bool) -> str:
+    """The dtype a trained model's weights load in (`POLICY_DTYPE_HELP`): `choice` is the recipe's
+    `policy_dtype`, the others its `trainer.bf16`, `trainer.deepspeed` and `lora.enabled`. A choice that
+    cannot train is refused naming the setting."""
+    if choice not in POLICY_DTYPES:
+        raise ValueError(f"policy_dtype must be one of {POLICY_DTYPES}, got {choice!r}")
+    masters_elsewhere = bool(deepspeed) or lora  # DeepSpeed's own float32 masters, or a frozen base
+    if choice == "bfloat16" and not masters_elsewhere:
+        raise ValueError(
+            "policy_dtype: bfloat16 trains every weight in bfloat16 with no float32 master (no trainer.deepspeed, "
+            "no lora): AdamW's updates at a small learning rate round away and nothing is learned; set "
+            "policy_dtype: auto (float32 masters, bf16 autocast with trainer.bf16), or train under trainer.deepspeed"
+        )
+    if choice != "auto":
+        return choice
+    return "bfloat16" if bf16 and masters_elsewhere else "float32"
+
+
 class TrainerPassthrough:
-    """A recipe whose `trainer:` mapping goes to a TRL config (`TRAINER` says which and how)."""
+    """A recipe whose `trainer:` mapping goes to a TRL config (`TRAINER` says which and how), and which trains
+    a model (`policy_dtype`, with or without `lora`)."""
 
     TRAINER: ClassVar[TrainerFields]
     trainer: dict[str, Any]
+    policy_dtype: str
+    lora: LoraSettings
 
     def setting(self, name: str) -> Any:
         """The value TRL's config gets for `name` (before the config exists: datasets, validation)."""
         return self.TRAINER.value(self.trainer, name)
+
+    def weights_dtype(self) -> str:
+        """The dtype the trained model's weights load in (`policy_dtype`); raises ValueError for one that cannot
+        train."""
+        return policy_dtype(self.policy_dtype, self.setting("bf16"), self.setting("deepspeed"), self.lora.enabled)
 
     @classmethod
     def misplaced_key(cls, key: str) -> str | None:
@@ -174,6 +211,27 @@ def start_process_group(timeout_s: float) -> None:
     if backend == "nccl":  # each rank's collectives on its own GPU, as accelerate would place them
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.distributed.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+
+
+def generation_context(trainer):
+    """TRL's context for generating with the trainer's policy (`trl.models.unwrap_model_for_generation`), called
+    as TRL's own generation calls it (`GRPOTrainer._generate_single_turn`).
+
+    Under ZeRO-3 it gathers the whole model on every rank: the rollout engine's decoding loop runs a
+    different number of forwards on each rank, which a model left sharded (layer-wise gathers, each a
+    collective) cannot take, so GRPO recipes refuse `ds3_gather_for_generation: false`. Activation
+    checkpointing is off while generating and comes back on with the run's own
+    `activation_checkpointing_kwargs` (left out, it came back with transformers' defaults, whatever the
+    run had set).
+    """
+    from trl.models import unwrap_model_for_generation
+
+    return unwrap_model_for_generation(
+        trainer.model_wrapped,
+        trainer.accelerator,
+        gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+    )
 
 
 def ensure_model(model: str, tiny_model: str | None, tokenizer_texts: list[str]) -> str:

@@ -32,6 +32,10 @@ state and one learning-rate schedule (`episode_carry`, `kgreasoner.training.epis
 `choose_final: best_dev` the last episode's `final` ends up holding the warm-up or the save of the whole
 run with the best Hits@1 on the whole dev split, no hop count more than one standard error below the
 warm-up's (`kgreasoner.training.checkpoint_choice`, `run_dir/chosen.json`).
+
+With `rollout_backend: vllm` the step log also carries the shares of model tokens and of rollouts that
+TRL's importance-sampling correction dropped or capped (`importance_sampling`: `rollout/is_dropped`,
+`rollout/is_dropped_rows`, `rollout/is_capped`).
 """
 
 from __future__ import annotations
@@ -51,10 +55,12 @@ from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.checkpoint_choice import CHOSEN, BestKeeper, apply_choice
 from kgreasoner.training.common import (
+    POLICY_DTYPE_HELP,
     LoraSettings,
     TrainerFields,
     TrainerPassthrough,
     ddp_backend,
+    generation_context,
     is_saved_model,
     last_complete_checkpoint,
     save_final,
@@ -78,6 +84,12 @@ UNSUPPORTED_TRAINER = {
         "vllm_gpu_memory_utilization if memory is short",
     ),
     "vllm_mode": ("colocate", "the multi-turn rollout drives TRL's colocated engine; remove vllm_mode"),
+    "ds3_gather_for_generation": (
+        True,
+        "the hf rollouts and the dev evaluation decode with kgreasoner's own loop, which runs a different "
+        "number of forwards on each rank and so needs the whole model gathered under ZeRO-3; remove it "
+        "(a model too large to gather generates with rollout_backend: vllm)",
+    ),
 }
 """GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
 SCALE_REWARDS = ("group", "batch", "none")
@@ -137,7 +149,8 @@ GRPO_TRAINER = TrainerFields(
         "use_vllm": "rollout_backend",
         "vllm_max_model_length": "the rollout's budget (max_prompt_tokens and rollout)",
         "max_completion_length": "the rollout's budget (rollout)",
-        "model_init_kwargs": "trainer.bf16 (the policy loads in bfloat16 with it)",
+        "model_init_kwargs": "policy_dtype (the dtype the policy loads in)",
+        "vllm_importance_sampling_mode": "importance_sampling",
         "save_strategy": "trainer.save_steps (checkpoints every save_steps steps, which the final choice reads)",
         "ddp_backend": "the launch (nccl with GPUs, gloo without, none in one process)",
         "use_cpu": "the machine (CPU where there is no GPU)",
@@ -266,6 +279,23 @@ class GRPORecipe(TrainerPassthrough):
         },
     )
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
+    policy_dtype: str = field(default="auto", metadata={"help": POLICY_DTYPE_HELP})
+    importance_sampling: str = field(
+        default="token_truncate",
+        metadata={
+            "help": "with rollout_backend: vllm, how TRL weighs each model token by exp(trainer logprob - engine "
+            "logprob) to correct for the engine sampling from slightly other probabilities than the trainer's "
+            "(TRL's vllm_importance_sampling_mode; bounds trainer.vllm_importance_sampling_clip_max, 3, and "
+            "_clip_min, none): token_truncate (each token's ratio clipped to the bounds: no rollout is dropped "
+            "and a long one is not penalised for its length), token_mask (tokens outside the bounds get weight "
+            "0), sequence_truncate or sequence_mask (one ratio per rollout, the product over its tokens, "
+            "clipped, or the whole rollout dropped outside the bounds). Over a multi-turn rollout of thousands "
+            "of model tokens small per-token differences compound: TRL's default, sequence_mask, then drops long "
+            "rollouts, the multi-hop ones, for their length. The step log shows the shares: rollout/is_dropped "
+            "(model tokens given weight 0), rollout/is_dropped_rows (rollouts all of whose tokens were), "
+            "rollout/is_capped (tokens whose ratio was clipped)"
+        },
+    )
     rollout_backend: str = field(
         default="hf",
         metadata={
@@ -296,6 +326,13 @@ class GRPORecipe(TrainerPassthrough):
         self.TRAINER.check(self.trainer)
         if self.setting("num_generations") < 2:
             raise ValueError("trainer.num_generations must be >= 2: GRPO compares rollouts of one question")
+        self.weights_dtype()  # refuses a dtype that cannot train
+        from kgreasoner.training.trl_internals import IMPORTANCE_SAMPLING_MODES
+
+        if self.importance_sampling not in IMPORTANCE_SAMPLING_MODES:
+            raise ValueError(
+                f"importance_sampling must be one of {IMPORTANCE_SAMPLING_MODES}, got {self.importance_sampling!r}"
+            )
         if self.rollout_backend not in ("hf", "vllm"):
             raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
         if self.split_scheme not in ("random", "grouped"):
@@ -350,6 +387,13 @@ class GRPORecipe(TrainerPassthrough):
         for name, value in self.trainer.items():
             if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
                 raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
+        layer_keys = sorted({"every_n_layers", "offload"} & set(self.setting("activation_checkpointing_kwargs") or {}))
+        if layer_keys:
+            raise ValueError(
+                f"trainer: activation_checkpointing_kwargs: {', '.join(layer_keys)} is not supported: after each "
+                "generation TRL's generation context turns checkpointing back on with these kwargs passed to "
+                "torch's checkpoint, which takes neither; leave them out"
+            )
 
     @property
     def gold_trajectories(self) -> str | None:
@@ -366,8 +410,6 @@ def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes
     weights on all ranks at once, and vLLM's tensor-parallel group turns together. With vLLM the engine
     first gets the current weights when TRL has not loaded this step's yet (it does so only before its own
     generation, so a dev evaluation after a step would read the previous step's)."""
-    from trl.models import unwrap_model_for_generation
-
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.rollout.hf_backend import HFBackend
     from kgreasoner.training.trl_internals import sync_vllm_weights, vllm_engine
@@ -381,7 +423,7 @@ def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes
         llm, tp_group = vllm_engine(trainer)
         backend = VLLMBackend(trainer.processing_class, llm=llm, tp_group=tp_group)
         return RolloutEngine(backend, None, recipe.rollout).run(prompts, sessions, sampling, prefixes=prefixes)
-    with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+    with generation_context(trainer) as model:
         was_training = model.training
         if evaluate:
             model.eval()
@@ -720,7 +762,8 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
             use_vllm=recipe.rollout_backend == "vllm",
             vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
             max_completion_length=completion_tokens(recipe.rollout),
-            model_init_kwargs={"dtype": "bfloat16" if recipe.setting("bf16") else "float32"},
+            model_init_kwargs={"dtype": recipe.weights_dtype()},
+            vllm_importance_sampling_mode=recipe.importance_sampling,
             save_strategy="steps",
             ddp_backend=ddp_backend(),
             use_cpu=not torch.cuda.is_available(),

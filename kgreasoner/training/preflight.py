@@ -12,7 +12,8 @@ with `--gpu-memory`. Any failure is reported with what to change, and the comman
 The estimate, per GPU, in bytes, phase by phase; the peak is the largest phase (N = GPUs,
 P = parameters, T = trainable parameters). A training step holds:
 - weights: P x 2 (bf16) or 4, divided by N under ZeRO-3 (LoRA adapters in fp32 outside DeepSpeed,
-  as PEFT keeps them under a bf16 base);
+  as PEFT keeps them under a bf16 base; a full fine-tune outside DeepSpeed keeps fp32 masters,
+  `policy_dtype`);
 - gradients: T x the trained weights' bytes, divided by N under ZeRO-2 and 3;
 - optimiser: under DeepSpeed, Adam's fp32 moments (8 bytes) plus, with bf16, fp32 master weights (4),
   per trainable parameter, divided by N under ZeRO-1, 2 and 3; 0 when the DeepSpeed JSON offloads it
@@ -364,7 +365,8 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     estimate = Estimate(budget=gpu_memory)
     ds = _deepspeed(args)
     stage = _zero_stage(ds)
-    width = 2 if args.bf16 else 4
+    # the weights as they load (`policy_dtype`), or as DeepSpeed casts the whole module with bf16
+    width = 2 if recipe.weights_dtype() == "bfloat16" or (ds and args.bf16) else 4
     total = _count(model.parameters())
     trainable = _count(p for p in model.parameters() if p.requires_grad)
     # PEFT keeps adapters in float32 under a bf16 base; DeepSpeed casts the whole module to its dtype

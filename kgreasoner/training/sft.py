@@ -16,6 +16,7 @@ from accelerate.logging import get_logger
 
 from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.common import (
+    POLICY_DTYPE_HELP,
     LoraSettings,
     TrainerFields,
     TrainerPassthrough,
@@ -90,6 +91,7 @@ class SFTRecipe(TrainerPassthrough):
         default=3, metadata={"help": "stop after N evaluations without a better dev loss (0: off)"}
     )
     lora: LoraSettings = field(default_factory=LoraSettings, metadata={"help": "LoRA adapters (PEFT)"})
+    policy_dtype: str = field(default="auto", metadata={"help": POLICY_DTYPE_HELP})
     trainer: dict[str, Any] = field(
         default_factory=dict,
         metadata=trainer_help("SFTConfig", "{learning_rate: 1.0e-5, max_steps: 300, activation_offloading: true}"),
@@ -97,6 +99,7 @@ class SFTRecipe(TrainerPassthrough):
 
     def __post_init__(self) -> None:
         self.TRAINER.check(self.trainer)
+        self.weights_dtype()  # refuses a dtype that cannot train
         if self.setting("learning_rate") <= 0:
             raise ValueError(f"trainer.learning_rate must be positive, got {self.setting('learning_rate')}")
         if self.setting("max_length") < 16:
@@ -184,7 +187,7 @@ def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
     args = sft_config(recipe, has_eval=dev_set is not None)  # before the model: see sft_config
     if dropped:  # after the config, which sets up the process state the rank-aware logger reads
         logger.warning("dropped %d trajectories longer than max_length=%d", dropped, args.max_length)
-    model = load_model(model_path, tokenizer)
+    model = load_model(model_path, tokenizer, dtype=recipe.weights_dtype())
     callbacks = list(callbacks)
     if args.load_best_model_at_end and recipe.early_stopping_patience > 0:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))

@@ -10,7 +10,9 @@ What is here:
 - `scoring_trainer_class`: `GRPOTrainer` with `_compute_loss` and `_get_per_token_logps_and_entropies`
   overridden to score only where the loss reads, in length chunks (`length_chunks`), through TRL's
   fused LM head with its `_use_triton` device test patched; its `create_optimizer` / `create_scheduler`
-  follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`).
+  follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`);
+  its `_generate_and_score_completions` logs what TRL's importance-sampling correction of vLLM rollouts
+  dropped or capped (`importance_sampling_counts`, TRL's ratio recomputed; `IMPORTANCE_SAMPLING_MODES`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
   `sync_vllm_weights`: the engine given the current weights outside TRL's generation (`_last_loaded_step`).
@@ -25,6 +27,7 @@ What is here:
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import trl
@@ -32,6 +35,8 @@ from packaging.version import Version
 
 TESTED_TRL = (">=1.16", "<1.17")
 """The TRL releases this module was read against and tested with (`pyproject.toml` pins the same)."""
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+"""TRL's `vllm_importance_sampling_mode` values (`GRPOTrainer._generate_and_score_completions`)."""
 
 
 def check_trl_version(version: str | None = None) -> None:
@@ -55,11 +60,13 @@ from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head  # noqa: E4
 __all__ = [
     "CHUNKED_LOGPROB_CHUNK_SIZE",
     "FusedCausalLMOutput",
+    "IMPORTANCE_SAMPLING_MODES",
     "TESTED_TRL",
     "TOKEN_CHUNK_SIZE",
     "add_fused_lm_head",
     "add_metric",
     "check_trl_version",
+    "importance_sampling_counts",
     "length_chunks",
     "log_metric",
     "release_trainer",
@@ -198,6 +205,41 @@ def length_chunks(attention_mask, rows_per_chunk: int):
     return chunks
 
 
+def importance_sampling_counts(old, sampling, mask, mode: str, clip_min: float | None, clip_max: float | None):
+    """What TRL's importance-sampling correction does to one generation batch, as counts (a float tensor, to sum
+    over ranks): model tokens, tokens it gives weight 0, tokens whose ratio it clips, rows with a model token,
+    and rows all of whose model tokens get weight 0.
+
+    The ratio is TRL's (`_generate_and_score_completions`): exp(old - sampling) on each model token (`mask`
+    1), a NaN sampling logprob (one the engine could not score) counting as no difference, or for the
+    `sequence_*` modes exp of their sum over the row, applied to each of its tokens. Outside
+    [clip_min, clip_max] (None: unbounded) the `*_mask` modes set it to 0 and the `*_truncate` modes clip it.
+    """
+    import torch
+
+    if mode not in IMPORTANCE_SAMPLING_MODES:
+        raise ValueError(f"importance sampling mode must be one of {IMPORTANCE_SAMPLING_MODES}, got {mode!r}")
+    kept = mask.bool()
+    difference = torch.nan_to_num((old - sampling) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        difference = difference.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(difference)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    outside = ((ratio < low) | (ratio > high)).expand_as(kept) & kept
+    dropped = outside if mode.endswith("mask") else torch.zeros_like(outside)
+    rows = kept.any(dim=-1)
+    return torch.stack(
+        [
+            kept.sum(),
+            dropped.sum(),
+            (outside & ~dropped).sum(),
+            rows.sum(),
+            (rows & (dropped == kept).all(dim=-1)).sum(),
+        ]
+    ).float()
+
+
 def scoring_trainer_class():
     """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
 
@@ -207,7 +249,13 @@ def scoring_trainer_class():
     projection twice the size of its body, and tool blocks 80% of a completion, most of a CPU step
     went to logits the loss multiplies by zero. Here those positions get label -100 and the fused
     head runs on the labelled rows only, on every device. Log-probabilities and gradients at the
-    positions the loss reads are unchanged (tested); the others are 0.
+    positions the loss reads are unchanged (tested). The others (tool blocks, gold prefixes, the
+    appended end id, padding) carry the batch's old log-probabilities, so the ratio there is exactly
+    1: a 0 beside an old logprob below -88.7 (a tool token the policy finds unlikely, likelier at a
+    low temperature) overflowed exp(new - old), and inf x mask 0 made the whole loss NaN. The
+    reference logprobs there are set to the same values, so the KL term reads 0 where the mask does
+    (TRL's own path scores those positions and can overflow there too). TRL's loss multiplies every
+    such position by 0, so the loss is TRL's own wherever that is finite (tested bit for bit).
 
     The batch is also scored in chunks of rows of similar length (`length_chunks`), each cut to its
     own span of real tokens: TRL pads every sequence to the longest rollout of the step, and one
@@ -222,7 +270,8 @@ def scoring_trainer_class():
     from trl import GRPOTrainer
 
     class ScoringGRPOTrainer(GRPOTrainer):
-        _scored = None
+        _scored = None  # the loss mask of the batch `_compute_loss` is scoring
+        _unscored = None  # what the log-probabilities are where that mask is 0: its old ones, when it has them
         length_chunk_rows = 4
         run_schedule = None  # kgreasoner.training.episode_schedule.RunSchedule: the episode's place in the run
 
@@ -245,10 +294,38 @@ def scoring_trainer_class():
         def _compute_loss(self, model, inputs):
             mask = inputs["completion_mask"]
             self._scored = mask if inputs.get("tool_mask") is None else mask * inputs["tool_mask"]
+            # Without old logprobs TRL takes the new ones as old (a ratio of 1 everywhere): 0 is then safe.
+            self._unscored = inputs.get("old_per_token_logps")
+            reference = inputs.get("ref_per_token_logps")
+            if reference is not None and self._unscored is not None:
+                # exp(ref - new) must not overflow where new is the old logprob and the mask reads nothing
+                inputs = {**inputs, "ref_per_token_logps": reference.where(self._scored.bool(), self._unscored)}
             try:
                 return super()._compute_loss(model, inputs)
             finally:
-                self._scored = None
+                self._scored = self._unscored = None
+
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            if self.use_vllm and self.vllm_importance_sampling_correction:
+                # What the importance-sampling correction dropped or capped, over every rank's rows of the batch
+                mask = output["completion_mask"]
+                if output.get("tool_mask") is not None:
+                    mask = mask * output["tool_mask"]
+                counts = importance_sampling_counts(
+                    output["old_per_token_logps"],
+                    output["sampling_per_token_logps"],
+                    mask,
+                    self.vllm_importance_sampling_mode,
+                    self.vllm_importance_sampling_clip_min,
+                    self.vllm_importance_sampling_clip_max,
+                )
+                tokens, dropped, capped, rows, dropped_rows = self.accelerator.reduce(counts, reduction="sum").tolist()
+                metrics = self._metrics["train" if self.model.training else "eval"]
+                metrics["rollout/is_dropped"].append(dropped / max(tokens, 1.0))
+                metrics["rollout/is_capped"].append(capped / max(tokens, 1.0))
+                metrics["rollout/is_dropped_rows"].append(dropped_rows / max(rows, 1.0))
+            return output
 
         def _get_per_token_logps_and_entropies(
             self,
@@ -276,10 +353,12 @@ def scoring_trainer_class():
             logps = torch.zeros(input_ids.size(0), logits_to_keep, device=input_ids.device)
             entropies = torch.zeros_like(logps) if compute_entropy else None
             for rows, first, end in length_chunks(attention_mask, batch_size or self.length_chunk_rows):
-                kept = end - prompt_width  # completion columns inside the chunk's span
-                if kept <= 0:
-                    continue
-                first = min(first, prompt_width)
+                # Completion columns inside the chunk's span; at least one, so that a chunk whose rows keep no
+                # completion token (truncated ones under mask_truncated_completions) still runs its forward, as
+                # TRL's own path does: the loss then still hangs off the model (backward runs), and under ZeRO-3,
+                # where every forward gathers the weights with the other ranks, each rank runs one per chunk.
+                kept = max(end - prompt_width, 1)
+                first, end = min(first, prompt_width), prompt_width + kept
                 ids, attention = input_ids[rows, first:end], attention_mask[rows, first:end]
                 columns = torch.arange(kept, device=logps.device)[None, :]
                 labels = ids.masked_fill(attention == 0, -100)
@@ -291,6 +370,8 @@ def scoring_trainer_class():
                 logps = logps.index_put((rows[:, None], columns), outputs.log_probs[:, -kept:].float())
                 if compute_entropy:
                     entropies = entropies.index_put((rows[:, None], columns), outputs.entropy[:, -kept:].float())
+            if self._unscored is not None:
+                logps = logps.where(self._scored.bool(), self._unscored.to(logps.dtype))
             return logps, entropies, None
 
     return ScoringGRPOTrainer
