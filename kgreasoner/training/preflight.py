@@ -4,8 +4,9 @@
     torchrun --nproc_per_node 8 train/grpo.py --config configs/qwen3-8b/grpo.yaml --dry-run
 
 In order: the recipe parses (SFT or GRPO, told apart by `train_file` / `dataset`); TRL's own
-config builds from it (`SFTConfig` / `GRPOConfig`, DeepSpeed JSON included); the training data
-loads and its train split is not empty; the model is built on the meta device from its
+config builds from it (`SFTConfig` / `GRPOConfig`, DeepSpeed JSON included); with colocated vLLM,
+the GPUs split evenly into its tensor-parallel groups; the training data loads and its train split
+is not empty; the model is built on the meta device from its
 `config.json` (no weights, no memory); and the memory one GPU needs is estimated and compared
 with `--gpu-memory`. Any failure is reported with what to change, and the command exits 1.
 
@@ -212,6 +213,8 @@ def check_recipe(
     # the meta model first: a ZeRO-3 TRL config, once built, makes `from_config` start `zero.Init`
     model = _meta_model(recipe, model_config, report)
     args = _trl_config(recipe, kind, report)
+    if kind == "grpo" and args is not None and args.use_vllm:
+        _check_tensor_parallel(args, gpus, report)
     _check_data(recipe, kind, report)
     if args is not None and model is not None:
         report.estimate = estimate_memory(recipe, kind, args, model, gpus, gpu_memory)
@@ -235,6 +238,22 @@ def _trl_config(recipe, kind: str, report: Report):
         f"TRL {type(args).__name__} builds" + (f" with {recipe.setting('deepspeed')}" if args.deepspeed else "")
     )
     return args
+
+
+def _check_tensor_parallel(args, gpus: int, report: Report) -> None:
+    """TRL cuts the ranks into colocated vLLM groups of `vllm_tensor_parallel_size` consecutive ranks and refuses a
+    world size that does not divide evenly, but only once the policy and reference model are loaded."""
+    tp = args.vllm_tensor_parallel_size
+    if gpus % tp == 0:
+        report.checks.append(f"vLLM: {gpus} GPUs make {gpus // tp} tensor-parallel group(s) of {tp}")
+        return
+    multiples = " or ".join(str(n) for n in (gpus // tp * tp, gpus // tp * tp + tp) if n > 0)
+    divisors = ", ".join(str(n) for n in range(1, gpus + 1) if gpus % n == 0)
+    report.problems.append(
+        f"trainer.vllm_tensor_parallel_size {tp} does not divide the {gpus} GPUs: TRL splits the ranks into "
+        f"vLLM groups of {tp} and refuses the run after loading the models; run on a multiple of {tp} GPUs "
+        f"({multiples}), or set trainer.vllm_tensor_parallel_size to a divisor of {gpus} ({divisors})"
+    )
 
 
 def _check_data(recipe, kind: str, report: Report) -> None:

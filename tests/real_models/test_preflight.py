@@ -307,3 +307,19 @@ def test_mining_needs_its_trajectories(world, capsys, monkeypatch):
     )
     err = capsys.readouterr().err
     assert code == 1 and "FAIL: training data: " in err and "nowhere.jsonl" in err
+
+
+def test_a_gpu_count_the_vllm_tensor_parallel_size_does_not_divide_is_refused(world, capsys):
+    """The 30B-A3B recipe runs vLLM with tensor parallelism 4: TRL refuses 6 ranks, only after loading the models."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    code = main(_argv(recipe, world, "--gpus", "6", "--gpu-memory", "80GiB"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "FAIL: trainer.vllm_tensor_parallel_size 4 does not divide the 6 GPUs: TRL splits the ranks into vLLM groups "
+        "of 4 and refuses the run after loading the models; run on a multiple of 4 GPUs (4 or 8), or set "
+        "trainer.vllm_tensor_parallel_size to a divisor of 6 (1, 2, 3, 6)"
+    ) in err
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    assert code == 0
+    assert "ok: vLLM: 8 GPUs make 2 tensor-parallel group(s) of 4" in capsys.readouterr().out
