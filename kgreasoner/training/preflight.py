@@ -304,7 +304,20 @@ def _meta_model(recipe, model_config: str | Path | None, report: Report):
     if recipe.lora.enabled:
         from peft import get_peft_model
 
-        model = get_peft_model(model, recipe.lora.peft_config())
+        from kgreasoner.training.vllm_weights import is_fused_expert
+
+        try:
+            model = get_peft_model(model, recipe.lora.peft_config())
+        except ValueError as err:  # PEFT's own checks of the adapter settings against this model
+            fused = next((name for name, _ in model.named_parameters() if is_fused_expert(name)), None)
+            if fused is not None and recipe.lora.dropout and "dropout" in str(err):
+                report.problems.append(
+                    f"lora.dropout {recipe.lora.dropout:g}: PEFT adapts {config.model_type}'s fused MoE experts "
+                    f"({fused}, ...) through its ParamWrapper, which takes no dropout ({err}): set lora.dropout: 0"
+                )
+            else:
+                report.problems.append(f"PEFT refuses the lora settings on {config.model_type}: {err}")
+            return None
     report.checks.append(
         f"{config.model_type} from {source} on the meta device: {_count(model.parameters()) / 1e9:.2f}B parameters"
     )

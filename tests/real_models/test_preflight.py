@@ -323,3 +323,21 @@ def test_a_gpu_count_the_vllm_tensor_parallel_size_does_not_divide_is_refused(wo
     code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
     assert code == 0
     assert "ok: vLLM: 8 GPUs make 2 tensor-parallel group(s) of 4" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo"])
+def test_lora_on_the_30b_moe_recipes_keeps_a_dropout_peft_takes(stage, world, capsys):
+    """PEFT adapts Qwen3-MoE's fused experts (one tensor per projection) through its ParamWrapper, which refuses any
+    dropout: the shipped recipes set 0, so turning LoRA on works; a nonzero dropout is reported with what to set."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / f"{stage}.yaml"
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--set", "lora.enabled=true"))
+    out = capsys.readouterr().out
+    assert code == 0 and out.rstrip().endswith("preflight passed")
+    code = main(_argv(recipe, world, "--gpus", "8", "--set", "lora.enabled=true", "--set", "lora.dropout=0.05"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "FAIL: lora.dropout 0.05: PEFT adapts qwen3_moe's fused MoE experts (model.layers.0.mlp.experts.gate_up_proj, "
+        "...) through its ParamWrapper, which takes no dropout (lora.ParamWrapper does not work with lora_dropout "
+        "!= 0.): set lora.dropout: 0"
+    ) in err
