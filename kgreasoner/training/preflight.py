@@ -41,6 +41,9 @@ a tool block runs on. When an episode trains on hard cases the recipe does not l
 is a phase too: before episode 1, a whole bf16 model on every GPU scoring `MINING_ROWS` trajectories
 of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released before a later episode
 is built, so later episodes repeat episode 1's phases.
+Host memory: a DeepSpeed JSON that offloads to the CPU pins, per trainable parameter, the fp32 master
+weight, Adam's two moments and the fp32 gradient partition (16 B), and with `offload_param` the weights
+too; a host holds the shares of its `--gpus-per-host` ranks, compared with `--host-memory`.
 It is an estimate, deliberately on the high side (every sequence at its longest).
 """
 
@@ -67,6 +70,9 @@ whose activations vLLM takes out of its share before the KV cache."""
 KV_BUFFER_GROWTH = 1.5
 """The hf backend's KV buffer holds up to half its filled length again as spare columns
 (`rollout.hf_backend._BufferedLayer`)."""
+GPUS_PER_HOST = 8
+"""GPUs a host holds unless `--gpus-per-host` says otherwise: the ranks of one host pin their offloaded states
+in that host's memory."""
 MINING_ROWS = 16
 """Trajectories hard-case mining scores per forward (`HardCaseConfig.batch_size`, which GRPO keeps)."""
 LOGIT_COPIES_BYTES = 2 + 4 + 4
@@ -142,6 +148,8 @@ class Report:
     kind: str
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What would not stop the run but costs it (time, or a check that could not be made); `ok` ignores them."""
     estimate: Estimate | None = None
 
     @property
@@ -152,16 +160,17 @@ class Report:
         lines = [f"preflight ({self.kind}):"] + [f"  ok: {c}" for c in self.checks]
         if self.estimate is not None:
             lines += ["", self.estimate.table(), ""]
+        lines += [f"  WARN: {w}" for w in self.warnings]
         lines += [f"  FAIL: {p}" for p in self.problems]
         lines.append("preflight passed" if self.ok else "preflight failed")
         return "\n".join(lines)
 
 
-def parse_size(text: str) -> float:
+def parse_size(text: str, option: str = "--gpu-memory") -> float:
     """`80GiB`, `80GB`, `81920MiB`, `80` (GiB) -> bytes."""
     match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]i?B)?\s*", text, re.IGNORECASE)
     if not match:
-        raise ValueError(f"--gpu-memory {text!r}: expected a size such as 80GiB or 80GB")
+        raise ValueError(f"{option} {text!r}: expected a size such as 80GiB or 80GB")
     unit = (match.group(2) or "GiB").upper()
     base = 1024 if "I" in unit else 1000
     return float(match.group(1)) * base ** "KMGT".index(unit[0]) * base
@@ -186,8 +195,11 @@ def preflight(
     gpu_memory: float,
     model_config: str | Path | None = None,
     overrides: list[str] | None = None,
+    host_memory: float | None = None,
+    gpus_per_host: int = GPUS_PER_HOST,
 ) -> Report:
-    """Run every check of a recipe; never raises for a problem of the recipe, it reports it."""
+    """Run every check of a recipe; never raises for a problem of the recipe, it reports it. `host_memory` is
+    one host's CPU memory in bytes (None: unknown, so what an offload needs is a warning, not a check)."""
     from kgreasoner.config import load_config
 
     overrides = list(overrides or [])
@@ -195,18 +207,27 @@ def preflight(
     report = Report(kind)
     if gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
+    if gpus_per_host < 1:
+        raise ValueError(f"--gpus-per-host must be >= 1, got {gpus_per_host}")
     from kgreasoner.training.grpo import GRPORecipe
     from kgreasoner.training.sft import SFTRecipe
 
     recipe_class: type[SFTRecipe | GRPORecipe] = SFTRecipe if kind == "sft" else GRPORecipe
     recipe = load_config(recipe_class, config, overrides)
     report.checks.append(f"{config} parses as {recipe_class.__name__}")
-    check_recipe(recipe, kind, gpus, gpu_memory, model_config, report)
+    check_recipe(recipe, kind, gpus, gpu_memory, model_config, report, host_memory, gpus_per_host)
     return report
 
 
 def check_recipe(
-    recipe, kind: str, gpus: int, gpu_memory: float, model_config: str | Path | None, report: Report
+    recipe,
+    kind: str,
+    gpus: int,
+    gpu_memory: float,
+    model_config: str | Path | None,
+    report: Report,
+    host_memory: float | None = None,
+    gpus_per_host: int = GPUS_PER_HOST,
 ) -> None:
     """The checks of `preflight` on a recipe object (`SFTRecipe` or `GRPORecipe`); the estimate lands in
     `report.estimate`. `bench/gpu_smoke.py` calls this on the recipes it trains."""
@@ -219,6 +240,7 @@ def check_recipe(
     if args is not None and model is not None:
         report.estimate = estimate_memory(recipe, kind, args, model, gpus, gpu_memory)
         _judge(report, recipe, kind, args, model, gpus, gpu_memory)
+        _judge_host(report, recipe, kind, args, model, gpus, host_memory, gpus_per_host)
 
 
 def _trl_config(recipe, kind: str, report: Report):
@@ -671,6 +693,72 @@ def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
         )
 
 
+def host_offload(recipe, kind: str, args, model) -> list[tuple[str, float, str]]:
+    """What ZeRO's CPU offload keeps in pinned host memory for the whole run, all ranks together, as (what, bytes,
+    how): with `offload_optimizer`, per trainable parameter its fp32 master weight,
+    Adam's two fp32 moments and the fp32 gradient partition it reduces into (16 B, DeepSpeed's own
+    `estimate_zero3_model_states_mem_needs` figure); with `offload_param`, the bf16 (or fp32) weights of the policy
+    and of GRPO's reference model. Offload to NVMe keeps only buffers in host memory and is not counted."""
+    ds = _deepspeed(args)
+    zero = ds.get("zero_optimization") or {}
+    rows: list[tuple[str, float, str]] = []
+    if (zero.get("offload_optimizer") or {}).get("device") == "cpu":
+        trainable = _count(p for p in model.parameters() if p.requires_grad)
+        rows.append(
+            (
+                "optimiser",
+                trainable * 16.0,
+                f"{trainable / 1e9:.2f}B trainable x 16 B (fp32 master 4, Adam moments 8, fp32 gradients 4)",
+            )
+        )
+    if (zero.get("offload_param") or {}).get("device") == "cpu":
+        total = _count(model.parameters())
+        width = 2 if args.bf16 else 4
+        copies = 2 if kind == "grpo" and args.beta > 0 and not recipe.lora.enabled else 1
+        rows.append(
+            (
+                "weights",
+                total * width * copies,
+                f"{total / 1e9:.2f}B x {width} B" + (" (policy and reference model)" if copies == 2 else ""),
+            )
+        )
+    return rows
+
+
+def _judge_host(
+    report: Report, recipe, kind: str, args, model, gpus: int, host_memory: float | None, gpus_per_host: int
+) -> None:
+    """The pinned host memory a CPU offload needs on the fullest host, against `host_memory`."""
+    rows = host_offload(recipe, kind, args, model)
+    if not rows:
+        return
+    on_host = min(gpus, gpus_per_host)
+    need = sum(size for _, size, _ in rows) * on_host / gpus
+    share = "" if on_host == gpus else f" x {on_host}/{gpus} GPUs on a host"
+    how = " + ".join(f"{what}: {note}" for what, _, note in rows)
+    zero = _deepspeed(args).get("zero_optimization") or {}
+    pinned = any((zero.get(f"offload_{what}") or {}).get("pin_memory") for what in ("optimizer", "param"))
+    figure = (
+        f"the DeepSpeed JSON ({recipe.setting('deepspeed')}) offloads to the CPU {need / GIB:.1f} GiB "
+        f"{'(pinned) ' if pinned else ''}per host ({how}{share})"
+    )
+    if host_memory is None:
+        report.warnings.append(f"host memory not checked (pass --host-memory): {figure}")
+    elif need > host_memory:
+        hints = [f"more hosts than {math.ceil(gpus / gpus_per_host)} ({gpus} GPUs, --gpus-per-host {gpus_per_host})"]
+        if not recipe.lora.enabled:
+            hints.append("lora.enabled: true (the optimiser's states then cover only the adapters)")
+        hints.append(
+            "a DeepSpeed JSON that keeps the optimiser on the GPUs (configs/deepspeed/zero3.json), if they hold it"
+        )
+        report.problems.append(
+            f"{figure}, more than a host's {host_memory / GIB:.1f} GiB (--host-memory); change one of: "
+            + "; ".join(hints)
+        )
+    else:
+        report.checks.append(f"host memory: {need / GIB:.1f} of {host_memory / GIB:.1f} GiB per host: {figure}")
+
+
 def default_gpus() -> int:
     import torch
 
@@ -685,6 +773,15 @@ def default_gpu_memory() -> str:
     return "80GiB"
 
 
+def default_host_memory() -> float | None:
+    """This machine's memory when it has a GPU (a training host); None elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpus", type=int, default=None, help="GPUs the run uses (default: WORLD_SIZE, else the GPUs here, else 1)"
@@ -693,6 +790,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-memory",
         default=None,
         help="memory of one GPU, e.g. 80GiB (default: this machine's first GPU, else 80GiB)",
+    )
+    parser.add_argument(
+        "--host-memory",
+        default=None,
+        help="CPU memory of one host, e.g. 1TiB or 1024 (GiB), against what a DeepSpeed CPU offload pins there "
+        "(default: this machine's when it has a GPU; elsewhere the figure is a warning)",
+    )
+    parser.add_argument(
+        "--gpus-per-host",
+        type=int,
+        default=GPUS_PER_HOST,
+        help=f"GPUs on one host: its ranks pin their offloaded states in its memory (default {GPUS_PER_HOST})",
     )
     parser.add_argument(
         "--model-config",
@@ -710,6 +819,8 @@ def run_preflight(config: str | Path, overrides: list[str], args: argparse.Names
         parse_size(args.gpu_memory or default_gpu_memory()),
         args.model_config,
         overrides,
+        parse_size(args.host_memory, "--host-memory") if args.host_memory else default_host_memory(),
+        args.gpus_per_host,
     )
     print(report.render(), file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1

@@ -341,3 +341,28 @@ def test_lora_on_the_30b_moe_recipes_keeps_a_dropout_peft_takes(stage, world, ca
         "...) through its ParamWrapper, which takes no dropout (lora.ParamWrapper does not work with lora_dropout "
         "!= 0.): set lora.dropout: 0"
     ) in err
+
+
+def test_the_host_memory_a_cpu_offload_pins_is_checked_per_host(world, capsys):
+    """The 30B-A3B GRPO recipe offloads the optimiser: 30.53B parameters x 16 B (fp32 master, Adam's two moments,
+    the fp32 gradient partition) = 455.0 GiB pinned on a host of 8 GPUs, half that per host over two hosts."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    figure = (
+        "the DeepSpeed JSON (configs/deepspeed/zero3-offload.json) offloads to the CPU {} GiB (pinned) per host "
+        "(optimiser: 30.53B trainable x 16 B (fp32 master 4, Adam moments 8, fp32 gradients 4){})"
+    )
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--host-memory", "256GiB"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "FAIL: " + figure.format("455.0", "") + ", more than a host's 256.0 GiB (--host-memory); change one of: "
+        "more hosts than 1 (8 GPUs, --gpus-per-host 8); lora.enabled: true"
+    ) in err
+    code = main(_argv(recipe, world, "--gpus", "16", "--gpu-memory", "80GiB", "--host-memory", "256"))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ok: host memory: 227.5 of 256.0 GiB per host: " + figure.format("227.5", " x 8/16 GPUs on a host") in out
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))  # no GPU here: the figure is a warning
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "WARN: host memory not checked (pass --host-memory): " + figure.format("455.0", "") in out
