@@ -37,10 +37,13 @@ With `rollout_backend: hf`, the rollouts of a step are their own phase: the trai
 optimiser, reference; DeepSpeed's gradient buffers), under ZeRO-3 the whole model gathered for
 generation, and the KV cache of TRL's whole generation batch (per GPU: per_device_train_batch_size x
 steps_per_generation rows) at the longest rollout, with the backend's buffer growth and the copy
-a tool block runs on. When an episode trains on hard cases the recipe does not list, hard-case mining
-is a phase too: before episode 1, a whole bf16 model on every GPU scoring `MINING_ROWS` trajectories
-of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released before a later episode
-is built, so later episodes repeat episode 1's phases.
+a tool block runs on. Dev evaluation on hf is a phase of the same kind, beside vLLM's share when the run
+has one: the dev curve's batches of `dev_eval_batch_size` rows when the run's backend is hf (on vLLM they
+run in the engine's share), and with `choose_final: best_dev` each save's measurement on the whole dev
+split, which always runs on hf in batches of 64 rows. When an episode trains on hard cases the recipe
+does not list, hard-case mining is a phase too: before episode 1, a whole bf16 model on every GPU scoring
+`MINING_ROWS` trajectories of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released
+before a later episode is built, so later episodes repeat episode 1's phases.
 Host memory: a DeepSpeed JSON that offloads to the CPU pins, per trainable parameter, the fp32 master
 weight, Adam's two moments and the fp32 gradient partition (16 B), and with `offload_param` the weights
 too; a host holds the shares of its `--gpus-per-host` ranks, compared with `--host-memory`.
@@ -79,10 +82,16 @@ LOGIT_COPIES_BYTES = 2 + 4 + 4
 """Bytes per logit while mining scores a labelled token: the bf16 projection, its float32 copy and
 cross-entropy's float32 log-softmax."""
 
-MINING, GENERATION, TRAINING = PHASES = ("hard-case mining", "hf rollouts", "training step")
+MINING, DEV_EVAL, GENERATION, TRAINING = PHASES = (
+    "hard-case mining",
+    "dev evaluation",
+    "hf rollouts",
+    "training step",
+)
 """The phases of a run, in the order GRPO goes through them: mining (before episode 1, when an episode
-trains on hard cases the recipe does not list), then per step the rollouts and the loss. Later
-episodes repeat the steps of episode 1, whose trainer and vLLM are released before the next is built."""
+trains on hard cases the recipe does not list), dev evaluation on hf (before the first step, then between
+steps and at saves), then per step the rollouts and the loss. Later episodes repeat the steps of episode 1,
+whose trainer and vLLM are released before the next is built."""
 
 
 @dataclass
@@ -508,47 +517,93 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     estimate.add(TRAINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
     if kind == "grpo" and not args.use_vllm:
-        _generation_rows(estimate, recipe, args, config, held, total * width, stage, gpus, per_token)
+        rows = generation_rows(recipe, args, gpus)
+        _hf_generation_rows(
+            estimate,
+            GENERATION,
+            rows,
+            "the generation batch",
+            recipe,
+            args,
+            config,
+            held,
+            total * width,
+            stage,
+            per_token,
+        )
+    if kind == "grpo" and hf_dev_rows(recipe, gpus):
+        rows, what = max(hf_dev_rows(recipe, gpus))
+        _hf_generation_rows(
+            estimate, DEV_EVAL, rows, what, recipe, args, config, held, total * width, stage, per_token
+        )
     if kind == "grpo" and mines_hard_cases(recipe):
         _mining_rows(estimate, recipe, config, _count(_base(model).parameters()), per_token)
     return estimate
 
 
-def _generation_rows(
-    estimate: Estimate, recipe, args, config, held, full_weights: float, stage: int, gpus: int, per_token: int
+def hf_dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
+    """The batches a rank's dev evaluation rolls out on the hf backend, as (rows, what): the dev curve's
+    (`DevEval`, when the run's backend is hf; on vLLM it runs in the engine's share) and, with `choose_final:
+    best_dev`, each save's measurement on the whole dev split (`checkpoint_choice.split_verdicts`, always hf, in
+    batches of `SPLIT_BATCH`: counted whole, as a dev split of CWQ's size gives every rank more)."""
+    from kgreasoner.training.checkpoint_choice import SPLIT_BATCH
+
+    batches = []
+    if recipe.dev_eval_steps and recipe.rollout_backend == "hf":
+        rows = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
+        batches.append(
+            (rows, f"dev_eval_batch_size {recipe.dev_eval_batch_size}, of {recipe.dev_eval_questions} dev questions")
+        )
+    if recipe.dev_eval_steps and recipe.choose_final == "best_dev":
+        batches.append((SPLIT_BATCH, "choose_final: best_dev measures each save on the whole dev split, on hf"))
+    return batches
+
+
+def _hf_generation_rows(
+    estimate: Estimate,
+    phase: str,
+    rows: int,
+    what: str,
+    recipe,
+    args,
+    config,
+    held,
+    full_weights: float,
+    stage: int,
+    per_token: int,
 ) -> None:
-    """The hf rollouts of one step: the trainer's state, the whole generation batch's KV cache, and under
-    ZeRO-3 the full weights, which `unwrap_model_for_generation` gathers for the whole generation."""
+    """Rolling out `rows` rows at once on the hf backend (a step's rollouts, or a dev-evaluation batch): the
+    trainer's state (and vLLM's share when the run has one), the batch's KV cache, and under ZeRO-3 the full
+    weights, which `unwrap_model_for_generation` gathers for the whole generation."""
     for name, size, note in held:
         # outside DeepSpeed the trainer frees the gradients after each optimiser step (set to None)
         if name != "gradients" or args.deepspeed:
-            estimate.add(GENERATION, name, size, note, held=True)
+            estimate.add(phase, name, size, note, held=True)
     if stage >= 3:
-        estimate.add(GENERATION, "ZeRO-3 gathered", full_weights, "the whole model, gathered for generation")
-    rows = generation_rows(recipe, args, gpus)
+        estimate.add(phase, "ZeRO-3 gathered", full_weights, "the whole model, gathered for generation")
     columns = sequence_tokens(recipe, "grpo") + recipe.rollout.compact_slack
     kv = _kv_bytes(config)
     estimate.add(
-        GENERATION,
+        phase,
         "hf rollout KV cache",
         rows * columns * kv * KV_BUFFER_GROWTH,
-        f"{rows} rows (the generation batch) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth",
+        f"{rows} rows ({what}) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth",
     )
     if recipe.rollout.max_turns and rows > 1:
         estimate.add(
-            GENERATION,
+            phase,
             "tool-block cache copy",
             (rows - 1) * columns * kv,
             "the calling rows' cache, copied to run a tool block",
         )
     forward = rows * max(recipe.max_prompt_tokens, recipe.rollout.max_tool_tokens)
     estimate.add(
-        GENERATION,
+        phase,
         "rollout forward",
         forward * per_token + rows * config.vocab_size * 4 * 4,
         f"{forward} prompt tokens through one layer; sampling logits",
     )
-    estimate.add(GENERATION, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
+    estimate.add(phase, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
 
 def _mining_rows(estimate: Estimate, recipe, config, base: int, per_token: int) -> None:
@@ -618,6 +673,16 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
                 "trainer.gradient_accumulation_steps, or trainer.steps_per_generation)"
             )
             hints.append("rollout_backend: vllm")
+        if peak == DEV_EVAL:
+            if recipe.choose_final == "best_dev":
+                hints.append(
+                    "choose_final: last (best_dev measures each save on the whole dev split on hf, which under "
+                    "ZeRO-3 gathers the whole model on every GPU)"
+                )
+            if recipe.rollout_backend == "hf":
+                hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
+                hints.append("rollout_backend: vllm (the dev curve then runs in vLLM's share)")
+            hints.append("dev_eval_steps: 0 (no dev evaluation)")
         if peak == MINING:
             hints.append("hard_cases: a hard set mined beforehand (kgreasoner hard-cases)")
         elif _zero_stage(_deepspeed(args)) < 3:
