@@ -31,7 +31,9 @@ P = parameters, T = trainable parameters). A training step holds:
 - vLLM (GRPO, colocated): `vllm_gpu_memory_utilization` of the GPU, held all run. It must hold the
   bf16 weights (split over `vllm_tensor_parallel_size`), the activations of its profiling forward and
   the KV cache of one sequence of its whole context, which is `vllm_max_model_length` or, unset,
-  the model's `max_position_embeddings`; and that context must hold the longest rollout;
+  the model's `max_position_embeddings`; and that context must hold the longest rollout. A KV cache
+  that cannot hold the rollout batch at its longest (a rank's generation batch, times the ranks of a
+  tensor-parallel group, which share one engine) is a warning, with the share that would hold it;
 - CUDA context and allocator slack: `OVERHEAD_BYTES`.
 With `rollout_backend: hf`, the rollouts of a step are their own phase: the trainer's state (weights,
 optimiser, reference; DeepSpeed's gradient buffers), under ZeRO-3 the whole model gathered for
@@ -73,6 +75,8 @@ whose activations vLLM takes out of its share before the KV cache."""
 KV_BUFFER_GROWTH = 1.5
 """The hf backend's KV buffer holds up to half its filled length again as spare columns
 (`rollout.hf_backend._BufferedLayer`)."""
+VLLM_ROW = "vLLM (colocated)"
+"""The estimate's row of the colocated engine's share, held in every phase of a vLLM run."""
 GPUS_PER_HOST = 8
 """GPUs a host holds unless `--gpus-per-host` says otherwise: the ranks of one host pin their offloaded states
 in that host's memory."""
@@ -479,7 +483,7 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
         context = vllm_max_model_len(args, config)
         held.append(
             (
-                "vLLM (colocated)",
+                VLLM_ROW,
                 share * gpu_memory,
                 f"vllm_gpu_memory_utilization {share:g}: bf16 weights, KV cache for a {context}-token context",
             )
@@ -662,7 +666,7 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
     estimate = report.estimate
     assert estimate is not None, "judged after the estimate"
     if kind == "grpo" and args.use_vllm:
-        _judge_vllm(report, recipe, args, model, gpu_memory)
+        _judge_vllm(report, recipe, args, model, gpus, gpu_memory)
     if estimate.total > gpu_memory:
         hints = []
         peak = estimate.peak_phase
@@ -710,9 +714,10 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
         )
 
 
-def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
+def _judge_vllm(report: Report, recipe, args, model, gpus: int, gpu_memory: float) -> None:
     """vLLM starts only when its share holds the bf16 weights, its profiling forward and the KV cache of one
-    sequence of its whole context; the rollout's sequences must fit that context."""
+    sequence of its whole context; the rollout's sequences must fit that context. Once it starts, a KV cache
+    smaller than the rollout batch at its longest is a warning (`_judge_vllm_batch`)."""
     config = _base(model).config
     weights = _count(_base(model).parameters()) * 2  # vLLM serves bf16 weights, whole, split only by its own TP
     tp = args.vllm_tensor_parallel_size
@@ -756,6 +761,81 @@ def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
             f"vLLM: one {context}-token sequence ({one / GIB:.2f} GiB of KV) fits the "
             f"{room / GIB:.1f} GiB its share leaves after the weights"
         )
+        _judge_vllm_batch(report, recipe, args, config, gpus, gpu_memory, weights / tp + profile)
+
+
+def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
+    """Rows one rank hands the colocated engine at once, and where they come from: TRL's generation batch, or a
+    dev-curve batch when that is larger (the dev curve runs on vLLM when the run does)."""
+    rows = generation_rows(recipe, args, gpus)
+    what = (
+        f"the generation batch: trainer.per_device_train_batch_size {args.per_device_train_batch_size} x "
+        f"steps_per_generation {args.steps_per_generation}"
+    )
+    if "generation_batch_size" in recipe.trainer:
+        what = f"the generation batch: trainer.generation_batch_size {args.generation_batch_size} / {gpus} GPUs"
+    if recipe.dev_eval_steps:
+        dev = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
+        if dev > rows:
+            return dev, f"a dev batch: dev_eval_batch_size {recipe.dev_eval_batch_size}"
+    return rows, what
+
+
+def _judge_vllm_batch(report: Report, recipe, args, config, gpus: int, gpu_memory: float, fixed: float) -> None:
+    """Warn when vLLM's KV cache cannot hold the rows of a rollout batch at their longest (the engine of a
+    tensor-parallel group serves the rows of all its ranks, each GPU holding its share of the key/value heads):
+    vLLM then preempts rows and recomputes them. Names the share that holds them, when the GPU has room for it
+    beside the rest of every phase vLLM is alive in, else the largest share that fits."""
+    tp = args.vllm_tensor_parallel_size
+    share = args.vllm_gpu_memory_utilization
+    kv = _kv_bytes(config, tp)
+    rollout = sequence_tokens(recipe, "grpo")
+    rows, what = vllm_rows(recipe, args, gpus)
+    engine_rows = rows * tp
+    need = engine_rows * rollout * kv
+    room = share * gpu_memory - fixed
+    if need <= room:
+        report.checks.append(
+            f"vLLM: its KV cache ({room / GIB:.1f} GiB, {int(room // kv):,} tokens) holds a rollout batch at its "
+            f"longest ({engine_rows} rows x {rollout} tokens = {engine_rows * rollout:,} tokens, {need / GIB:.1f} GiB)"
+        )
+        return
+    per_engine = f" x {tp} ranks per engine (vllm_tensor_parallel_size)" if tp > 1 else ""
+    arithmetic = (
+        f"vLLM's KV cache holds {int(room // kv):,} tokens: vllm_gpu_memory_utilization {share:g} x "
+        f"{gpu_memory / GIB:.1f} GiB = {share * gpu_memory / GIB:.1f} GiB, less {fixed / GIB:.1f} GiB of bf16 weights "
+        f"and profiling forward, leaves {room / GIB:.1f} GiB at {kv / 1024:g} KiB a token; a rollout batch is {rows} "
+        f"rows a GPU ({what}){per_engine} = {engine_rows} rows x {rollout} tokens = {engine_rows * rollout:,} tokens "
+        f"({need / GIB:.1f} GiB) at their longest, so vLLM preempts rows and recomputes them"
+    )
+    estimate = report.estimate
+    assert estimate is not None, "judged after the estimate"
+    alive = [p for p in estimate.phases if any(r.phase == p and r.name == VLLM_ROW for r in estimate.rows)]
+    rest = max(estimate.phase_total(p) - _row(estimate, p, VLLM_ROW) for p in alive)
+    fits = math.floor((gpu_memory - rest) / gpu_memory * 100) / 100  # the largest share beside the rest
+    wanted = math.ceil((fixed + need) / gpu_memory * 100) / 100
+    if wanted <= fits:
+        advice = (
+            f"raise trainer.vllm_gpu_memory_utilization to {wanted:g} ({wanted:g} x {gpu_memory / GIB:.1f} GiB = "
+            f"{wanted * gpu_memory / GIB:.1f} GiB; the GPU then holds {(rest + wanted * gpu_memory) / GIB:.1f} of "
+            f"{gpu_memory / GIB:.1f} GiB at its peak)"
+        )
+    else:
+        held = max(0, int((fits * gpu_memory - fixed) // (rollout * kv)))
+        advice = (
+            f"holding them takes a share of {wanted:g}, and the GPU has room for at most {fits:g} beside the "
+            f"{rest / GIB:.1f} GiB of the rest of its peak (at {fits:g}: {held} rows at their longest); "
+            "change one of: trainer.vllm_gpu_memory_utilization (up to that), fewer rows a generation "
+            "(trainer.per_device_train_batch_size x trainer.gradient_accumulation_steps, or "
+            "trainer.steps_per_generation)"
+        )
+        if tp == 1:
+            advice += ", trainer.vllm_tensor_parallel_size 2 (halves the weights vLLM holds on a GPU)"
+    report.warnings.append(f"{arithmetic}: {advice}")
+
+
+def _row(estimate: Estimate, phase: str, name: str) -> float:
+    return sum(row.size for row in estimate.rows if row.phase == phase and row.name == name)
 
 
 def host_offload(recipe, kind: str, args, model) -> list[tuple[str, float, str]]:

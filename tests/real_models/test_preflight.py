@@ -408,3 +408,47 @@ def test_the_dev_curve_on_hf_holds_a_batch_of_dev_eval_batch_size_rows(world, mo
         report, rows = _estimate("qwen3-8b", world, *overrides)
         assert rows[DEV_EVAL, "hf rollout KV cache"] == batch * kv_row * 1.5
         assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 8_190_735_360 * 2
+
+
+def test_a_vllm_kv_cache_smaller_than_the_rollout_batch_is_a_warning_naming_the_share(world, capsys):
+    """Qwen3-8B at vLLM share 0.3 keeps 8.1 GiB of KV, 58,890 tokens, against 32 rows of up to 7,681 tokens: vLLM
+    would preempt and recompute. 0.63 would hold them, more than the GPU has beside the training step (0.55)."""
+    recipe = CONFIGS / "qwen3-8b" / "grpo.yaml"
+    share = "trainer.vllm_gpu_memory_utilization=0.3"
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--set", share))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "WARN: vLLM's KV cache holds 58,890 tokens: vllm_gpu_memory_utilization 0.3 x 80.0 GiB = 24.0 GiB, less 15.9 "
+        "GiB of bf16 weights and profiling forward, leaves 8.1 GiB at 144 KiB a token; a rollout batch is 32 rows a "
+        "GPU (the generation batch: trainer.per_device_train_batch_size 4 x steps_per_generation 8) = 32 rows x 7681 "
+        "tokens = 245,792 tokens (33.8 GiB) at their longest, so vLLM preempts rows and recomputes them: holding them "
+        "takes a share of 0.63, and the GPU has room for at most 0.55 beside the 35.8 GiB of the rest of its peak (at "
+        "0.55: 26 rows at their longest); change one of: trainer.vllm_gpu_memory_utilization (up to that)"
+    ) in out
+
+
+def test_a_share_that_holds_the_rollout_batch_is_named_and_then_passes(world, capsys):
+    """Qwen3-30B-A3B, tensor parallelism 4: an engine serves 4 ranks' 32 rows, each GPU a quarter of the key/value
+    heads (24 KiB a token); a share of 0.47 holds all 128 rows at their longest and leaves the GPU room."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    code = main(
+        _argv(
+            recipe, world, "--gpus", "8", "--set", "trainer.vllm_gpu_memory_utilization=0.35", "--host-memory", "1TiB"
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "x 4 ranks per engine (vllm_tensor_parallel_size) = 128 rows x 7681 tokens = 983,168 tokens (22.5 GiB) at "
+        "their longest, so vLLM preempts rows and recomputes them: raise trainer.vllm_gpu_memory_utilization to 0.47 "
+        "(0.47 x 80.0 GiB = 37.6 GiB; the GPU then holds 72.3 of 80.0 GiB at its peak)"
+    ) in out
+    code = main(
+        _argv(
+            recipe, world, "--gpus", "8", "--set", "trainer.vllm_gpu_memory_utilization=0.47", "--host-memory", "1TiB"
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "WARN" not in out
+    assert "ok: vLLM: its KV cache (23.3 GiB, 1,018,007 tokens) holds a rollout batch at its longest (128 rows" in out
