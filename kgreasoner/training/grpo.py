@@ -850,7 +850,12 @@ def build_trainer(
 
     from kgreasoner.data.gold_chains import GoldChains
     from kgreasoner.rewards import reward_functions
-    from kgreasoner.training.trl_internals import reusing_vllm_engine, scoring_trainer_class, send_unfused_experts
+    from kgreasoner.training.trl_internals import (
+        colocated_engine_args,
+        reusing_vllm_engine,
+        scoring_trainer_class,
+        send_unfused_experts,
+    )
 
     root = Path(recipe.run_dir)
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
@@ -888,7 +893,7 @@ def build_trainer(
     if recipe.choose_final == "best_dev" and dev_split:
         keeper = BestKeeper(root, number, model_path, dev_split, tool, recipe.rollout, step_log)
         callbacks.append(keeper)
-    with reusing_vllm_engine(engine_from):
+    with reusing_vllm_engine(engine_from), colocated_engine_args():
         trainer = scoring_trainer_class()(
             model=model_path,
             reward_funcs=reward_functions(search_form=recipe.search_reward),

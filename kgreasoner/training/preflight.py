@@ -4,8 +4,9 @@
     torchrun --nproc_per_node 8 train/grpo.py --config configs/qwen3-8b/grpo.yaml --dry-run
 
 In order: the recipe parses (SFT or GRPO, told apart by `train_file` / `dataset`); TRL's own
-config builds from it (`SFTConfig` / `GRPOConfig`, DeepSpeed JSON included); the training data
-loads and its train split is not empty; the model is built on the meta device from its
+config builds from it (`SFTConfig` / `GRPOConfig`, DeepSpeed JSON included); with colocated vLLM,
+the GPUs split evenly into its tensor-parallel groups; the training data loads and its train split
+is not empty; the model is built on the meta device from its
 `config.json` (no weights, no memory); and the memory one GPU needs is estimated and compared
 with `--gpu-memory`. Any failure is reported with what to change, and the command exits 1.
 
@@ -31,16 +32,24 @@ P = parameters, T = trainable parameters). A training step holds:
 - vLLM (GRPO, colocated): `vllm_gpu_memory_utilization` of the GPU, held all run. It must hold the
   bf16 weights (split over `vllm_tensor_parallel_size`), the activations of its profiling forward and
   the KV cache of one sequence of its whole context, which is `vllm_max_model_length` or, unset,
-  the model's `max_position_embeddings`; and that context must hold the longest rollout;
+  the model's `max_position_embeddings`; and that context must hold the longest rollout. A KV cache
+  that cannot hold the rollout batch at its longest (a rank's generation batch, times the ranks of a
+  tensor-parallel group, which share one engine) is a warning, with the share that would hold it;
 - CUDA context and allocator slack: `OVERHEAD_BYTES`.
 With `rollout_backend: hf`, the rollouts of a step are their own phase: the trainer's state (weights,
 optimiser, reference; DeepSpeed's gradient buffers), under ZeRO-3 the whole model gathered for
 generation, and the KV cache of TRL's whole generation batch (per GPU: per_device_train_batch_size x
 steps_per_generation rows) at the longest rollout, with the backend's buffer growth and the copy
-a tool block runs on. When an episode trains on hard cases the recipe does not list, hard-case mining
-is a phase too: before episode 1, a whole bf16 model on every GPU scoring `MINING_ROWS` trajectories
-of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released before a later episode
-is built, so later episodes repeat episode 1's phases.
+a tool block runs on. Dev evaluation on hf is a phase of the same kind, beside vLLM's share when the run
+has one: the dev curve's batches of `dev_eval_batch_size` rows when the run's backend is hf (on vLLM they
+run in the engine's share), and with `choose_final: best_dev` each save's measurement on the whole dev
+split, which always runs on hf in batches of 64 rows. When an episode trains on hard cases the recipe
+does not list, hard-case mining is a phase too: before episode 1, a whole bf16 model on every GPU scoring
+`MINING_ROWS` trajectories of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released
+before a later episode is built, so later episodes repeat episode 1's phases.
+Host memory: a DeepSpeed JSON that offloads to the CPU pins, per trainable parameter, the fp32 master
+weight, Adam's two moments and the fp32 gradient partition (16 B), and with `offload_param` the weights
+too; a host holds the shares of its `--gpus-per-host` ranks, compared with `--host-memory`.
 It is an estimate, deliberately on the high side (every sequence at its longest).
 """
 
@@ -67,16 +76,27 @@ whose activations vLLM takes out of its share before the KV cache."""
 KV_BUFFER_GROWTH = 1.5
 """The hf backend's KV buffer holds up to half its filled length again as spare columns
 (`rollout.hf_backend._BufferedLayer`)."""
+VLLM_ROW = "vLLM (colocated)"
+"""The estimate's row of the colocated engine's share, held in every phase of a vLLM run."""
+GPUS_PER_HOST = 8
+"""GPUs a host holds unless `--gpus-per-host` says otherwise: the ranks of one host pin their offloaded states
+in that host's memory."""
 MINING_ROWS = 16
 """Trajectories hard-case mining scores per forward (`HardCaseConfig.batch_size`, which GRPO keeps)."""
 LOGIT_COPIES_BYTES = 2 + 4 + 4
 """Bytes per logit while mining scores a labelled token: the bf16 projection, its float32 copy and
 cross-entropy's float32 log-softmax."""
 
-MINING, GENERATION, TRAINING = PHASES = ("hard-case mining", "hf rollouts", "training step")
+MINING, DEV_EVAL, GENERATION, TRAINING = PHASES = (
+    "hard-case mining",
+    "dev evaluation",
+    "hf rollouts",
+    "training step",
+)
 """The phases of a run, in the order GRPO goes through them: mining (before episode 1, when an episode
-trains on hard cases the recipe does not list), then per step the rollouts and the loss. Later
-episodes repeat the steps of episode 1, whose trainer and vLLM are released before the next is built."""
+trains on hard cases the recipe does not list), dev evaluation on hf (before the first step, then between
+steps and at saves), then per step the rollouts and the loss. Later episodes repeat the steps of episode 1,
+whose trainer and vLLM are released before the next is built."""
 
 
 @dataclass
@@ -142,6 +162,8 @@ class Report:
     kind: str
     checks: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """What would not stop the run but costs it (time, or a check that could not be made); `ok` ignores them."""
     estimate: Estimate | None = None
 
     @property
@@ -152,16 +174,17 @@ class Report:
         lines = [f"preflight ({self.kind}):"] + [f"  ok: {c}" for c in self.checks]
         if self.estimate is not None:
             lines += ["", self.estimate.table(), ""]
+        lines += [f"  WARN: {w}" for w in self.warnings]
         lines += [f"  FAIL: {p}" for p in self.problems]
         lines.append("preflight passed" if self.ok else "preflight failed")
         return "\n".join(lines)
 
 
-def parse_size(text: str) -> float:
+def parse_size(text: str, option: str = "--gpu-memory") -> float:
     """`80GiB`, `80GB`, `81920MiB`, `80` (GiB) -> bytes."""
     match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]i?B)?\s*", text, re.IGNORECASE)
     if not match:
-        raise ValueError(f"--gpu-memory {text!r}: expected a size such as 80GiB or 80GB")
+        raise ValueError(f"{option} {text!r}: expected a size such as 80GiB or 80GB")
     unit = (match.group(2) or "GiB").upper()
     base = 1024 if "I" in unit else 1000
     return float(match.group(1)) * base ** "KMGT".index(unit[0]) * base
@@ -186,8 +209,11 @@ def preflight(
     gpu_memory: float,
     model_config: str | Path | None = None,
     overrides: list[str] | None = None,
+    host_memory: float | None = None,
+    gpus_per_host: int = GPUS_PER_HOST,
 ) -> Report:
-    """Run every check of a recipe; never raises for a problem of the recipe, it reports it."""
+    """Run every check of a recipe; never raises for a problem of the recipe, it reports it. `host_memory` is
+    one host's CPU memory in bytes (None: unknown, so what an offload needs is a warning, not a check)."""
     from kgreasoner.config import load_config
 
     overrides = list(overrides or [])
@@ -195,28 +221,40 @@ def preflight(
     report = Report(kind)
     if gpus < 1:
         raise ValueError(f"--gpus must be >= 1, got {gpus}")
+    if gpus_per_host < 1:
+        raise ValueError(f"--gpus-per-host must be >= 1, got {gpus_per_host}")
     from kgreasoner.training.grpo import GRPORecipe
     from kgreasoner.training.sft import SFTRecipe
 
     recipe_class: type[SFTRecipe | GRPORecipe] = SFTRecipe if kind == "sft" else GRPORecipe
     recipe = load_config(recipe_class, config, overrides)
     report.checks.append(f"{config} parses as {recipe_class.__name__}")
-    check_recipe(recipe, kind, gpus, gpu_memory, model_config, report)
+    check_recipe(recipe, kind, gpus, gpu_memory, model_config, report, host_memory, gpus_per_host)
     return report
 
 
 def check_recipe(
-    recipe, kind: str, gpus: int, gpu_memory: float, model_config: str | Path | None, report: Report
+    recipe,
+    kind: str,
+    gpus: int,
+    gpu_memory: float,
+    model_config: str | Path | None,
+    report: Report,
+    host_memory: float | None = None,
+    gpus_per_host: int = GPUS_PER_HOST,
 ) -> None:
     """The checks of `preflight` on a recipe object (`SFTRecipe` or `GRPORecipe`); the estimate lands in
     `report.estimate`. `bench/gpu_smoke.py` calls this on the recipes it trains."""
     # the meta model first: a ZeRO-3 TRL config, once built, makes `from_config` start `zero.Init`
     model = _meta_model(recipe, model_config, report)
     args = _trl_config(recipe, kind, report)
+    if kind == "grpo" and args is not None and args.use_vllm:
+        _check_tensor_parallel(args, gpus, report)
     _check_data(recipe, kind, report)
     if args is not None and model is not None:
         report.estimate = estimate_memory(recipe, kind, args, model, gpus, gpu_memory)
         _judge(report, recipe, kind, args, model, gpus, gpu_memory)
+        _judge_host(report, recipe, kind, args, model, gpus, host_memory, gpus_per_host)
 
 
 def _trl_config(recipe, kind: str, report: Report):
@@ -236,6 +274,22 @@ def _trl_config(recipe, kind: str, report: Report):
         f"TRL {type(args).__name__} builds" + (f" with {recipe.setting('deepspeed')}" if args.deepspeed else "")
     )
     return args
+
+
+def _check_tensor_parallel(args, gpus: int, report: Report) -> None:
+    """TRL cuts the ranks into colocated vLLM groups of `vllm_tensor_parallel_size` consecutive ranks and refuses a
+    world size that does not divide evenly, but only once the policy and reference model are loaded."""
+    tp = args.vllm_tensor_parallel_size
+    if gpus % tp == 0:
+        report.checks.append(f"vLLM: {gpus} GPUs make {gpus // tp} tensor-parallel group(s) of {tp}")
+        return
+    multiples = " or ".join(str(n) for n in (gpus // tp * tp, gpus // tp * tp + tp) if n > 0)
+    divisors = ", ".join(str(n) for n in range(1, gpus + 1) if gpus % n == 0)
+    report.problems.append(
+        f"trainer.vllm_tensor_parallel_size {tp} does not divide the {gpus} GPUs: TRL splits the ranks into "
+        f"vLLM groups of {tp} and refuses the run after loading the models; run on a multiple of {tp} GPUs "
+        f"({multiples}), or set trainer.vllm_tensor_parallel_size to a divisor of {gpus} ({divisors})"
+    )
 
 
 def _check_data(recipe, kind: str, report: Report) -> None:
@@ -286,7 +340,20 @@ def _meta_model(recipe, model_config: str | Path | None, report: Report):
     if recipe.lora.enabled:
         from peft import get_peft_model
 
-        model = get_peft_model(model, recipe.lora.peft_config())
+        from kgreasoner.training.vllm_weights import is_fused_expert
+
+        try:
+            model = get_peft_model(model, recipe.lora.peft_config())
+        except ValueError as err:  # PEFT's own checks of the adapter settings against this model
+            fused = next((name for name, _ in model.named_parameters() if is_fused_expert(name)), None)
+            if fused is not None and recipe.lora.dropout and "dropout" in str(err):
+                report.problems.append(
+                    f"lora.dropout {recipe.lora.dropout:g}: PEFT adapts {config.model_type}'s fused MoE experts "
+                    f"({fused}, ...) through its ParamWrapper, which takes no dropout ({err}): set lora.dropout: 0"
+                )
+            else:
+                report.problems.append(f"PEFT refuses the lora settings on {config.model_type}: {err}")
+            return None
     report.checks.append(
         f"{config.model_type} from {source} on the meta device: {_count(model.parameters()) / 1e9:.2f}B parameters"
     )
@@ -418,7 +485,7 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
         context = vllm_max_model_len(args, config)
         held.append(
             (
-                "vLLM (colocated)",
+                VLLM_ROW,
                 share * gpu_memory,
                 f"vllm_gpu_memory_utilization {share:g}: bf16 weights, KV cache for a {context}-token context",
             )
@@ -456,47 +523,93 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
     estimate.add(TRAINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
     if kind == "grpo" and not args.use_vllm:
-        _generation_rows(estimate, recipe, args, config, held, total * width, stage, gpus, per_token)
+        rows = generation_rows(recipe, args, gpus)
+        _hf_generation_rows(
+            estimate,
+            GENERATION,
+            rows,
+            "the generation batch",
+            recipe,
+            args,
+            config,
+            held,
+            total * width,
+            stage,
+            per_token,
+        )
+    if kind == "grpo" and hf_dev_rows(recipe, gpus):
+        rows, what = max(hf_dev_rows(recipe, gpus))
+        _hf_generation_rows(
+            estimate, DEV_EVAL, rows, what, recipe, args, config, held, total * width, stage, per_token
+        )
     if kind == "grpo" and mines_hard_cases(recipe):
         _mining_rows(estimate, recipe, config, _count(_base(model).parameters()), per_token)
     return estimate
 
 
-def _generation_rows(
-    estimate: Estimate, recipe, args, config, held, full_weights: float, stage: int, gpus: int, per_token: int
+def hf_dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
+    """The batches a rank's dev evaluation rolls out on the hf backend, as (rows, what): the dev curve's
+    (`DevEval`, when the run's backend is hf; on vLLM it runs in the engine's share) and, with `choose_final:
+    best_dev`, each save's measurement on the whole dev split (`checkpoint_choice.split_verdicts`, always hf, in
+    batches of `SPLIT_BATCH`: counted whole, as a dev split of CWQ's size gives every rank more)."""
+    from kgreasoner.training.checkpoint_choice import SPLIT_BATCH
+
+    batches = []
+    if recipe.dev_eval_steps and recipe.rollout_backend == "hf":
+        rows = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
+        batches.append(
+            (rows, f"dev_eval_batch_size {recipe.dev_eval_batch_size}, of {recipe.dev_eval_questions} dev questions")
+        )
+    if recipe.dev_eval_steps and recipe.choose_final == "best_dev":
+        batches.append((SPLIT_BATCH, "choose_final: best_dev measures each save on the whole dev split, on hf"))
+    return batches
+
+
+def _hf_generation_rows(
+    estimate: Estimate,
+    phase: str,
+    rows: int,
+    what: str,
+    recipe,
+    args,
+    config,
+    held,
+    full_weights: float,
+    stage: int,
+    per_token: int,
 ) -> None:
-    """The hf rollouts of one step: the trainer's state, the whole generation batch's KV cache, and under
-    ZeRO-3 the full weights, which `unwrap_model_for_generation` gathers for the whole generation."""
+    """Rolling out `rows` rows at once on the hf backend (a step's rollouts, or a dev-evaluation batch): the
+    trainer's state (and vLLM's share when the run has one), the batch's KV cache, and under ZeRO-3 the full
+    weights, which `unwrap_model_for_generation` gathers for the whole generation."""
     for name, size, note in held:
         # outside DeepSpeed the trainer frees the gradients after each optimiser step (set to None)
         if name != "gradients" or args.deepspeed:
-            estimate.add(GENERATION, name, size, note, held=True)
+            estimate.add(phase, name, size, note, held=True)
     if stage >= 3:
-        estimate.add(GENERATION, "ZeRO-3 gathered", full_weights, "the whole model, gathered for generation")
-    rows = generation_rows(recipe, args, gpus)
+        estimate.add(phase, "ZeRO-3 gathered", full_weights, "the whole model, gathered for generation")
     columns = sequence_tokens(recipe, "grpo") + recipe.rollout.compact_slack
     kv = _kv_bytes(config)
     estimate.add(
-        GENERATION,
+        phase,
         "hf rollout KV cache",
         rows * columns * kv * KV_BUFFER_GROWTH,
-        f"{rows} rows (the generation batch) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth",
+        f"{rows} rows ({what}) x {columns} columns, x {KV_BUFFER_GROWTH:g} buffer growth",
     )
     if recipe.rollout.max_turns and rows > 1:
         estimate.add(
-            GENERATION,
+            phase,
             "tool-block cache copy",
             (rows - 1) * columns * kv,
             "the calling rows' cache, copied to run a tool block",
         )
     forward = rows * max(recipe.max_prompt_tokens, recipe.rollout.max_tool_tokens)
     estimate.add(
-        GENERATION,
+        phase,
         "rollout forward",
         forward * per_token + rows * config.vocab_size * 4 * 4,
         f"{forward} prompt tokens through one layer; sampling logits",
     )
-    estimate.add(GENERATION, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
+    estimate.add(phase, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
 
 def _mining_rows(estimate: Estimate, recipe, config, base: int, per_token: int) -> None:
@@ -555,7 +668,7 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
     estimate = report.estimate
     assert estimate is not None, "judged after the estimate"
     if kind == "grpo" and args.use_vllm:
-        _judge_vllm(report, recipe, args, model, gpu_memory)
+        _judge_vllm(report, recipe, args, model, gpus, gpu_memory)
     if estimate.total > gpu_memory:
         hints = []
         peak = estimate.peak_phase
@@ -566,6 +679,16 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
                 "trainer.gradient_accumulation_steps, or trainer.steps_per_generation)"
             )
             hints.append("rollout_backend: vllm")
+        if peak == DEV_EVAL:
+            if recipe.choose_final == "best_dev":
+                hints.append(
+                    "choose_final: last (best_dev measures each save on the whole dev split on hf, which under "
+                    "ZeRO-3 gathers the whole model on every GPU)"
+                )
+            if recipe.rollout_backend == "hf":
+                hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
+                hints.append("rollout_backend: vllm (the dev curve then runs in vLLM's share)")
+            hints.append("dev_eval_steps: 0 (no dev evaluation)")
         if peak == MINING:
             hints.append("hard_cases: a hard set mined beforehand (kgreasoner hard-cases)")
         elif _zero_stage(_deepspeed(args)) < 3:
@@ -593,9 +716,10 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
         )
 
 
-def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
+def _judge_vllm(report: Report, recipe, args, model, gpus: int, gpu_memory: float) -> None:
     """vLLM starts only when its share holds the bf16 weights, its profiling forward and the KV cache of one
-    sequence of its whole context; the rollout's sequences must fit that context."""
+    sequence of its whole context; the rollout's sequences must fit that context. Once it starts, a KV cache
+    smaller than the rollout batch at its longest is a warning (`_judge_vllm_batch`)."""
     config = _base(model).config
     weights = _count(_base(model).parameters()) * 2  # vLLM serves bf16 weights, whole, split only by its own TP
     tp = args.vllm_tensor_parallel_size
@@ -639,6 +763,147 @@ def _judge_vllm(report: Report, recipe, args, model, gpu_memory: float) -> None:
             f"vLLM: one {context}-token sequence ({one / GIB:.2f} GiB of KV) fits the "
             f"{room / GIB:.1f} GiB its share leaves after the weights"
         )
+        _judge_vllm_batch(report, recipe, args, config, gpus, gpu_memory, weights / tp + profile)
+
+
+def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
+    """Rows one rank hands the colocated engine at once, and where they come from: TRL's generation batch, or a
+    dev-curve batch when that is larger (the dev curve runs on vLLM when the run does)."""
+    rows = generation_rows(recipe, args, gpus)
+    what = (
+        f"the generation batch: trainer.per_device_train_batch_size {args.per_device_train_batch_size} x "
+        f"steps_per_generation {args.steps_per_generation}"
+    )
+    if "generation_batch_size" in recipe.trainer:
+        what = f"the generation batch: trainer.generation_batch_size {args.generation_batch_size} / {gpus} GPUs"
+    if recipe.dev_eval_steps:
+        dev = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
+        if dev > rows:
+            return dev, f"a dev batch: dev_eval_batch_size {recipe.dev_eval_batch_size}"
+    return rows, what
+
+
+def _judge_vllm_batch(report: Report, recipe, args, config, gpus: int, gpu_memory: float, fixed: float) -> None:
+    """Warn when vLLM's KV cache cannot hold the rows of a rollout batch at their longest (the engine of a
+    tensor-parallel group serves the rows of all its ranks, each GPU holding its share of the key/value heads):
+    vLLM then preempts rows and recomputes them. Names the share that holds them, when the GPU has room for it
+    beside the rest of every phase vLLM is alive in, else the largest share that fits."""
+    tp = args.vllm_tensor_parallel_size
+    share = args.vllm_gpu_memory_utilization
+    kv = _kv_bytes(config, tp)
+    rollout = sequence_tokens(recipe, "grpo")
+    rows, what = vllm_rows(recipe, args, gpus)
+    engine_rows = rows * tp
+    need = engine_rows * rollout * kv
+    room = share * gpu_memory - fixed
+    if need <= room:
+        report.checks.append(
+            f"vLLM: its KV cache ({room / GIB:.1f} GiB, {int(room // kv):,} tokens) holds a rollout batch at its "
+            f"longest ({engine_rows} rows x {rollout} tokens = {engine_rows * rollout:,} tokens, {need / GIB:.1f} GiB)"
+        )
+        return
+    per_engine = f" x {tp} ranks per engine (vllm_tensor_parallel_size)" if tp > 1 else ""
+    arithmetic = (
+        f"vLLM's KV cache holds {int(room // kv):,} tokens: vllm_gpu_memory_utilization {share:g} x "
+        f"{gpu_memory / GIB:.1f} GiB = {share * gpu_memory / GIB:.1f} GiB, less {fixed / GIB:.1f} GiB of bf16 weights "
+        f"and profiling forward, leaves {room / GIB:.1f} GiB at {kv / 1024:g} KiB a token; a rollout batch is {rows} "
+        f"rows a GPU ({what}){per_engine} = {engine_rows} rows x {rollout} tokens = {engine_rows * rollout:,} tokens "
+        f"({need / GIB:.1f} GiB) at their longest, so vLLM preempts rows and recomputes them"
+    )
+    estimate = report.estimate
+    assert estimate is not None, "judged after the estimate"
+    alive = [p for p in estimate.phases if any(r.phase == p and r.name == VLLM_ROW for r in estimate.rows)]
+    rest = max(estimate.phase_total(p) - _row(estimate, p, VLLM_ROW) for p in alive)
+    fits = math.floor((gpu_memory - rest) / gpu_memory * 100) / 100  # the largest share beside the rest
+    wanted = math.ceil((fixed + need) / gpu_memory * 100) / 100
+    if wanted <= fits:
+        advice = (
+            f"raise trainer.vllm_gpu_memory_utilization to {wanted:g} ({wanted:g} x {gpu_memory / GIB:.1f} GiB = "
+            f"{wanted * gpu_memory / GIB:.1f} GiB; the GPU then holds {(rest + wanted * gpu_memory) / GIB:.1f} of "
+            f"{gpu_memory / GIB:.1f} GiB at its peak)"
+        )
+    else:
+        held = max(0, int((fits * gpu_memory - fixed) // (rollout * kv)))
+        advice = (
+            f"holding them takes a share of {wanted:g}, and the GPU has room for at most {fits:g} beside the "
+            f"{rest / GIB:.1f} GiB of the rest of its peak (at {fits:g}: {held} rows at their longest); "
+            "change one of: trainer.vllm_gpu_memory_utilization (up to that), fewer rows a generation "
+            "(trainer.per_device_train_batch_size x trainer.gradient_accumulation_steps, or "
+            "trainer.steps_per_generation)"
+        )
+        if tp == 1:
+            advice += ", trainer.vllm_tensor_parallel_size 2 (halves the weights vLLM holds on a GPU)"
+    report.warnings.append(f"{arithmetic}: {advice}")
+
+
+def _row(estimate: Estimate, phase: str, name: str) -> float:
+    return sum(row.size for row in estimate.rows if row.phase == phase and row.name == name)
+
+
+def host_offload(recipe, kind: str, args, model) -> list[tuple[str, float, str]]:
+    """What ZeRO's CPU offload keeps in pinned host memory for the whole run, all ranks together, as (what, bytes,
+    how): with `offload_optimizer`, per trainable parameter its fp32 master weight,
+    Adam's two fp32 moments and the fp32 gradient partition it reduces into (16 B, DeepSpeed's own
+    `estimate_zero3_model_states_mem_needs` figure); with `offload_param`, the bf16 (or fp32) weights of the policy
+    and of GRPO's reference model. Offload to NVMe keeps only buffers in host memory and is not counted."""
+    ds = _deepspeed(args)
+    zero = ds.get("zero_optimization") or {}
+    rows: list[tuple[str, float, str]] = []
+    if (zero.get("offload_optimizer") or {}).get("device") == "cpu":
+        trainable = _count(p for p in model.parameters() if p.requires_grad)
+        rows.append(
+            (
+                "optimiser",
+                trainable * 16.0,
+                f"{trainable / 1e9:.2f}B trainable x 16 B (fp32 master 4, Adam moments 8, fp32 gradients 4)",
+            )
+        )
+    if (zero.get("offload_param") or {}).get("device") == "cpu":
+        total = _count(model.parameters())
+        width = 2 if args.bf16 else 4
+        copies = 2 if kind == "grpo" and args.beta > 0 and not recipe.lora.enabled else 1
+        rows.append(
+            (
+                "weights",
+                total * width * copies,
+                f"{total / 1e9:.2f}B x {width} B" + (" (policy and reference model)" if copies == 2 else ""),
+            )
+        )
+    return rows
+
+
+def _judge_host(
+    report: Report, recipe, kind: str, args, model, gpus: int, host_memory: float | None, gpus_per_host: int
+) -> None:
+    """The pinned host memory a CPU offload needs on the fullest host, against `host_memory`."""
+    rows = host_offload(recipe, kind, args, model)
+    if not rows:
+        return
+    on_host = min(gpus, gpus_per_host)
+    need = sum(size for _, size, _ in rows) * on_host / gpus
+    share = "" if on_host == gpus else f" x {on_host}/{gpus} GPUs on a host"
+    how = " + ".join(f"{what}: {note}" for what, _, note in rows)
+    zero = _deepspeed(args).get("zero_optimization") or {}
+    pinned = any((zero.get(f"offload_{what}") or {}).get("pin_memory") for what in ("optimizer", "param"))
+    figure = (
+        f"the DeepSpeed JSON ({recipe.setting('deepspeed')}) offloads to the CPU {need / GIB:.1f} GiB "
+        f"{'(pinned) ' if pinned else ''}per host ({how}{share})"
+    )
+    if host_memory is None:
+        report.warnings.append(f"host memory not checked (pass --host-memory): {figure}")
+    elif need > host_memory:
+        hints = [f"more hosts than {math.ceil(gpus / gpus_per_host)} ({gpus} GPUs, --gpus-per-host {gpus_per_host})"]
+        if not recipe.lora.enabled:
+            hints.append("lora.enabled: true (the optimiser's states then cover only the adapters)")
+        hints.append(
+            "a DeepSpeed JSON that keeps the optimiser on the GPUs (configs/deepspeed/zero3.json), if they hold it"
+        )
+        report.problems.append(
+            f"{figure}, more than a host's {host_memory / GIB:.1f} GiB (--host-memory); change one of: "
+            + "; ".join(hints)
+        )
+    else:
+        report.checks.append(f"host memory: {need / GIB:.1f} of {host_memory / GIB:.1f} GiB per host: {figure}")
 
 
 def default_gpus() -> int:
@@ -655,6 +920,15 @@ def default_gpu_memory() -> str:
     return "80GiB"
 
 
+def default_host_memory() -> float | None:
+    """This machine's memory when it has a GPU (a training host); None elsewhere."""
+    import torch
+
+    if torch.cuda.is_available():
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpus", type=int, default=None, help="GPUs the run uses (default: WORLD_SIZE, else the GPUs here, else 1)"
@@ -663,6 +937,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-memory",
         default=None,
         help="memory of one GPU, e.g. 80GiB (default: this machine's first GPU, else 80GiB)",
+    )
+    parser.add_argument(
+        "--host-memory",
+        default=None,
+        help="CPU memory of one host, e.g. 1TiB or 1024 (GiB), against what a DeepSpeed CPU offload pins there "
+        "(default: this machine's when it has a GPU; elsewhere the figure is a warning)",
+    )
+    parser.add_argument(
+        "--gpus-per-host",
+        type=int,
+        default=GPUS_PER_HOST,
+        help=f"GPUs on one host: its ranks pin their offloaded states in its memory (default {GPUS_PER_HOST})",
     )
     parser.add_argument(
         "--model-config",
@@ -680,6 +966,8 @@ def run_preflight(config: str | Path, overrides: list[str], args: argparse.Names
         parse_size(args.gpu_memory or default_gpu_memory()),
         args.model_config,
         overrides,
+        parse_size(args.host_memory, "--host-memory") if args.host_memory else default_host_memory(),
+        args.gpus_per_host,
     )
     print(report.render(), file=sys.stdout if report.ok else sys.stderr)
     return 0 if report.ok else 1

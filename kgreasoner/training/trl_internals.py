@@ -17,7 +17,10 @@ What is here:
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
   `sync_vllm_weights`: the engine given the current weights outside TRL's generation (`_last_loaded_step`).
 - `send_unfused_experts`: TRL's weight sync reads the weights through `vllm_weights.vllm_named_weights`
-  (`_iter_named_params`), so fused MoE experts reach vLLM under the names its loader takes.
+  (`_iter_named_params`), so fused MoE experts reach vLLM under the names its loader takes, and a colocated
+  engine loads them one trainer tensor a call (`sync_weights`);
+  `colocated_engine_args`: the engine TRL starts (`VLLMGeneration._init_vllm`, its module's `LLM`) gets
+  `vllm_weights.vllm_engine_args` (Triton MoE kernels, which a weight sync reloads correctly).
 - `reusing_vllm_engine`: builds a trainer that drives an earlier trainer's colocated engine;
   `release_trainer` frees a finished trainer's memory (its engine's reference to the policy included).
 - TRL's fused-head pieces and tile sizes: `FusedCausalLMOutput`, `add_fused_lm_head`,
@@ -66,6 +69,7 @@ __all__ = [
     "add_fused_lm_head",
     "add_metric",
     "check_trl_version",
+    "colocated_engine_args",
     "importance_sampling_counts",
     "length_chunks",
     "log_metric",
@@ -141,11 +145,18 @@ def reusing_vllm_engine(previous):
 
 
 def send_unfused_experts(trainer) -> None:
-    """Make TRL's weight sync to vLLM (colocated `load_weights` and the server's stream) send unfused experts.
+    """Make TRL's weight sync to vLLM (colocated `load_weights` and the server's stream) send unfused experts,
+    and load a colocated engine with one `load_weights` call per trainer tensor.
 
     Overrides TRL private `VLLMGeneration._iter_named_params` (on this instance), through which both of
     `VLLMGeneration.sync_weights`'s modes read the weights (`kgreasoner.training.vllm_weights` says why).
     A model with fused experts of an unknown layout is refused here, before the first sync.
+
+    Also overrides `sync_weights` of a colocated engine: TRL calls the engine's `load_weights` once per name it
+    reads, and each call rebuilds vLLM's parameter map (and a MoE model's expert mapping). Unfused, Qwen3-30B-A3B's
+    48 layers of 128 experts are 18,867 names, so as many calls a sync; here the names of one trainer tensor (a
+    fused expert tensor's 384) go in one call, inside the ZeRO-3 gather of that tensor: 531 calls. A server
+    streams the tensors instead, and sleep mode (refused by the recipe) wakes the engine first: both keep TRL's.
     """
     from kgreasoner.training.vllm_weights import check_unfusable, vllm_named_weights
 
@@ -155,6 +166,47 @@ def send_unfused_experts(trainer) -> None:
     check_unfusable(model_type, (name for name, _ in model.named_parameters()))
     named_params = generation._iter_named_params
     generation._iter_named_params = lambda: vllm_named_weights(named_params(), model_type)
+    stock_sync = generation.sync_weights
+
+    def sync_weights() -> None:
+        if generation.mode != "colocate" or generation.enable_sleep_mode:
+            return stock_sync()
+        engine = generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        for name, tensor in named_params():  # one tensor at a time, gathered while its pairs load
+            engine.load_weights(list(vllm_named_weights([(name, tensor)], model_type)))
+        generation.llm.reset_prefix_cache()
+
+    generation.sync_weights = sync_weights
+
+
+@contextlib.contextmanager
+def colocated_engine_args():
+    """A `GRPOTrainer` built inside this context starts its colocated `vllm.LLM` with kgreasoner's engine
+    arguments for the model it serves (`vllm_weights.vllm_engine_args`) beside TRL's own.
+
+    TRL builds the engine in private `VLLMGeneration._init_vllm` from the `LLM` name of its module, with no way
+    to pass more arguments; that name is wrapped for the duration. Without vLLM installed it is left alone (TRL
+    refuses `use_vllm` itself).
+    """
+    import trl.generation.vllm_generation as module
+
+    stock = getattr(module, "LLM", None)
+    if stock is None:
+        yield
+        return
+    from transformers import AutoConfig
+
+    from kgreasoner.training.vllm_weights import vllm_engine_args
+
+    def llm(*args, **kwargs):
+        config = AutoConfig.from_pretrained(kwargs["model"], trust_remote_code=kwargs.get("trust_remote_code", False))
+        return stock(*args, **vllm_engine_args(config), **kwargs)
+
+    module.LLM = llm
+    try:
+        yield
+    finally:
+        module.LLM = stock
 
 
 def release_trainer(trainer) -> None:

@@ -22,6 +22,29 @@ FUSED_GATE_UP = ".mlp.experts.gate_up_proj"
 FUSED_DOWN = ".mlp.experts.down_proj"
 UNFUSED_LAYOUTS = ("qwen3_moe",)
 """Model types whose fused experts are laid out as above (checked against transformers 5.23's modeling)."""
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts")
+"""Config fields by which transformers' MoE configs (Qwen, Mixtral, DeepSeek) give their expert count."""
+VLLM_MOE_BACKEND = "triton"
+"""vLLM's MoE kernels for a model with experts (its `moe_backend` engine argument, `KernelConfig.moe_backend`).
+
+vLLM picks its MoE kernels at start-up, and for unquantized experts may pick FlashInfer's CUTLASS or TRTLLM
+ones (in its current source, the first choice on Blackwell GPUs), whose weight layout it makes once, after
+the checkpoint loads
+(`convert_to_unquantized_kernel_format`: w13's gate and up halves swapped, TRTLLM's block layout). The
+weight loader kept on those parameters writes the checkpoint's layout, so a later `model.load_weights`
+(TRL's sync, every step) leaves experts the kernels misread: rollouts from corrupted experts, no error.
+Triton's kernels take the checkpoint's layout as it is, so every sync loads correctly."""
+
+
+def has_experts(config) -> bool:
+    """Whether a transformers config describes a mixture-of-experts model."""
+    return any(getattr(config, field, None) for field in EXPERT_COUNTS)
+
+
+def vllm_engine_args(config) -> dict[str, str]:
+    """Engine arguments the colocated `vllm.LLM` serving a model of `config` gets besides TRL's: a MoE model's
+    experts on Triton's kernels (`VLLM_MOE_BACKEND` says why); nothing for a dense model."""
+    return {"moe_backend": VLLM_MOE_BACKEND} if has_experts(config) else {}
 
 
 def is_fused_expert(name: str) -> bool:

@@ -80,7 +80,7 @@ def test_a_colocated_vllm_share_too_small_for_the_weights_is_refused(world, caps
     err = capsys.readouterr().err
     assert code == 1
     assert (
-        "FAIL: vLLM's share (28.0 GiB) cannot hold the bf16 weights (56.9 GiB per GPU at "
+        "FAIL: vLLM's share (37.6 GiB) cannot hold the bf16 weights (56.9 GiB per GPU at "
         "vllm_tensor_parallel_size 1) and a KV cache: raise trainer.vllm_gpu_memory_utilization to at least 0.79, "
         "or raise trainer.vllm_tensor_parallel_size"
     ) in err
@@ -168,10 +168,11 @@ def _vllm_context(monkeypatch, context):
 
 def test_llama_grpo_without_a_vllm_context_is_refused_and_passes_with_the_rollouts(world, capsys, monkeypatch):
     """vLLM with no max_model_len takes Llama 3.1's 131,072 positions: 16 GiB of KV for one sequence, more than
-    the 24 GiB share leaves after 15 GiB of weights, so vLLM would refuse to start."""
+    a 24 GiB share (TRL's default 0.3) leaves after 15 GiB of weights, so vLLM would refuse to start."""
     recipe = CONFIGS / "llama3.1-8b" / "grpo.yaml"
+    share = ("--set", "trainer.vllm_gpu_memory_utilization=0.3")
     _vllm_context(monkeypatch, None)
-    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", *share))
     err = capsys.readouterr().err
     assert code == 1
     assert (
@@ -183,7 +184,7 @@ def test_llama_grpo_without_a_vllm_context_is_refused_and_passes_with_the_rollou
     ) in err
 
     _vllm_context(monkeypatch, "rollout")
-    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", *share))
     out = capsys.readouterr().out
     assert code == 0
     assert "ok: vLLM: one 7681-token sequence (0.94 GiB of KV) fits the 8.3 GiB its share leaves" in out
@@ -281,13 +282,13 @@ def test_mining_runs_alone_and_episode_one_leaves_nothing_alive(world, monkeypat
     assert held == sum(
         rows[TRAINING, name] for name in ("weights", "gradients", "optimiser", "reference model", "vLLM (colocated)")
     )
-    assert rows[TRAINING, "vLLM (colocated)"] == 24 * GIB
+    assert rows[TRAINING, "vLLM (colocated)"] == 0.45 * 80 * GIB
     # as it was: mining, then episode 2 built, beside episode 1's live state (one CUDA context between them)
-    assert round((held + estimate.phase_total(MINING) - OVERHEAD_BYTES) / GIB, 1) == 61.0
-    assert round((held + estimate.phase_total(TRAINING) - OVERHEAD_BYTES) / GIB, 1) == 99.0
+    assert round((held + estimate.phase_total(MINING) - OVERHEAD_BYTES) / GIB, 1) == 73.0
+    assert round((held + estimate.phase_total(TRAINING) - OVERHEAD_BYTES) / GIB, 1) == 123.0
     # now: each phase alone, the peak the largest
     assert estimate.total == max(estimate.phase_total(MINING), estimate.phase_total(TRAINING))
-    assert round(estimate.total / GIB, 1) == 59.8
+    assert round(estimate.total / GIB, 1) == 71.8
     assert estimate.peak_phase == TRAINING
 
 
@@ -307,3 +308,148 @@ def test_mining_needs_its_trajectories(world, capsys, monkeypatch):
     )
     err = capsys.readouterr().err
     assert code == 1 and "FAIL: training data: " in err and "nowhere.jsonl" in err
+
+
+def test_a_gpu_count_the_vllm_tensor_parallel_size_does_not_divide_is_refused(world, capsys):
+    """The 30B-A3B recipe runs vLLM with tensor parallelism 4: TRL refuses 6 ranks, only after loading the models."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    code = main(_argv(recipe, world, "--gpus", "6", "--gpu-memory", "80GiB"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "FAIL: trainer.vllm_tensor_parallel_size 4 does not divide the 6 GPUs: TRL splits the ranks into vLLM groups "
+        "of 4 and refuses the run after loading the models; run on a multiple of 4 GPUs (4 or 8), or set "
+        "trainer.vllm_tensor_parallel_size to a divisor of 6 (1, 2, 3, 6)"
+    ) in err
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))
+    assert code == 0
+    assert "ok: vLLM: 8 GPUs make 2 tensor-parallel group(s) of 4" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("stage", ["sft", "grpo"])
+def test_lora_on_the_30b_moe_recipes_keeps_a_dropout_peft_takes(stage, world, capsys):
+    """PEFT adapts Qwen3-MoE's fused experts (one tensor per projection) through its ParamWrapper, which refuses any
+    dropout: the shipped recipes set 0, so turning LoRA on works; a nonzero dropout is reported with what to set."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / f"{stage}.yaml"
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--set", "lora.enabled=true"))
+    out = capsys.readouterr().out
+    assert code == 0 and out.rstrip().endswith("preflight passed")
+    code = main(_argv(recipe, world, "--gpus", "8", "--set", "lora.enabled=true", "--set", "lora.dropout=0.05"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "FAIL: lora.dropout 0.05: PEFT adapts qwen3_moe's fused MoE experts (model.layers.0.mlp.experts.gate_up_proj, "
+        "...) through its ParamWrapper, which takes no dropout (lora.ParamWrapper does not work with lora_dropout "
+        "!= 0.): set lora.dropout: 0"
+    ) in err
+
+
+def test_the_host_memory_a_cpu_offload_pins_is_checked_per_host(world, capsys):
+    """The 30B-A3B GRPO recipe offloads the optimiser: 30.53B parameters x 16 B (fp32 master, Adam's two moments,
+    the fp32 gradient partition) = 455.0 GiB pinned on a host of 8 GPUs, half that per host over two hosts."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    figure = (
+        "the DeepSpeed JSON (configs/deepspeed/zero3-offload.json) offloads to the CPU {} GiB (pinned) per host "
+        "(optimiser: 30.53B trainable x 16 B (fp32 master 4, Adam moments 8, fp32 gradients 4){})"
+    )
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--host-memory", "256GiB"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (
+        "FAIL: " + figure.format("455.0", "") + ", more than a host's 256.0 GiB (--host-memory); change one of: "
+        "more hosts than 1 (8 GPUs, --gpus-per-host 8); lora.enabled: true"
+    ) in err
+    code = main(_argv(recipe, world, "--gpus", "16", "--gpu-memory", "80GiB", "--host-memory", "256"))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ok: host memory: 227.5 of 256.0 GiB per host: " + figure.format("227.5", " x 8/16 GPUs on a host") in out
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB"))  # no GPU here: the figure is a warning
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "WARN: host memory not checked (pass --host-memory): " + figure.format("455.0", "") in out
+
+
+def test_dev_evaluation_on_hf_is_a_phase_with_the_whole_model_gathered(world, monkeypatch, capsys):
+    """Under ZeRO-3, dev evaluation on hf gathers the whole bf16 model on every GPU beside the trainer's state and
+    vLLM's share: choose_final best_dev (dev evaluation's default) measures each save on the whole dev split that
+    way, 64 rows a batch. The 30B-A3B recipe with dev evaluation was judged by its training step (72.3 GiB) as
+    fitting; the gathered model alone adds 56.9 GiB. With choose_final last the dev curve runs in vLLM's share."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--set", "dev_eval_steps=50"))
+    assert code == 1 and "per GPU (peak: dev evaluation) but a GPU has 80.0 GiB" in capsys.readouterr().err
+
+    from kgreasoner.training.preflight import DEV_EVAL, GIB, TRAINING
+
+    _vllm_context(monkeypatch, "rollout")
+    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval_steps=50")
+    assert round(report.estimate.phase_total(TRAINING) / GIB, 1) == 72.3
+    assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 30_532_122_624 * 2
+    assert rows[DEV_EVAL, "hf rollout KV cache"] == 64 * (7681 + 64) * (2 * 48 * 4 * 128 * 2) * 1.5
+    assert rows[DEV_EVAL, "vLLM (colocated)"] == 0.47 * 80 * GIB
+    assert report.estimate.peak_phase == DEV_EVAL and not report.ok
+    assert "(peak: dev evaluation)" in report.problems[0]
+    assert (
+        "change one of: choose_final: last (best_dev measures each save on the whole dev split on hf"
+        in (report.problems[0])
+    )
+
+    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval_steps=50", "choose_final=last")
+    assert DEV_EVAL not in report.estimate.phases and report.ok
+
+
+def test_the_dev_curve_on_hf_holds_a_batch_of_dev_eval_batch_size_rows(world, monkeypatch):
+    """A rank rolls out its share of the dev sample (150 questions over 8 GPUs: 19) in batches of at most
+    dev_eval_batch_size rows, beside the trainer's state and, under ZeRO-3, the whole gathered model."""
+    from kgreasoner.training.preflight import DEV_EVAL
+
+    _vllm_context(monkeypatch, "rollout")
+    kv_row = (7681 + 64) * (2 * 36 * 8 * 128 * 2)  # Qwen3-8B: 36 layers, 8 key/value heads of 128, bf16
+    for size, batch in (("32", 19), ("8", 8)):
+        overrides = ("rollout_backend=hf", "dev_eval_steps=10", "choose_final=last", f"dev_eval_batch_size={size}")
+        report, rows = _estimate("qwen3-8b", world, *overrides)
+        assert rows[DEV_EVAL, "hf rollout KV cache"] == batch * kv_row * 1.5
+        assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 8_190_735_360 * 2
+
+
+def test_a_vllm_kv_cache_smaller_than_the_rollout_batch_is_a_warning_naming_the_share(world, capsys):
+    """Qwen3-8B at vLLM share 0.3 keeps 8.1 GiB of KV, 58,890 tokens, against 32 rows of up to 7,681 tokens: vLLM
+    would preempt and recompute. 0.63 would hold them, more than the GPU has beside the training step (0.55)."""
+    recipe = CONFIGS / "qwen3-8b" / "grpo.yaml"
+    share = "trainer.vllm_gpu_memory_utilization=0.3"
+    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--set", share))
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "WARN: vLLM's KV cache holds 58,890 tokens: vllm_gpu_memory_utilization 0.3 x 80.0 GiB = 24.0 GiB, less 15.9 "
+        "GiB of bf16 weights and profiling forward, leaves 8.1 GiB at 144 KiB a token; a rollout batch is 32 rows a "
+        "GPU (the generation batch: trainer.per_device_train_batch_size 4 x steps_per_generation 8) = 32 rows x 7681 "
+        "tokens = 245,792 tokens (33.8 GiB) at their longest, so vLLM preempts rows and recomputes them: holding them "
+        "takes a share of 0.63, and the GPU has room for at most 0.55 beside the 35.8 GiB of the rest of its peak (at "
+        "0.55: 26 rows at their longest); change one of: trainer.vllm_gpu_memory_utilization (up to that)"
+    ) in out
+
+
+def test_a_share_that_holds_the_rollout_batch_is_named_and_then_passes(world, capsys):
+    """Qwen3-30B-A3B, tensor parallelism 4: an engine serves 4 ranks' 32 rows, each GPU a quarter of the key/value
+    heads (24 KiB a token); a share of 0.47 holds all 128 rows at their longest and leaves the GPU room."""
+    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
+    code = main(
+        _argv(
+            recipe, world, "--gpus", "8", "--set", "trainer.vllm_gpu_memory_utilization=0.35", "--host-memory", "1TiB"
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert (
+        "x 4 ranks per engine (vllm_tensor_parallel_size) = 128 rows x 7681 tokens = 983,168 tokens (22.5 GiB) at "
+        "their longest, so vLLM preempts rows and recomputes them: raise trainer.vllm_gpu_memory_utilization to 0.47 "
+        "(0.47 x 80.0 GiB = 37.6 GiB; the GPU then holds 72.3 of 80.0 GiB at its peak)"
+    ) in out
+    code = main(
+        _argv(
+            recipe, world, "--gpus", "8", "--set", "trainer.vllm_gpu_memory_utilization=0.47", "--host-memory", "1TiB"
+        )
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "WARN" not in out
+    assert "ok: vLLM: its KV cache (23.3 GiB, 1,018,007 tokens) holds a rollout batch at its longest (128 rows" in out

@@ -678,3 +678,63 @@ def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights
     engine.events.clear()
     dev._evaluate(trainer.state)
     assert engine.events == [("generate", 2, [0.0]), ("generate", 1, [0.0])]
+
+
+def _tiny_moe(tiny_checkpoint, out: Path) -> Path:
+    """The tiny model's tokenizer and sizes as a Qwen3-MoE (4 experts, 2 a token), random weights."""
+    import shutil
+
+    from transformers import AutoConfig, AutoModelForCausalLM, Qwen3MoeConfig
+
+    dense = AutoConfig.from_pretrained(tiny_checkpoint).to_dict()
+    keep = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim")
+    config = Qwen3MoeConfig(
+        **{k: dense[k] for k in keep},
+        moe_intermediate_size=32,
+        num_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=dense["max_position_embeddings"],
+        bos_token_id=dense.get("bos_token_id"),
+        eos_token_id=dense.get("eos_token_id"),
+        pad_token_id=dense.get("pad_token_id"),
+    )
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    for path in tiny_checkpoint.iterdir():
+        if "token" in path.name or path.name == "generation_config.json":
+            shutil.copy(path, out / path.name)
+    return out
+
+
+@pytest.mark.slow
+def test_the_engine_trl_starts_runs_a_moe_models_experts_on_tritons_kernels(
+    tiny_checkpoint, synthetic_dir, tmp_path, monkeypatch
+):
+    """vLLM cannot run here: `StartedLLM` stands in for `vllm.LLM` where TRL's `VLLMGeneration._init_vllm` starts
+    the colocated engine, and records the engine arguments. FlashInfer's CUTLASS/TRTLLM MoE kernels lay the experts
+    out anew after vLLM loads them, so every weight sync would corrupt them: a MoE model's engine asks for Triton's
+    (`moe_backend`), a dense model's asks for nothing more than TRL's."""
+    import trl.generation.vllm_generation as vllm_generation
+
+    from kgreasoner.training.grpo import build_trainer
+
+    started: list[dict] = []
+
+    class StartedLLM:
+        def __init__(self, **kwargs):
+            started.append(kwargs)
+
+    monkeypatch.setattr(vllm_generation, "is_vllm_available", lambda: True)
+    monkeypatch.setattr(vllm_generation, "LLM", StartedLLM, raising=False)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):  # TRL sets them for vLLM
+        monkeypatch.delenv(name, raising=False)
+    moe = _tiny_moe(tiny_checkpoint, tmp_path / "moe")
+    for model, backend in ((moe, {"moe_backend": "triton"}), (tiny_checkpoint, {})):
+        recipe = _recipe(
+            tiny_checkpoint, synthetic_dir, tmp_path / model.name, rollout_backend="vllm", model=str(model)
+        )
+        dataset, tool = _tool(recipe)
+        build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:8], str(model), tool)
+        kwargs = started.pop()
+        assert kwargs["model"] == str(model) and kwargs["distributed_executor_backend"] == "external_launcher"
+        assert {k: v for k, v in kwargs.items() if k == "moe_backend"} == backend
+    assert vllm_generation.LLM is StartedLLM  # put back after the trainer is built

@@ -220,3 +220,52 @@ def test_the_hook_refuses_fused_experts_it_cannot_unfuse(moe, monkeypatch):
     monkeypatch.setattr(moe.config, "model_type", "other_moe")
     with pytest.raises(ValueError, match="model type 'other_moe' keeps its experts fused"):
         send_unfused_experts(types.SimpleNamespace(vllm_generation=generation))
+
+
+class CountingLLM(RecordingLLM):
+    """`RecordingLLM` that keeps, per `load_weights` call, only the names it was given (no copies): the released
+    30B-A3B layout on the meta device has no values to copy."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[list[str]] = []
+        self.llm_engine.model_executor.driver_worker.model_runner.model.load_weights = lambda pairs: self.calls.append(
+            [name for name, _ in pairs]
+        )
+
+
+def test_a_colocated_sync_loads_one_trainer_tensor_a_call(moe, monkeypatch):
+    """Each `load_weights` call rebuilds vLLM's parameter map: the pairs of one trainer tensor go in one call,
+    the same pairs, in the same order, as TRL's own sync sends one at a time."""
+    generation = trl_generation(moe, monkeypatch)
+    send_unfused_experts(types.SimpleNamespace(vllm_generation=generation))
+    generation.llm = CountingLLM()
+    generation.sync_weights()
+    calls = generation.llm.calls
+    assert len(calls) == len(list(moe.named_parameters()))
+    at = "model.layers.0.mlp.experts"
+    assert [f"{at}.{e}.{p}.weight" for e in range(EXPERTS) for p in ("gate_proj", "up_proj")] in calls
+    assert [f"{at}.{e}.down_proj.weight" for e in range(EXPERTS)] in calls
+    assert [name for call in calls for name in call] == [
+        n for n, _ in vllm_named_weights(moe.named_parameters(), "qwen3_moe")
+    ]
+    assert generation.llm.prefix_cache_resets == 1
+
+
+def test_the_released_30b_a3b_layout_syncs_in_531_calls_not_18867(monkeypatch):
+    """Qwen3-30B-A3B as released (48 layers of 128 experts; the meta device: shapes, no weights): 531 trainer
+    tensors, 18,867 names once its experts are unfused. TRL's sync made one call a name."""
+    config = AutoConfig.from_pretrained(MODELS / "qwen3" / "configs" / "Qwen3-30B-A3B")
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    generation = trl_generation(model, monkeypatch)
+    hooked = types.SimpleNamespace(vllm_generation=generation)
+    names = [name for name, _ in vllm_named_weights(model.named_parameters(), config.model_type)]
+    assert (
+        len(names) == 48 * (128 * 3 + 9) + 3 == 18_867
+    )  # per layer: experts, 4 projections, 2 norms, q/k norms, router
+    send_unfused_experts(hooked)
+    generation.llm = CountingLLM()
+    generation.sync_weights()
+    assert len(generation.llm.calls) == 48 * 11 + 3 == 531
+    assert [name for call in generation.llm.calls for name in call] == names
