@@ -73,7 +73,6 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
     from kgreasoner.models import TinyModelConfig
     from kgreasoner.retrieval.training import RankerTrainConfig
     from kgreasoner.training.grpo import GRPORecipe
-    from kgreasoner.training.hard_cases import HardCaseConfig
     from kgreasoner.training.sft import SFTRecipe
 
     config = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", ["data=PQ-2H", "eval_questions=7"])
@@ -85,7 +84,6 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
         "warmup": (WarmupConfig, demo.warmup),
         "model": (TinyModelConfig, demo.model),
         "sft": (SFTRecipe, demo.sft),
-        "hard": (HardCaseConfig, demo.hard),
         "grpo": (GRPORecipe, demo.grpo),
     }
     for name, (cls, stage) in classes.items():
@@ -153,8 +151,8 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     first = time.perf_counter() - started
     log = capsys.readouterr().out
     for number, name in enumerate(STAGE_NAMES, 1):
-        assert f"[{number}/10] {name}: " in log
-    assert log.count("    $ ") == 11  # one command per stage, two for the evaluation
+        assert f"[{number}/9] {name}: " in log
+    assert log.count("    $ ") == 10  # one command per stage, two for the evaluation
 
     # Stage outputs.
     data = out / "data"
@@ -165,7 +163,8 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     assert {r["split"] for r in warmup} == {"train", "dev"}
     for model in ("base", "sft/final", "grpo/episode-1/final", "grpo/episode-2/final"):
         assert (out / model / "config.json").exists() and (out / model / "tokenizer.json").exists(), model
-    assert (out / "hard" / "hard.jsonl").read_text().strip()
+    # episode 2's hard cases: mined from episode 1's own groups, in the run's folder
+    assert json.loads((out / "grpo" / "episode-2" / "hard_cases.json").read_text())["sampled"] > 0
     steps = [json.loads(x) for x in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
     assert [(r["episode"], r["step"]) for r in steps if "loss" in r] == [
         (1, 1),
@@ -177,7 +176,8 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     ]
     # Greedy dev Hits@1 before each episode and every 2 steps (dev_eval_steps).
     assert [(r["episode"], r["step"]) for r in steps if "dev/hits1" in r] == [(1, 0), (1, 2), (1, 4), (2, 0), (2, 2)]
-    # SFT learns from the first 60 training questions of the stratified order; hard cases are mined on all.
+    # SFT learns from the first 60 training questions of the stratified order; guided groups' gold rows come
+    # from every training question's trajectory.
     every = [json.loads(x) for x in (out / "warmup" / "all.jsonl").read_text().splitlines()]
     sample = {r["id"] for r in warmup if r["split"] == "train"}
     assert len(sample) == 60 and sample < {r["id"] for r in every if r["split"] == "train"}
@@ -193,7 +193,6 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
         "results.json",
         "sft_loss.png",
         "grpo_curves.png",
-        "hard_cases.png",
     }
     text = (report / "report.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
@@ -203,7 +202,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     for name in STAGE_NAMES[:-1]:
         assert any(r.startswith(f"| {STAGE_NAMES.index(name) + 1} | {name} | ") for r in rows)
     assert "python train/sft.py --config" in text and "kgreasoner eval --methods kgreasoner,oracle" in text
-    for png in ("sft_loss.png", "grpo_curves.png", "hard_cases.png"):
+    for png in ("sft_loss.png", "grpo_curves.png"):
         assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
     results = json.loads((report / "results.json").read_text())

@@ -7,7 +7,8 @@ loss and sampled ids are never re-tokenised. The rewards are the paper's search,
 answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<name>`.
 
 Episodes: episode 1 trains on every training question for a stable initial policy; later
-episodes train on the hard cases (`data: hard`, the paper's; `kgreasoner.training.hard_cases`) or on
+episodes train on the hard cases (`data: hard`, the paper's episode, its questions mined from the policy:
+those episode 1's groups got partly or wholly wrong; `kgreasoner.training.hard_cases`) or on
 the frontier (`data: frontier`: the questions episode 1's groups answered sometimes but not always,
 plus a replay share of the rest; `kgreasoner.training.frontier`). Questions come in a
 stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
@@ -63,7 +64,7 @@ from kgreasoner.training.common import (
 )
 from kgreasoner.training.episode_schedule import plan_episode
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
-from kgreasoner.training.hard_cases import read_hard_ids
+from kgreasoner.training.hard_cases import hard_examples
 from kgreasoner.training.plots import STEP_LOG
 
 if TYPE_CHECKING:
@@ -91,8 +92,9 @@ class Episode:
     data: str = field(
         default="all",
         metadata={
-            "help": "all: every training question; hard: the hard cases (paper); frontier: the questions with some "
-            "but not all rollouts right in episode 1, plus a replay share of the rest (frontier_replay)"
+            "help": "all: every training question; hard: the hard cases, the questions episode 1's groups got "
+            "partly or wholly wrong (hard_threshold); frontier: the questions with some but not all rollouts right "
+            "in episode 1, plus a replay share of the rest (frontier_replay)"
         },
     )
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over this episode's questions"})
@@ -158,7 +160,8 @@ class GRPORecipe(TrainerPassthrough):
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
     run_dir: str = field(
         metadata={
-            "help": "the run's folder: its episodes (TRL's output_dir each), logs, hard cases and the final model"
+            "help": "the run's folder: its episodes (TRL's output_dir each, a hard episode's mined set in it), logs "
+            "and the final model"
         }
     )
     kg: str | None = field(
@@ -183,14 +186,15 @@ class GRPORecipe(TrainerPassthrough):
             "DeepSpeed)"
         },
     )
-    hard_cases: str | None = field(
-        default=None, metadata={"help": "hard-case ids (JSONL from kgreasoner.training.hard_cases)"}
+    hard_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "a hard episode's questions: those whose last group in episode 1 had a success rate (right "
+            "answers of the policy's own rollouts, gold rows not counted) below this, every hop count eligible; "
+            "1.0: any wrong rollout, 0.5: right in fewer than half. Questions episode 1 never sampled are not hard "
+            "(kgreasoner.training.hard_cases); the set is saved in the episode's folder and a resumed run reuses it"
+        },
     )
-    hard_case_trajectories: str | None = field(
-        default=None,
-        metadata={"help": "reference trajectories to mine hard cases from with `model` when hard_cases is unset"},
-    )
-    hard_case_quantile: float = field(default=0.5, metadata={"help": "epsilon = this quantile of the losses"})
     guidance: str = field(
         default="none",
         metadata={
@@ -203,8 +207,8 @@ class GRPORecipe(TrainerPassthrough):
     guidance_trajectories: str | None = field(
         default=None,
         metadata={
-            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
-            "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"
+            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from. Made with the "
+            "training tool's settings, so their answers resolve"
         },
     )
     frontier_replay: float = field(
@@ -312,13 +316,15 @@ class GRPORecipe(TrainerPassthrough):
 
         if self.guidance not in GUIDANCE:
             raise ValueError(f"guidance must be one of {GUIDANCE}, got {self.guidance!r}")
-        if self.guidance != "none" and not self.gold_trajectories:
+        if self.guidance != "none" and not self.guidance_trajectories:
             raise ValueError(
                 f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
-                "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl"
+                "to the warm-up records, data_gen.warmup's all.jsonl"
             )
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
+        if not 0.0 < self.hard_threshold <= 1.0:
+            raise ValueError(f"hard_threshold must be in (0, 1], got {self.hard_threshold}")
         if not 0.0 <= self.frontier_replay < 1.0:
             raise ValueError(f"frontier_replay must be in [0, 1), got {self.frontier_replay}")
         if self.choose_final is None:
@@ -350,11 +356,6 @@ class GRPORecipe(TrainerPassthrough):
         for name, value in self.trainer.items():
             if name in UNSUPPORTED_TRAINER and value != UNSUPPORTED_TRAINER[name][0]:
                 raise ValueError(f"trainer: {name}: {value!r} is not supported: {UNSUPPORTED_TRAINER[name][1]}")
-
-    @property
-    def gold_trajectories(self) -> str | None:
-        """The warm-up records guided groups take their gold rows from."""
-        return self.guidance_trajectories or self.hard_case_trajectories
 
 
 def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes=None, evaluate=False) -> list:
@@ -412,7 +413,7 @@ class KGRollout:
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
-        gold = recipe.gold_trajectories  # set whenever guidance is (GRPORecipe checks it)
+        gold = recipe.guidance_trajectories  # set whenever guidance is (GRPORecipe checks it)
         self.gold = GoldTrajectories(gold) if recipe.guidance != "none" and gold else None
         self.group_log: GroupLog | None = None  # each group's right answers, as sampled
 
@@ -728,27 +729,6 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
     )
 
 
-def _hard_ids(recipe: GRPORecipe) -> set[str]:
-    if recipe.hard_cases:
-        return read_hard_ids(recipe.hard_cases)
-    if not recipe.hard_case_trajectories:
-        raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
-    from kgreasoner.training.hard_cases import HardCaseConfig, mine_hard_cases
-
-    output = Path(recipe.run_dir) / "hard_cases.jsonl"
-    # Every rank sees the same answer: the file is written only after all ranks have scored.
-    if not output.exists():
-        mine_hard_cases(
-            HardCaseConfig(
-                model=recipe.model,
-                trajectories=recipe.hard_case_trajectories,
-                output=str(output),
-                quantile=recipe.hard_case_quantile,
-            )
-        )
-    return read_hard_ids(output)
-
-
 def _open_kg(recipe: GRPORecipe, dataset):
     if recipe.kg:
         from kgreasoner.kg.open import open_kg
@@ -871,18 +851,15 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     """Run every episode in turn; returns the final model directory of the last one.
 
     What is alive on each GPU, in order (what preflight adds up for episode 2):
-    1. Hard-case mining, when a later episode trains on hard cases that are not mined yet: the warm-up
-       model (`recipe.model`, inference dtype) on every rank, before anything else exists; freed
-       (and the CUDA cache emptied) before episode 1 starts. Mining reads only the warm-up model
-       and the reference trajectories, so it need not wait for episode 1.
-    2. Episode k: its trainer (policy, reference model when beta > 0, optimiser states, DeepSpeed
+    1. Episode k: its trainer (policy, reference model when beta > 0, optimiser states, DeepSpeed
        engine) and, with `rollout_backend: vllm`, one colocated vLLM engine.
-    3. Between episodes: the finished trainer is saved, then released (`trl_internals.release_trainer`):
+    2. Between episodes: the finished trainer is saved, then released (`trl_internals.release_trainer`):
        policy, reference model, optimiser and DeepSpeed engine are dropped and the CUDA cache emptied
        before the next trainer is built. The vLLM engine alone stays alive (its weights and KV cache,
        `vllm_gpu_memory_utilization` of the GPU): episode k + 1's trainer drives the same engine
        (`engine_from`), whose first weight sync loads the new policy. So episode 2 holds what
-       episode 1 held, no more.
+       episode 1 held, no more. A hard episode's questions are mined here too, from the groups episode 1
+       recorded (a file: no model).
     """
 
     from kgreasoner.data import load_dataset
@@ -890,7 +867,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.trl_internals import release_trainer
 
-    start_process_group(recipe.setting("ddp_timeout"))  # before hard-case mining opens one
+    start_process_group(recipe.setting("ddp_timeout"))  # before anything opens one
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
     if not train_examples:
@@ -908,9 +885,6 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     root = Path(recipe.run_dir)
     root.mkdir(parents=True, exist_ok=True)
     finals = [root / f"episode-{number}" / "final" for number in range(1, len(recipe.episodes) + 1)]
-    hard = None
-    if any(e.data == "hard" and not is_saved_model(f) for e, f in zip(recipe.episodes, finals)):
-        hard = _hard_ids(recipe)  # before any trainer exists: see the docstring
     model_path, previous = recipe.model, None
     for number, (episode, final) in enumerate(zip(recipe.episodes, finals), 1):
         episode_dir = final.parent
@@ -920,10 +894,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             continue
         examples = train_examples
         if episode.data == "hard":
-            assert hard is not None  # read above whenever an unfinished episode trains on hard cases
-            examples = [e for e in train_examples if e.id in hard]
-            if not examples:
-                raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
+            examples, _ = hard_examples(root, number, train_examples, recipe.hard_threshold)
         elif episode.data == "frontier":
             args = grpo_config(recipe, episode_dir, episode)
             per_batch = args.generation_batch_size // args.num_generations
