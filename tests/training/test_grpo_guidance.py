@@ -80,7 +80,7 @@ def test_the_demo_trains_with_guided_groups_from_every_training_questions_trajec
     demo = Demo(load_config(DemoConfig, ROOT / path), tmp_path / "out")
     recipe = demo.grpo.config
     assert recipe.guidance == "gold"
-    assert recipe.gold_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
+    assert recipe.guidance_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
 
 
 # ----------------------------------------------------------------- the gold row
