@@ -18,8 +18,9 @@ Stages, each into its own folder under `--out` (default outputs/demo):
              every training question's text
  6. sft      `sft/final`: the SFT warm-up (short: it teaches the format and the search habit)
  7. grpo     `grpo/episode-1/final` (all questions), `grpo/episode-2/final` (the hard cases: the
-             questions episode 1's own rollouts got partly or wholly wrong, `grpo/episode-2/hard_cases.jsonl`):
-             RL does the teaching; dev Hits@1 is measured along the way
+             questions episode 1's own rollouts got partly or wholly wrong, `grpo/episode-2/hard_cases.jsonl`,
+             with a replay share of the other questions in every batch): RL does the teaching; dev Hits@1 is
+             measured along the way
  8. eval     `eval/sft`, `eval/grpo`: the kgreasoner method on both checkpoints and the oracle
  9. report   `report/report.md` with the results table, the curves (PNG), each stage's command
              and wall time; no checkpoints, so the folder can be committed

@@ -8,7 +8,8 @@ answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<nam
 
 Episodes: episode 1 trains on every training question for a stable initial policy; later
 episodes train on the hard cases (`data: hard`, the paper's episode, its questions mined from the policy:
-those episode 1's groups got partly or wholly wrong; `kgreasoner.training.hard_cases`) or on
+those episode 1's groups got partly or wholly wrong, with a replay share of the rest in every batch;
+`kgreasoner.training.hard_cases`) or on
 the frontier (`data: frontier`: the questions episode 1's groups answered sometimes but not always,
 plus a replay share of the rest; `kgreasoner.training.frontier`). Questions come in a
 stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
@@ -64,7 +65,7 @@ from kgreasoner.training.common import (
 )
 from kgreasoner.training.episode_schedule import plan_episode
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
-from kgreasoner.training.hard_cases import hard_examples
+from kgreasoner.training.hard_cases import hard_examples, replay_order, replay_slots
 from kgreasoner.training.plots import STEP_LOG
 
 if TYPE_CHECKING:
@@ -195,6 +196,14 @@ class GRPORecipe(TrainerPassthrough):
             "(kgreasoner.training.hard_cases); the set is saved in the episode's folder and a resumed run reuses it"
         },
     )
+    hard_replay: float = field(
+        default=0.25,
+        metadata={
+            "help": "share of every batch (generation batch) of a hard episode drawn from the other training "
+            "questions, hop counts in turn (seeded), so what the policy already answers, 1-hop questions "
+            "included, stays in training; to the nearest question, at least one while above 0 (0: hard cases only)"
+        },
+    )
     guidance: str = field(
         default="none",
         metadata={
@@ -232,7 +241,8 @@ class GRPORecipe(TrainerPassthrough):
         default="stratified",
         metadata={
             "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
-            "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"
+            "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch; a hard "
+            "episode keeps its own batches, its hard questions shuffled once)"
         },
     )
     dev_eval_steps: int = field(
@@ -325,6 +335,8 @@ class GRPORecipe(TrainerPassthrough):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if not 0.0 < self.hard_threshold <= 1.0:
             raise ValueError(f"hard_threshold must be in (0, 1], got {self.hard_threshold}")
+        if not 0.0 <= self.hard_replay < 1.0:
+            raise ValueError(f"hard_replay must be in [0, 1), got {self.hard_replay}")
         if not 0.0 <= self.frontier_replay < 1.0:
             raise ValueError(f"frontier_replay must be in [0, 1), got {self.frontier_replay}")
         if self.choose_final is None:
@@ -717,7 +729,8 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
             num_train_epochs=episode.num_train_epochs,
             max_steps=episode.max_steps,
             reward_weights=[recipe.rewards.search, recipe.rewards.format, recipe.rewards.answer],
-            shuffle_dataset=recipe.order == "shuffled",
+            # a hard episode lays out its own batches (hard cases and replay): TRL must keep them
+            shuffle_dataset=recipe.order == "shuffled" and episode.data != "hard",
             use_vllm=recipe.rollout_backend == "vllm",
             vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
             max_completion_length=completion_tokens(recipe.rollout),
@@ -739,24 +752,48 @@ def _open_kg(recipe: GRPORecipe, dataset):
     return open_dataset_kg(dataset)
 
 
-def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int, chains=None):
+def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int, chains=None, replay=None):
     """The episode's rows in training order (TRL keeps it unless the order is `shuffled`), and the
     number of questions left out because their prompt is longer than `max_prompt_tokens`; with
-    `chains` (`GoldChains`) each row carries its question's gold chains for the `path` search reward."""
+    `chains` (`GoldChains`) each row carries its question's gold chains for the `path` search reward.
+
+    With `replay`, a hard episode's (other questions, questions per generation batch, share), the rows
+    come in `hard_cases.replay_order`'s batches: the hard questions in `order` (`shuffled`: shuffled once,
+    seeded), a share of every batch from the other questions. Long prompts are left out first, so no
+    batch loses a question."""
+    import random
+
     from datasets import Dataset
 
     from kgreasoner.data.sampling import balanced_order, hop_count
     from kgreasoner.protocol import build_prompt
 
+    by_prompt: dict[str, Any] = {}
+    prompts: dict[str, str] = {}  # question id -> its prompt
+
+    def fitting(questions) -> list:
+        kept = []
+        for example in questions:
+            prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
+            if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= max_prompt_tokens:
+                by_prompt[prompt], prompts[example.id] = example, prompt
+                kept.append(example)
+        return kept
+
+    kept = fitting(examples)
+    dropped = len(examples) - len(kept)
     if order == "stratified":
-        examples = balanced_order(examples, seed)
-    rows, by_prompt, dropped = [], {}, 0
-    for example in examples:
-        prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
-        if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
-            dropped += 1
-            continue
-        by_prompt[prompt] = example
+        kept = balanced_order(kept, seed)
+    elif replay is not None:
+        random.Random(f"{seed}|hard").shuffle(kept)
+    if replay is not None:
+        others, per_batch, share = replay
+        rest = fitting(others)
+        dropped += len(others) - len(rest)
+        kept = replay_order(kept, rest, per_batch, share, seed)
+    rows = []
+    for example in kept:
+        prompt = prompts[example.id]
         forms = [form for answer in example.answers for form in answer.surface_forms()]
         rows.append({"prompt": prompt, "answers": forms, "id": example.id, "hops": hop_count(example)})
         if chains is not None:
@@ -774,11 +811,13 @@ def build_trainer(
     dev_examples=(),
     engine_from=None,
     dev_split=(),
+    replay=(),
 ):
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks.
 
     `dev_examples` is the periodic dev curve's sample; `dev_split`, the whole dev split, measures the
-    candidates of `choose_final: best_dev`.
+    candidates of `choose_final: best_dev`. A hard episode's `examples` are its hard cases and `replay`
+    the other training questions, a `hard_replay` share of every generation batch.
 
     With `engine_from` (the previous episode's trainer) a vLLM rollout drives that trainer's
     colocated engine instead of starting a second one in the process.
@@ -793,8 +832,19 @@ def build_trainer(
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
+    per_batch = args.generation_batch_size // args.num_generations
+    mix = None
+    if episode.data == "hard":
+        mix = (list(replay), per_batch, recipe.hard_replay)
+        logger.info(
+            "episode %d: %d of every %d questions a batch from the %d other training questions",
+            number,
+            replay_slots(per_batch, recipe.hard_replay) if replay else 0,
+            per_batch,
+            len(replay),
+        )
     data, by_prompt, dropped = _episode_dataset(
-        examples, tokenizer, recipe.order, args.seed, recipe.max_prompt_tokens, chains
+        examples, tokenizer, recipe.order, args.seed, recipe.max_prompt_tokens, chains, mix
     )
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
@@ -893,13 +943,16 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             logger.info("episode %d/%d already done: %s", number, len(recipe.episodes), final)
             continue
         examples = train_examples
+        replay: list = []
         if episode.data == "hard":
-            examples, _ = hard_examples(root, number, train_examples, recipe.hard_threshold)
+            examples, replay = hard_examples(root, number, train_examples, recipe.hard_threshold)
         elif episode.data == "frontier":
             args = grpo_config(recipe, episode_dir, episode)
             per_batch = args.generation_batch_size // args.num_generations
             examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, args.seed, per_batch)
-        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous, dev_split)
+        trainer = build_trainer(
+            recipe, number, episode, examples, model_path, tool, dev_examples, previous, dev_split, replay
+        )
         if recipe.episode_carry:
             max_steps = [e.max_steps for e in recipe.episodes]
             trainer.run_schedule = plan_episode(root, number, max_steps, recipe.lora.enabled)

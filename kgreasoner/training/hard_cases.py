@@ -11,8 +11,13 @@ hard when its success rate `right / of` is below `hard_threshold` (1.0: any wron
 fewer than half its rollouts; all-wrong questions are hard under every threshold above 0). A question
 sampled more than once (a second epoch, or a scarce hop count recycled by the stratified order) is judged
 by its last group, the policy nearest the hard episode. A question episode 1 never sampled is not hard:
-its success is unmeasured; it stays with the rest of the training questions. When no question is hard,
-the episode trains on every training question, with a warning.
+its success is unmeasured; it stays with the rest of the training questions, which the replay share
+draws from. When no question is hard, the episode trains on every training question, with a warning.
+
+Replay (`hard_replay`): TRL takes an episode's questions in dataset order, a generation batch at a time,
+so `replay_order` lays the episode out batch by batch: that share of every batch comes from the rest of
+the training questions, hop counts in turn, so the hop counts the policy already answers (in the synthetic
+demo, the 1-hop questions) stay in every stretch of the episode.
 
 The main process writes the set once, to `episode-<k>/hard_cases.jsonl` (id, hops, right, of) and its
 counts to `episode-<k>/hard_cases.json`; every rank reads the set back from there, and a resumed run
@@ -22,6 +27,8 @@ reads it instead of mining again, so the episode trains on the questions its che
 from __future__ import annotations
 
 import json
+import math
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -134,3 +141,50 @@ def _read_rows(path: Path) -> list[dict]:
             except (json.JSONDecodeError, KeyError, TypeError) as err:
                 raise ValueError(f"{path}:{number}: expected a JSON object with an 'id' ({err})") from err
     return rows
+
+
+def replay_slots(per_batch: int, share: float) -> int:
+    """Replay questions in a batch of `per_batch`: `share` of it to the nearest, at least one while `share` is
+    above 0 and at most all but one (a batch keeps a hard question)."""
+    if share <= 0:
+        return 0
+    if per_batch < 2:
+        raise ValueError(
+            f"hard_replay {share} needs at least 2 questions a generation batch, it takes {per_batch} "
+            "(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
+            "raise per_device_train_batch_size or set hard_replay: 0"
+        )
+    return min(max(round(per_batch * share), 1), per_batch - 1)
+
+
+def replay_order(hard: list, rest: list, per_batch: int, share: float, seed: int) -> list:
+    """The hard episode's questions in training order, batch after batch of `per_batch` (TRL's generation
+    batch: every rank's questions of one generation, which it takes in dataset order).
+
+    A batch is `per_batch - r` hard questions, in their given order (started over to fill the last batch),
+    then r = `replay_slots(per_batch, share)` questions of `rest` (none without `rest`): hop counts in turn,
+    fewest hops first, the turn carried from one batch to the next; each hop count's questions in a seeded
+    shuffle, shuffled again once all were used. So with at least as many replay slots as hop counts every
+    batch holds each hop count, and with fewer, consecutive batches take turns. The same questions, sizes
+    and seed give the same order.
+    """
+    from kgreasoner.data.sampling import hop_count
+
+    slots = replay_slots(per_batch, share) if rest else 0
+    pools: dict[int, list] = {}
+    for example in sorted(rest, key=lambda e: e.id):
+        pools.setdefault(hop_count(example), []).append(example)
+    hops = sorted(pools)
+    queues: dict[int, list] = {h: [] for h in hops}
+    rng = random.Random(f"{seed}|replay")
+    take = per_batch - slots
+    order: list = []
+    for batch in range(math.ceil(len(hard) / take)):
+        order += [hard[(batch * take + i) % len(hard)] for i in range(take)]
+        for slot in range(slots):
+            h = hops[(batch * slots + slot) % len(hops)]
+            if not queues[h]:
+                queues[h] = list(pools[h])
+                rng.shuffle(queues[h])
+            order.append(queues[h].pop())
+    return order

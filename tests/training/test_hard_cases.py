@@ -1,5 +1,6 @@
 """Hard cases mined from the policy: episode 1's recorded groups (the policy's own rollouts, gold rows not
-counted, every hop count eligible), the set saved in the run and reused on resume, the same on two ranks."""
+counted, every hop count eligible), the set saved in the run and reused on resume, the same on two ranks;
+and the replay share of every batch of the hard episode, hop counts in turn."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.frontier import GroupLog, read_groups
 from kgreasoner.training.grpo import Episode, GRPORecipe
-from kgreasoner.training.hard_cases import hard_examples, select_hard
+from kgreasoner.training.hard_cases import hard_examples, replay_order, replay_slots, select_hard
 
 TOOL = ToolConfig(entity_handles=True, top_k=5)
 
@@ -126,6 +127,86 @@ def test_no_question_below_the_threshold_trains_the_episode_on_every_question(tm
     assert json.loads((tmp_path / "episode-2" / "hard_cases.json").read_text())["fallback"] == "all"
 
 
+# ----------------------------------------------------------------- the replay share of every batch
+
+
+def test_replay_slots_are_the_share_of_a_batch_to_the_nearest_at_least_one_and_never_all():
+    assert [replay_slots(n, 0.25) for n in (2, 3, 4, 8, 16)] == [1, 1, 1, 2, 4]
+    assert replay_slots(4, 0.9) == 3 and replay_slots(8, 0.0) == 0 and replay_slots(1, 0.0) == 0
+    with pytest.raises(ValueError, match="hard_replay 0.25 needs at least 2 questions a generation batch, it takes 1"):
+        replay_slots(1, 0.25)
+
+
+def test_every_batch_holds_its_replay_share_with_hop_counts_in_turn():
+    hard = [_question("h0", 3), _question("h1", 2), _question("h2", 3), _question("h3", 1), _question("h4", 2)]
+    rest = [_question(f"r1{c}", 1) for c in "abc"] + [_question(f"r2{c}", 2) for c in "ab"] + [_question("r3a", 3)]
+
+    def batches(order, size):
+        return [[e.id for e in order[i : i + size]] for i in range(0, len(order), size)]
+
+    # batches of 4, half replay: 2 hard questions (the last batch starts the hard list over), then 2 replayed,
+    # hop counts 1, 2, 3 in turn from batch to batch; the one 3-hop question comes back once used
+    order = replay_order(hard, rest, 4, 0.5, seed=0)
+    assert batches(order, 4) == [
+        ["h0", "h1", "r1a", "r2a"],
+        ["h2", "h3", "r3a", "r1b"],
+        ["h4", "h0", "r2b", "r3a"],
+    ]
+    assert replay_order(hard, rest, 4, 0.5, seed=0) == order
+    other = replay_order(hard, rest, 4, 0.5, seed=1)
+    assert other != order and [e.hops for e in other] == [e.hops for e in order]
+    # as many slots as hop counts or more: every batch replays each hop count
+    wide = replay_order(hard, rest, 8, 0.5, seed=0)
+    assert batches(wide, 8) == [
+        ["h0", "h1", "h2", "h3", "r1a", "r2a", "r3a", "r1b"],
+        ["h4", "h0", "h1", "h2", "r2b", "r3a", "r1c", "r2a"],
+    ]
+    # no share: the hard questions alone, in whole batches
+    assert [e.id for e in replay_order(hard, rest, 4, 0.0, seed=0)] == ["h0", "h1", "h2", "h3", "h4", "h0", "h1", "h2"]
+
+
+@pytest.mark.parametrize("order", ["stratified", "shuffled"])
+def test_trls_sampler_hands_the_hard_episode_its_batches(order, tiny_checkpoint, synthetic_dir, tmp_path):
+    """A real trainer of a hard episode: the questions TRL's sampler hands each generation, in its groups,
+    are the replay order's batches (no shuffle of TRL's own undoes them), whatever the recipe's order."""
+    import random
+
+    from kgreasoner.data import load_dataset, open_dataset_kg
+    from kgreasoner.data.sampling import balanced_order, hop_count
+    from kgreasoner.retrieval.tool import KGSearchTool
+    from kgreasoner.training.grpo import build_trainer
+
+    recipe = _recipe(
+        tiny_checkpoint,
+        synthetic_dir,
+        tmp_path / "run",
+        order=order,
+        hard_replay=0.5,
+        trainer={"num_generations": 2, "per_device_train_batch_size": 8, "report_to": [], "beta": 0.0},
+    )
+    dataset = load_dataset(str(synthetic_dir))
+    train = dataset.split("train")
+    hard, rest = train[:5], train[5:]
+    tool = KGSearchTool(open_dataset_kg(dataset), TOOL)
+    trainer = build_trainer(recipe, 2, recipe.episodes[1], hard, str(tiny_checkpoint), tool, (), None, (), rest)
+    handed = list(trainer._get_train_sampler())
+    assert handed[::2] == handed[1::2]  # each question twice in a row: one group
+    ids = [trainer.train_dataset[i]["id"] for i in handed[::2]]
+    arranged = list(hard)  # the hard questions in the recipe's order: balanced, or shuffled once (seeded)
+    if order == "stratified":
+        arranged = balanced_order(hard, 0)
+    else:
+        random.Random("0|hard").shuffle(arranged)
+    assert ids == [e.id for e in replay_order(arranged, rest, 4, 0.5, seed=0)]
+    by_id = {e.id: e for e in train}
+    hard_ids = {e.id for e in hard}
+    for start in range(0, len(ids), 4):
+        batch = ids[start : start + 4]
+        assert [i in hard_ids for i in batch] == [True, True, False, False]
+        turn = start // 4 * 2
+        assert [hop_count(by_id[i]) for i in batch[2:]] == [1 + turn % 3, 1 + (turn + 1) % 3]
+
+
 # ----------------------------------------------------------------- a real run: guided groups, resume
 
 
@@ -166,8 +247,10 @@ def test_a_real_episode_one_mines_the_questions_its_policy_rollouts_missed_not_i
     hard = _rows(run / "episode-2" / "hard_cases.jsonl")
     assert [h["id"] for h in hard] == sorted(g["id"] for g in groups)
     assert {h["hops"] for h in hard} == {1, 2, 3}  # every hop count eligible
-    trained = {g["id"] for g in _rows(run / "episode-2" / "groups.jsonl")}
-    assert trained <= {h["id"] for h in hard}
+    # episode 2's one batch of four: three hard questions, then one replayed, the fewest hops first
+    trained = _rows(run / "episode-2" / "groups.jsonl")
+    ids = {h["id"] for h in hard}
+    assert [g["id"] in ids for g in trained] == [True, True, True, False] and trained[3]["hops"] == 1
 
 
 def test_a_resumed_run_trains_the_hard_cases_it_saved(guided_run, tiny_checkpoint, synthetic_dir, tmp_path):
