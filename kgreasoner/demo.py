@@ -219,6 +219,16 @@ class DemoConfig:
         },
     )
 
+    @classmethod
+    def misplaced_key(cls, key: str) -> str | None:
+        """`kgreasoner.config.from_dict`'s hint for a key the demo does not have: the stage that is gone."""
+        if key == "hard":
+            return (
+                "hard is no longer a stage: GRPO mines its hard cases from episode 1's own groups; set "
+                "grpo.set.hard_threshold and grpo.set.hard_replay"
+            )
+        return None
+
     def __post_init__(self) -> None:
         if self.split_scheme not in ("random", "grouped"):
             raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")

@@ -83,6 +83,17 @@ UNSUPPORTED_TRAINER = {
 }
 """GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
 SCALE_REWARDS = ("group", "batch", "none")
+WARMUP_MINING = (
+    "hard cases are mined from the policy's own groups in episode 1, not from the warm-up model: set "
+    "hard_threshold (a question is hard below this success rate) and hard_replay (the share of every batch "
+    "from the other questions)"
+)
+REMOVED_KEYS = {
+    "hard_cases": f"{WARMUP_MINING}; the mined set is saved in episode-<k>/hard_cases.jsonl",
+    "hard_case_trajectories": f"{WARMUP_MINING}; guided groups take their gold rows from guidance_trajectories",
+    "hard_case_quantile": WARMUP_MINING,
+}
+"""Recipe keys that are gone, and what to set instead."""
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
@@ -156,6 +167,14 @@ class GRPORecipe(TrainerPassthrough):
     rollouts sample with its temperature, top_p, top_k and seed."""
 
     TRAINER: ClassVar[TrainerFields] = GRPO_TRAINER
+
+    @classmethod
+    def misplaced_key(cls, key: str) -> str | None:
+        """`kgreasoner.config.from_dict`'s hint for a key the recipe does not have: a removed one names its
+        successors."""
+        if key in REMOVED_KEYS:
+            return f"{key} is no longer a setting: {REMOVED_KEYS[key]}"
+        return super().misplaced_key(key)
 
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})

@@ -127,6 +127,48 @@ def test_no_question_below_the_threshold_trains_the_episode_on_every_question(tm
     assert json.loads((tmp_path / "episode-2" / "hard_cases.json").read_text())["fallback"] == "all"
 
 
+# ----------------------------------------------------------------- the settings of warm-up-model mining
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "also"),
+    [
+        ("hard_cases", "hard.jsonl", "the mined set is saved in episode-<k>/hard_cases.jsonl"),
+        ("hard_case_trajectories", "all.jsonl", "guided groups take their gold rows from guidance_trajectories"),
+        ("hard_case_quantile", 0.5, ""),
+    ],
+)
+def test_the_settings_of_warm_up_model_mining_are_refused_naming_the_new_ones(key, value, also, tmp_path):
+    from kgreasoner.config import ConfigError, load_config
+
+    path = tmp_path / "grpo.yaml"
+    path.write_text(f"model: m\ndataset: d\nrun_dir: o\n{key}: {value}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(GRPORecipe, path)
+    assert str(refused.value) == (
+        f"{path}: {key} is no longer a setting: hard cases are mined from the policy's own groups in episode 1, "
+        "not from the warm-up model: set hard_threshold (a question is hard below this success rate) and "
+        "hard_replay (the share of every batch from the other questions)" + (f"; {also}" if also else "")
+    )
+
+
+def test_the_demos_hard_stage_is_refused_naming_the_grpo_settings(tmp_path):
+    from kgreasoner.config import ConfigError, load_config
+    from kgreasoner.demo import Demo, DemoConfig
+
+    with pytest.raises(ConfigError) as refused:
+        load_config(DemoConfig, None, ["hard.set.quantile=0.5"])
+    assert str(refused.value) == (
+        "defaults: hard is no longer a stage: GRPO mines its hard cases from episode 1's own groups; set "
+        "grpo.set.hard_threshold and grpo.set.hard_replay"
+    )
+    config = load_config(DemoConfig, None, ["grpo.set.hard_case_quantile=0.5"])  # checked with the stage's recipe
+    with pytest.raises(
+        ConfigError, match="demo stage grpo: .*hard_case_quantile is no longer a setting: .*set hard_thr"
+    ):
+        Demo(config, tmp_path / "out")
+
+
 # ----------------------------------------------------------------- the replay share of every batch
 
 
