@@ -55,8 +55,15 @@ def hard_examples(root: Path, number: int, train_examples: list, threshold: floa
     from kgreasoner.data.sampling import hop_count
 
     state = PartialState()  # also sets up the state the logger reads
+    state.wait_for_everyone()  # what the main process wrote before (episode 1's groups) is whole
     folder = root / f"episode-{number}"
     saved = (folder / SUMMARY_FILE).is_file()  # written last: the set beside it is whole
+    groups = root / "episode-1" / GROUPS_FILE
+    if not saved and not groups.is_file():  # on every rank, before any of them waits for the others
+        raise ValueError(
+            f"episode {number} trains on hard cases, but {groups} is missing: it is written while "
+            "episode 1 trains, so a run from before it was recorded must train episode 1 again"
+        )
     state.wait_for_everyone()  # every rank has looked before the main process writes
     if saved:
         made_with = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))["threshold"]
@@ -67,7 +74,7 @@ def hard_examples(root: Path, number: int, train_examples: list, threshold: floa
             )
         logger.info("episode %d: the hard cases mined before, %s", number, folder / HARD_FILE)
     elif state.is_main_process:
-        _write_hard_set(root, number, train_examples, threshold)
+        _write_hard_set(groups, folder, number, train_examples, threshold)
     state.wait_for_everyone()  # the other ranks read the file next
     hard_ids = {row["id"] for row in _read_rows(folder / HARD_FILE)}
     summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
@@ -88,15 +95,10 @@ def hard_examples(root: Path, number: int, train_examples: list, threshold: floa
     return hard, [e for e in train_examples if e.id not in hard_ids]
 
 
-def _write_hard_set(root: Path, number: int, train_examples: list, threshold: float) -> None:
+def _write_hard_set(path: Path, folder: Path, number: int, train_examples: list, threshold: float) -> None:
+    """Mine episode `number`'s set from the groups file `path` into `folder` (the main process)."""
     from kgreasoner.data.sampling import hop_count
 
-    path = root / "episode-1" / GROUPS_FILE
-    if not path.is_file():
-        raise ValueError(
-            f"episode {number} trains on hard cases, but {path} is missing: it is written while "
-            "episode 1 trains, so a run from before it was recorded must train episode 1 again"
-        )
     groups = read_groups(path)
     hard = select_hard(groups, threshold)
     train_ids = {e.id for e in train_examples}
@@ -124,11 +126,13 @@ def _write_hard_set(root: Path, number: int, train_examples: list, threshold: fl
             threshold,
         )
         summary["fallback"] = "all"
-    folder = root / f"episode-{number}"
     folder.mkdir(parents=True, exist_ok=True)
     rows = [{"id": i, "hops": groups[i]["hops"], "right": groups[i]["right"], "of": groups[i]["of"]} for i in hard]
     (folder / HARD_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    # the summary marks the set whole: written in full or not at all, so a run killed here mines again
+    partial = folder / f"{SUMMARY_FILE}.partial"
+    partial.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    partial.replace(folder / SUMMARY_FILE)
 
 
 def _read_rows(path: Path) -> list[dict]:
