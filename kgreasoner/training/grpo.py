@@ -954,6 +954,9 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     root = Path(recipe.run_dir)
     root.mkdir(parents=True, exist_ok=True)
     finals = [root / f"episode-{number}" / "final" for number in range(1, len(recipe.episodes) + 1)]
+    if any(e.data == "hard" for e in recipe.episodes):  # a batch too small for the replay share: refused now
+        args = grpo_config(recipe, root / "episode-1", recipe.episodes[0])
+        replay_slots(args.generation_batch_size // args.num_generations, recipe.hard_replay)
     model_path, previous = recipe.model, None
     for number, (episode, final) in enumerate(zip(recipe.episodes, finals), 1):
         episode_dir = final.parent

@@ -207,6 +207,21 @@ def test_every_batch_holds_its_replay_share_with_hop_counts_in_turn():
     assert [e.id for e in replay_order(hard, rest, 4, 0.0, seed=0)] == ["h0", "h1", "h2", "h3", "h4", "h0", "h1", "h2"]
 
 
+def test_a_batch_too_small_for_the_replay_share_is_refused_before_episode_one(
+    tiny_checkpoint, synthetic_dir, tmp_path
+):
+    from kgreasoner.training.grpo import train_grpo
+
+    # one question a generation batch: no room for a hard case beside a replayed one
+    trainer = {"num_generations": 2, "per_device_train_batch_size": 2, "report_to": [], "beta": 0.0}
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", trainer=trainer)
+    with pytest.raises(ValueError, match="hard_replay 0.25 needs at least 2 questions a generation batch, it takes 1"):
+        train_grpo(recipe)
+    assert not (tmp_path / "run" / "episode-1").exists()
+    train_grpo(_recipe(tiny_checkpoint, synthetic_dir, tmp_path / "hard only", trainer=trainer, hard_replay=0.0))
+    assert (tmp_path / "hard only" / "episode-2" / "final" / "config.json").is_file()
+
+
 @pytest.mark.parametrize("order", ["stratified", "shuffled"])
 def test_trls_sampler_hands_the_hard_episode_its_batches(order, tiny_checkpoint, synthetic_dir, tmp_path):
     """A real trainer of a hard episode: the questions TRL's sampler hands each generation, in its groups,
