@@ -9,7 +9,7 @@
 #   4. SFT for at most STEPS steps (configs/tiny-cpu/sft.yaml: dev loss every 100 steps, early stopping,
 #      the best checkpoint kept);
 #   5. GRPO from it, the demo's recipe (configs/tiny-cpu/grpo.yaml: 30 steps on all training questions,
-#      15 on the hard cases mined from the warm-up; lr 2e-5);
+#      15 on the hard cases, those episode 1 got partly or wholly wrong; lr 2e-5);
 #   6. `kgreasoner eval` of both checkpoints on the test split: unconstrained (`off`), constrained
 #      decoding after <search>/<answer> (`on`), and with constrained quotes as well (`quotes`).
 #
@@ -63,7 +63,7 @@ stage sft "$OUT/sft/final" "${PY[@]}" train/sft.py --resume --config configs/tin
 stage grpo "$OUT/grpo/episode-2/final" "${PY[@]}" train/grpo.py --resume --config configs/tiny-cpu/grpo.yaml \
     --set 'episodes=[{data: all, max_steps: 30}, {data: hard, max_steps: 15}]' --set trainer.save_steps=15 \
     --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set trainer.seed=0 --set run_dir="$OUT/grpo" \
-    --set hard_case_trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
+    --set guidance_trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
     --set rollout.max_turns=6 --set rollout.max_new_tokens=320 --set rollout.max_turn_tokens=96
 
 for model in sft grpo; do

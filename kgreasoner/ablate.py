@@ -8,10 +8,10 @@ same-backbone pipeline baseline (`pipeline`: the tiny architecture SFT-trained o
 steps, then evaluated with that method). Each variant x seed is one run, `OUT/runs/VARIANT/seed-S`:
 a demo folder whose stage folders are links into `OUT/stages/STAGE/KEY`. KEY hashes the stage's
 command, the recipe files it names and every earlier stage's key, so runs whose settings agree up
-to a stage share it and it is computed once: data, KG and ranker by every run, warm-up, model, SFT
-and hard cases by the variants that differ only in GRPO (per seed). Data, KG and ranker are made
-with `data_seed` in every run; a run's seed drives the warm-up sampling, model initialisation,
-SFT, hard cases, GRPO and evaluation. A finished stage leaves `OUT/stages/STAGE/KEY.json` and is
+to a stage share it and it is computed once: data, KG and ranker by every run, warm-up, model and
+SFT by the variants that differ only in GRPO (per seed). Data, KG and ranker are made with
+`data_seed` in every run; a run's seed drives the warm-up sampling, model initialisation, SFT,
+GRPO and evaluation. A finished stage leaves `OUT/stages/STAGE/KEY.json` and is
 skipped, a finished run leaves `result.json` and is skipped, so an interrupted ablation resumes;
 changed settings give new keys instead of reusing outputs made with the old ones.
 
@@ -50,8 +50,8 @@ from kgreasoner.stages import (
 SEED_FREE_STAGES = ("data", "kg", "ranker")
 """Stages made with `data_seed` in every run, so that every run sees the same questions, KG and ranker."""
 RESULT_FILE = "result.json"
-TRAINING_STAGES = ("sft", "hard", "grpo")
-"""The stages whose CPU seconds a row's training cost sums: SFT, hard-case mining with the SFT model, GRPO."""
+TRAINING_STAGES = ("sft", "grpo")
+"""The stages whose CPU seconds a row's training cost sums: SFT and GRPO (its hard cases mined within)."""
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -105,9 +105,7 @@ class AblationConfig:
     )
     seeds: list[int] = field(
         default_factory=lambda: [0, 1],
-        metadata={
-            "help": "one run per variant and seed; the seed drives warm-up sampling, model init, SFT, hard cases, GRPO"
-        },
+        metadata={"help": "one run per variant and seed; the seed drives warm-up sampling, model init, SFT and GRPO"},
     )
     data_seed: int = field(
         default=0,
@@ -493,7 +491,7 @@ def render_markdown(
         "`-`: not run yet. The mean and the difference are over every seed; format-valid is the mean "
         "rate of replies in the method's own format (the think/search/answer protocol for the unified "
         "variants, the pipeline's answer format for a pipeline row). The h-hop columns are the mean Hits@1 on "
-        "the test questions of h hops; training CPU s the mean CPU seconds of the SFT, hard-case and GRPO "
+        "the test questions of h hops; training CPU s the mean CPU seconds of the SFT and GRPO "
         "stages (each counted whole, though runs share a stage). ablations.json also gives each run's oracle "
         "Hits@1 (the gold path walked with that run's tool: what its ranking allows).",
         "",
@@ -526,7 +524,7 @@ def write_outputs(
     }
     notes = [
         f"Data: {data}; Hits@1 of each run's final checkpoint on the test split.",
-        f"Seeds: {', '.join(map(str, seeds))} (warm-up sampling, model initialisation, SFT, hard cases, GRPO); data, "
+        f"Seeds: {', '.join(map(str, seeds))} (warm-up sampling, model initialisation, SFT, GRPO); data, "
         f"KG and ranker made once with seed {config.data_seed}.",
         f"Budget, the same for every variant: {budget_line(demo)}.",
         f"Settings: {config_path or 'defaults'} on top of {config.demo}"

@@ -20,7 +20,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "write SFT data for every LLM step of tog or sog (same-backbone baseline)",
     ),
     "build-tiny": ("kgreasoner.models", "train a tokenizer and save a freshly initialised tiny model checkpoint"),
-    "hard-cases": ("kgreasoner.training.hard_cases", "score warm-up trajectories and keep the hard multi-hop ones"),
     "preflight": ("kgreasoner.training.preflight", "check a GPU recipe (TRL config, data, model, memory per GPU)"),
     "plot": ("kgreasoner.training.plots", "learning curves of GRPO runs (PNG)"),
     "eval": ("kgreasoner.evaluation.commands", "evaluate methods (kgreasoner, tog, sog, parog, io, cot, oracle)"),

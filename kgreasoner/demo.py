@@ -19,11 +19,12 @@ Stages, each into its own folder under `--out` (default outputs/demo):
  5. model    `base/`: a tiny Qwen3 and a word tokenizer trained on the KB, the warm-up sample and
              every training question's text
  6. sft      `sft/final`: the SFT warm-up (short: it teaches the format and the search habit)
- 7. hard     `hard/hard.jsonl`: hard cases (per-example SFT loss above the median, hops >= 2)
- 8. grpo     `grpo/episode-1/final` (all questions), `grpo/episode-2/final` (hard cases): RL does
-             the teaching; dev Hits@1 is measured along the way
- 9. eval     `eval/sft`, `eval/grpo`: the kgreasoner method on both checkpoints and the oracle
-10. report   `report/report.md` with the results table, the curves (PNG), each stage's command
+ 7. grpo     `grpo/episode-1/final` (all questions), `grpo/episode-2/final` (the hard cases: the
+             questions episode 1's own rollouts got partly or wholly wrong, `grpo/episode-2/hard_cases.jsonl`,
+             with a replay share of the other questions in every batch): RL does the teaching; dev Hits@1 is
+             measured along the way
+ 8. eval     `eval/sft`, `eval/grpo`: the kgreasoner method on both checkpoints and the oracle
+ 9. report   `report/report.md` with the results table, the curves (PNG), each stage's command
              and wall time; no checkpoints, so the folder can be committed
 
 Every stage prints the command that does the same from the shell. A stage that finished leaves
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -67,10 +67,10 @@ T = TypeVar("T", bound="DataclassInstance")
 SYNTHETIC = "synthetic"
 FULL_CONFIG = "configs/demo/full.yaml"
 QUICK_CONFIG = "configs/demo/quick.yaml"
-STAGE_NAMES = ("data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo", "eval", "report")
+STAGE_NAMES = ("data", "kg", "ranker", "warmup", "model", "sft", "grpo", "eval", "report")
 STAGE_FOLDERS = {name: "base" if name == "model" else name for name in STAGE_NAMES}
 """The folder under `--out` each stage writes (and only that one, besides the embedding cache)."""
-RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "hard", "grpo", "eval")
+RECIPE_STAGES = ("ranker", "warmup", "model", "sft", "grpo", "eval")
 
 
 @dataclass
@@ -173,9 +173,6 @@ class DemoConfig:
         ),
         metadata={"help": "train/sft.py (SFTRecipe)"},
     )
-    hard: StageRecipe = field(
-        default_factory=_recipe(None), metadata={"help": "kgreasoner hard-cases (HardCaseConfig)"}
-    )
     grpo: StageRecipe = field(
         # 3 questions a step (one per hop count, in the stratified order); the search reward pays searches up to
         # the question's hop count (the paper's form paid a second search on 1-hop questions, and the policy
@@ -214,7 +211,7 @@ class DemoConfig:
     rl: bool = field(
         default=True,
         metadata={
-            "help": "false: no hard cases and no GRPO, the SFT model is the final one (the SFT-only baseline: with "
+            "help": "false: no GRPO, the SFT model is the final one (the SFT-only baseline: with "
             "warmup_examples null and sft.set.trainer.max_steps sized to the RL run's training time, imitation of "
             "every gold trajectory against RL on the same CPU budget)"
         },
@@ -222,11 +219,21 @@ class DemoConfig:
     sft_warmup: bool = field(
         default=True,
         metadata={
-            "help": "false: no SFT warm-up (the paper's ablation): hard cases, GRPO and the first evaluation "
-            "start from the untrained base model; the warm-up trajectories are still made (tokenizer texts, "
-            "hard-case losses)"
+            "help": "false: no SFT warm-up (the paper's ablation): GRPO and the first evaluation start from the "
+            "untrained base model; the warm-up trajectories are still made (tokenizer texts, guided groups' gold "
+            "rows)"
         },
     )
+
+    @classmethod
+    def misplaced_key(cls, key: str) -> str | None:
+        """`kgreasoner.config.from_dict`'s hint for a key the demo does not have: the stage that is gone."""
+        if key == "hard":
+            return (
+                "hard is no longer a stage: GRPO mines its hard cases from episode 1's own groups; set "
+                "grpo.set.hard_threshold and grpo.set.hard_replay"
+            )
+        return None
 
     def __post_init__(self) -> None:
         if self.split_scheme not in ("random", "grouped"):
@@ -345,7 +352,6 @@ class Demo:
         from kgreasoner.models import TinyModelConfig
         from kgreasoner.retrieval.training import RankerTrainConfig
         from kgreasoner.training.grpo import GRPORecipe
-        from kgreasoner.training.hard_cases import HardCaseConfig
         from kgreasoner.training.sft import SFTRecipe
 
         self.config = config
@@ -357,7 +363,6 @@ class Demo:
         self.warmup_file = f"{o['warmup']}/warmup.jsonl"
         self.warmup_all_file = f"{o['warmup']}/all.jsonl" if config.warmup_examples else self.warmup_file
         self.train_file = self.sft_train_file()
-        self.hard_file = f"{o['hard']}/hard.jsonl"
         # Without the warm-up every later stage starts from the untrained base model.
         self.sft_final = f"{o['sft']}/final" if config.sft_warmup else o["base"]
         self.first_eval = "sft" if config.sft_warmup else "base"
@@ -421,11 +426,6 @@ class Demo:
                 "trainer.seed": seed,
             },
         )
-        self.hard = self._stage_config(
-            HardCaseConfig,
-            "hard",
-            {"model": self.sft_final, "trajectories": self.warmup_all_file, "output": self.hard_file},
-        )
         self.grpo = self._stage_config(
             GRPORecipe,
             "grpo",
@@ -433,8 +433,6 @@ class Demo:
                 "model": self.sft_final,
                 "dataset": o["data"],
                 "run_dir": o["grpo"],
-                "hard_cases": self.hard_file,
-                "hard_case_trajectories": None,
                 "split_scheme": config.split_scheme,
                 "split_seed": config.split_seed,
                 "trainer.seed": seed,
@@ -551,12 +549,6 @@ class Demo:
                 self.run_sft,
             ),
             Stage(
-                "hard",
-                "hard cases",
-                [self.hard.command("kgreasoner", "hard-cases")],
-                self.run_hard,
-            ),
-            Stage(
                 "grpo",
                 "GRPO (episode 1: all, 2: hard)",
                 [self.grpo.command("python", "train/grpo.py")],
@@ -578,9 +570,7 @@ class Demo:
                 self.run_report,
             ),
         ]
-        skipped = ({"sft"} if not self.config.sft_warmup else set()) | (
-            {"hard", "grpo"} if not self.config.rl else set()
-        )
+        skipped = ({"sft"} if not self.config.sft_warmup else set()) | ({"grpo"} if not self.config.rl else set())
         return [s for s in stages if s.name not in skipped]
 
     def eval_command(self, methods: str, model: str, label: str) -> str:
@@ -733,13 +723,6 @@ class Demo:
             "line": f"{final}; {max((r.get('step', 0) for r in state), default=0)} steps"
             + (f", best dev loss {min(evals):.3f}" if evals else "")
         }
-
-    def run_hard(self) -> dict[str, Any]:
-        from kgreasoner.training.hard_cases import mine_hard_cases
-
-        output = mine_hard_cases(self.hard.config)
-        summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
-        return {"line": f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.3f})"}
 
     def run_grpo(self) -> dict[str, Any]:
         from kgreasoner.training.grpo import train_grpo

@@ -2,8 +2,7 @@
 
 - `sft_loss.png`: training and dev loss of the SFT warm-up over steps (its trainer_state.json);
 - `grpo_curves.png`: what GRPO learned over its steps (`kgreasoner plot`): reward and components,
-  groups with one reward, entropy, length, searches and correct answers by hop count, dev Hits@1;
-- `hard_cases.png`: the per-example SFT losses and the hard-case threshold.
+  groups with one reward, entropy, length, searches and correct answers by hop count, dev Hits@1.
 The results table merges the two evaluation folders: the kgreasoner method on the SFT and on the
 GRPO checkpoint, and the oracle (gold path walked with the same tool).
 """
@@ -11,7 +10,6 @@ GRPO checkpoint, and the oracle (gold path walked with the same tool).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +111,6 @@ def write_report(demo: Any) -> Path:
     if demo.config.rl:
         plot_runs([demo.paths["grpo"]], out / "grpo_curves.png")
         figures.append(("GRPO: what it learned, step by step", "grpo_curves.png"))
-    histogram = Path(demo.hard_file).with_suffix(".png")
-    if histogram.exists():
-        shutil.copyfile(histogram, out / "hard_cases.png")
-        figures.append(("hard cases: per-example SFT loss and threshold", "hard_cases.png"))
 
     methods, sft_run = _methods(demo)
     stages: dict[str, dict[str, Any]] = demo.store.records()
@@ -132,9 +126,10 @@ def write_report(demo: Any) -> Path:
         f"# kgreasoner demo: {demo.source}",
         "",
         "The whole pipeline on one CPU machine: KG store, GAT ranker, warm-up trajectories, a tiny Qwen3 "
-        "trained from scratch with a short SFT warm-up on a small sample, hard-case mining, GRPO (episode 1 on all "
-        "training questions, episode 2 on the hard cases), evaluation. The warm-up teaches the format and the "
-        "search habit; RL is measured by its gain over its own warm-up. Every stage's command is listed below.",
+        "trained from scratch with a short SFT warm-up on a small sample, GRPO (episode 1 on all "
+        "training questions, episode 2 on the hard cases: those episode 1's rollouts got partly or wholly "
+        "wrong), evaluation. The warm-up teaches the format and the search habit; RL is measured by its gain "
+        "over its own warm-up. Every stage's command is listed below.",
         "",
         *(_gain_lines(methods) if demo.config.rl else []),
         f"- Data: {_data_line(demo)}.",

@@ -39,7 +39,7 @@ VARIANTS = [
     "no_context_aggregation",
     "sft_only",
 ]
-UNIFIED_STAGES = ["data", "kg", "ranker", "warmup", "model", "sft", "hard", "grpo", "eval"]
+UNIFIED_STAGES = ["data", "kg", "ranker", "warmup", "model", "sft", "grpo", "eval"]
 
 
 def _runs(path: Path, out: Path, **kwargs) -> dict:
@@ -139,7 +139,7 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     # Warm-up without error correction: only that field of the warm-up, so everything downstream is retrained.
     assert runs["no_backtracking", 0].demo.warmup.config.correction_share == 0.0
     assert changed("no_backtracking", "warmup") == {"correction_share"}
-    for stage in ("ranker", "model", "sft", "hard", "grpo", "eval"):
+    for stage in ("ranker", "model", "sft", "grpo", "eval"):
         assert changed("no_backtracking", stage) == set(), stage
 
     # A zero reward weight reaches the GRPO recipe (and TRL's reward_weights through it); nothing before GRPO changes.
@@ -149,7 +149,7 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
             k: 0.0 if k == weight else 1.0 for k in ("search", "format", "answer")
         }
         assert changed(f"no_{name}_reward", "grpo") == {f"rewards.{weight}"}
-        for stage in ("warmup", "model", "sft", "hard", "eval"):
+        for stage in ("warmup", "model", "sft", "eval"):
             assert changed(f"no_{name}_reward", stage) == set(), stage
 
     # Episode 2 over all questions, with the same step budgets.
@@ -161,7 +161,7 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
 
     # Guided groups on in full (from the warm-up's records of every training question), off in no_guided_groups.
     assert full.demo.grpo.config.guidance == "gold"
-    assert full.demo.grpo.config.gold_trajectories == full.demo.warmup_all_file
+    assert full.demo.grpo.config.guidance_trajectories == full.demo.warmup_all_file
     assert runs["no_guided_groups", 0].demo.grpo.config.guidance == "none"
     assert changed("no_guided_groups", "grpo") == {"guidance"}
 
@@ -177,11 +177,11 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
         assert changed("no_context_aggregation", stage) <= {"tool.ranking", "tool.ranker_path", "tool.encoder.kind"}
     assert ctx.ranker.config.encoder.kind == ("hashing" if path == QUICK else "minilm")
 
-    # No warm-up: hard cases, GRPO and the first evaluation start from the untrained base model; no SFT stage.
+    # No warm-up: GRPO and the first evaluation start from the untrained base model; no SFT stage.
     no_warmup = runs["no_warmup", 0]
     assert [s.name for s in no_warmup.stages] == [s for s in UNIFIED_STAGES if s != "sft"]
-    assert no_warmup.demo.grpo.config.model == no_warmup.demo.hard.config.model == no_warmup.demo.paths["base"]
-    assert changed("no_warmup", "grpo") == {"model"} and changed("no_warmup", "hard") == {"model"}
+    assert no_warmup.demo.grpo.config.model == no_warmup.demo.paths["base"]
+    assert changed("no_warmup", "grpo") == {"model"}
     assert no_warmup.demo.first_eval == "base" and "eval/base" in no_warmup.stages[-1].commands[0]
 
 
@@ -230,13 +230,11 @@ def test_every_printed_command_builds_the_config_the_run_uses(tmp_path):
     from data_gen.warmup import WarmupConfig
     from kgreasoner.evaluation.methods import EvalConfig
     from kgreasoner.training.grpo import GRPORecipe
-    from kgreasoner.training.hard_cases import HardCaseConfig
     from kgreasoner.training.sft import SFTRecipe
 
     classes = {
         "warmup": WarmupConfig,
         "sft": SFTRecipe,
-        "hard": HardCaseConfig,
         "grpo": GRPORecipe,
         "pipeline": PipelineSFTConfig,
     }
@@ -265,9 +263,9 @@ def test_runs_share_a_stage_exactly_when_their_settings_agree_up_to_it(tmp_path)
     def shared(a, b) -> list[str]:
         return [s for s in runs[a].keys if runs[a].keys[s] == runs[b].keys.get(s)]
 
-    upto_hard = ["data", "kg", "ranker", "warmup", "model", "sft", "hard"]
+    upto_sft = ["data", "kg", "ranker", "warmup", "model", "sft"]
     for variant in ("no_hard_cases", "no_guided_groups", "no_search_reward", "no_format_reward", "no_answer_reward"):
-        assert shared(("full", 0), (variant, 0)) == upto_hard
+        assert shared(("full", 0), (variant, 0)) == upto_sft
     assert shared(("full", 0), ("no_warmup", 0)) == ["data", "kg", "ranker", "warmup", "model"]
     for variant in ("no_backtracking", "no_context_aggregation"):
         assert shared(("full", 0), (variant, 0)) == ["data", "kg", "ranker"]
@@ -353,15 +351,15 @@ def test_the_table_gives_hits1_by_hop_count_and_training_cpu_seconds_from_the_re
         (tmp_path / "runs" / name / f"seed-{seed}").mkdir(parents=True, exist_ok=True)
         (tmp_path / "runs" / name / f"seed-{seed}" / "result.json").write_text(json.dumps(record))
 
-    # data, kg, warmup and eval are no training: only sft, hard and grpo count
+    # data, kg, warmup and eval are no training: only sft and grpo count
     write(
         "full",
         0,
         0.5,
         {"1": 0.8, "2": 0.4, "3": 0.1},
-        {"data": 50.0, "warmup": 70.0, "sft": 100.0, "hard": 10.0, "grpo": 300.0, "eval": 40.0},
+        {"data": 50.0, "warmup": 70.0, "sft": 100.0, "grpo": 310.0, "eval": 40.0},
     )
-    write("full", 1, 0.4, {"1": 0.6, "2": 0.3, "3": 0.3}, {"sft": 110.0, "hard": 12.0, "grpo": 320.0})
+    write("full", 1, 0.4, {"1": 0.6, "2": 0.3, "3": 0.3}, {"sft": 110.0, "grpo": 332.0})
     write("sft_only", 0, 0.3, {"1": 0.5, "2": 0.2}, {"sft": 101.0, "eval": 30.0})
     write("sft_only", 1, 0.2, {"1": 0.3, "2": 0.1, "3": 0.0}, {"sft": 99.0})
     write("no_warmup", 0, 0.0, {"1": 0.0}, {"grpo": 200.0})
@@ -423,7 +421,7 @@ def test_a_run_records_hits1_by_hop_count_and_the_cpu_seconds_of_each_stage(tmp_
     assert set(record["stages"]) == set(UNIFIED_STAGES)
     assert all(stage["cpu_seconds"] >= 0.04 for name, stage in record["stages"].items() if name != "eval")
     assert training_cpu_seconds(record) == pytest.approx(
-        sum(record["stages"][name]["cpu_seconds"] for name in ("sft", "hard", "grpo"))
+        sum(record["stages"][name]["cpu_seconds"] for name in ("sft", "grpo"))
     )
 
 
@@ -476,13 +474,13 @@ def test_quick_ablation_of_two_variants_end_to_end_then_resumes(tmp_path, capsys
     assert main(argv) == 0
     first = time.perf_counter() - started
     log = capsys.readouterr().out
-    assert "[1/2] full, seed 0: Hits@1 " in log and "ran data, kg, ranker, warmup, model, sft, hard, grpo, eval" in log
+    assert "[1/2] full, seed 0: Hits@1 " in log and "ran data, kg, ranker, warmup, model, sft, grpo, eval" in log
     assert "[2/2] no_search_reward, seed 0: Hits@1 " in log and "ran grpo, eval" in log
-    assert "reused data, kg, ranker, warmup, model, sft, hard" in log
+    assert "reused data, kg, ranker, warmup, model, sft" in log
 
-    # The second run's stage folders up to the hard cases are the first run's; its GRPO and evaluation its own.
+    # The second run's stage folders up to SFT are the first run's; its GRPO and evaluation its own.
     full, other = out / "runs/full/seed-0", out / "runs/no_search_reward/seed-0"
-    for folder in ("data", "kg", "ranker", "warmup", "base", "sft", "hard"):
+    for folder in ("data", "kg", "ranker", "warmup", "base", "sft"):
         assert (full / folder).is_symlink() and (full / folder).resolve() == (other / folder).resolve(), folder
     for folder in ("grpo", "eval"):
         assert (full / folder).resolve() != (other / folder).resolve()

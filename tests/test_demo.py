@@ -73,7 +73,6 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
     from kgreasoner.models import TinyModelConfig
     from kgreasoner.retrieval.training import RankerTrainConfig
     from kgreasoner.training.grpo import GRPORecipe
-    from kgreasoner.training.hard_cases import HardCaseConfig
     from kgreasoner.training.sft import SFTRecipe
 
     config = load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", ["data=PQ-2H", "eval_questions=7"])
@@ -85,7 +84,6 @@ def test_every_printed_command_builds_the_config_the_demo_runs(tmp_path):
         "warmup": (WarmupConfig, demo.warmup),
         "model": (TinyModelConfig, demo.model),
         "sft": (SFTRecipe, demo.sft),
-        "hard": (HardCaseConfig, demo.hard),
         "grpo": (GRPORecipe, demo.grpo),
     }
     for name, (cls, stage) in classes.items():
@@ -153,9 +151,9 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     first = time.perf_counter() - started
     log = capsys.readouterr().out
     for number, name in enumerate(STAGE_NAMES, 1):
-        assert f"[{number}/10] {name}: " in log
-    assert log.count("    $ ") == 11  # one command per stage, two for the evaluation
-    assert f"[{STAGE_NAMES.index('sft') + 1}/10] sft: SFT warm-up (1 torch thread) ..." in log
+        assert f"[{number}/9] {name}: " in log
+    assert log.count("    $ ") == 10  # one command per stage, two for the evaluation
+    assert f"[{STAGE_NAMES.index('sft') + 1}/9] sft: SFT warm-up (1 torch thread) ..." in log
     # the quick world's oracle walks need up to 5 searches (99th percentile; the most 6): 6 turns fit
     budget = [line for line in log.splitlines() if line.startswith("kgreasoner demo: turn budget ")]
     assert len(budget) == 1 and budget[0].startswith("kgreasoner demo: turn budget 6 searches fits: ")
@@ -169,7 +167,8 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     assert {r["split"] for r in warmup} == {"train", "dev"}
     for model in ("base", "sft/final", "grpo/episode-1/final", "grpo/episode-2/final"):
         assert (out / model / "config.json").exists() and (out / model / "tokenizer.json").exists(), model
-    assert (out / "hard" / "hard.jsonl").read_text().strip()
+    # episode 2's hard cases: mined from episode 1's own groups, in the run's folder
+    assert json.loads((out / "grpo" / "episode-2" / "hard_cases.json").read_text())["sampled"] > 0
     steps = [json.loads(x) for x in (out / "grpo" / "steps.jsonl").read_text().splitlines()]
     assert [(r["episode"], r["step"]) for r in steps if "loss" in r] == [
         (1, 1),
@@ -181,7 +180,8 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     ]
     # Greedy dev Hits@1 before each episode and every 2 steps (dev_eval_steps).
     assert [(r["episode"], r["step"]) for r in steps if "dev/hits1" in r] == [(1, 0), (1, 2), (1, 4), (2, 0), (2, 2)]
-    # SFT learns from the first 60 training questions of the stratified order; hard cases are mined on all.
+    # SFT learns from the first 60 training questions of the stratified order; guided groups' gold rows come
+    # from every training question's trajectory.
     every = [json.loads(x) for x in (out / "warmup" / "all.jsonl").read_text().splitlines()]
     sample = {r["id"] for r in warmup if r["split"] == "train"}
     assert len(sample) == 60 and sample < {r["id"] for r in every if r["split"] == "train"}
@@ -197,7 +197,6 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
         "results.json",
         "sft_loss.png",
         "grpo_curves.png",
-        "hard_cases.png",
     }
     text = (report / "report.md").read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ")]
@@ -208,7 +207,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
         assert any(r.startswith(f"| {STAGE_NAMES.index(name) + 1} | {name} | ") for r in rows)
     assert "python train/sft.py --config" in text and "kgreasoner eval --methods kgreasoner,oracle" in text
     assert "\n- Turns: turn budget 6 searches fits: " in text
-    for png in ("sft_loss.png", "grpo_curves.png", "hard_cases.png"):
+    for png in ("sft_loss.png", "grpo_curves.png"):
         assert (report / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in text
     results = json.loads((report / "results.json").read_text())
@@ -220,7 +219,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
     assert main(["demo", "--quick", "--out", str(out), "--threads", "1"]) == 0
     second = time.perf_counter() - started
     log = capsys.readouterr().out
-    assert log.count("skipped") == 10 and "    $ " not in log
+    assert log.count("skipped") == 9 and "    $ " not in log
     assert (report / "report.md").read_bytes() == report_bytes
     print(f"quick demo: {first:.1f}s, resumed run {second:.2f}s")
 

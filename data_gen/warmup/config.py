@@ -97,7 +97,7 @@ class WarmupConfig:
         metadata={
             "help": (
                 "trajectories from train-split questions (the paper used ~500); `all` or null: one per training "
-                "question (for hard-case mining)"
+                "question (the gold rows of guided groups in GRPO)"
             )
         },
     )
@@ -109,7 +109,7 @@ class WarmupConfig:
         metadata={
             "help": (
                 "also write the records of the first `sample_size` training questions (in `sample` order) and "
-                "every dev record here: a small SFT warm-up beside the full set that hard-case mining scores"
+                "every dev record here: a small SFT warm-up beside the full set guided groups take gold rows from"
             )
         },
     )

@@ -1,1 +1,1 @@
-"""Training recipes: SFT warm-up, hard-case mining and GRPO, driven by YAML configs."""
+"""Training recipes: SFT warm-up and GRPO (its hard cases mined from the policy), driven by YAML configs."""

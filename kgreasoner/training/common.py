@@ -198,8 +198,8 @@ def start_process_group(timeout_s: float) -> None:
     """Under torchrun, open the process group now, with `timeout_s` (the recipe's `ddp_timeout`) for its
     collectives; in one process, or when a group exists, do nothing.
 
-    Whatever opens the group first sets its timeout for the whole run: accelerate's `PartialState` (hard-case
-    mining, the tiny-model build) opens one with torch's default, and DeepSpeed and TRL's own state then
+    Whatever opens the group first sets its timeout for the whole run: accelerate's `PartialState` (the
+    tiny-model build) opens one with torch's default, and DeepSpeed and TRL's own state then
     reuse it as it is. So a stage calls this before anything else, and a rank that waits at a barrier while
     rank 0 merges, saves or copies a model waits as long as the recipe says.
     """

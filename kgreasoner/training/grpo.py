@@ -7,7 +7,9 @@ loss and sampled ids are never re-tokenised. The rewards are the paper's search,
 answer components (`kgreasoner.rewards`), each logged by TRL under `rewards/<name>`.
 
 Episodes: episode 1 trains on every training question for a stable initial policy; later
-episodes train on the hard cases (`data: hard`, the paper's; `kgreasoner.training.hard_cases`) or on
+episodes train on the hard cases (`data: hard`, the paper's episode, its questions mined from the policy:
+those episode 1's groups got partly or wholly wrong, with a replay share of the rest in every batch;
+`kgreasoner.training.hard_cases`) or on
 the frontier (`data: frontier`: the questions episode 1's groups answered sometimes but not always,
 plus a replay share of the rest; `kgreasoner.training.frontier`). Questions come in a
 stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
@@ -69,7 +71,7 @@ from kgreasoner.training.common import (
 )
 from kgreasoner.training.episode_schedule import plan_episode
 from kgreasoner.training.frontier import GROUPS_FILE, GroupLog, frontier_examples
-from kgreasoner.training.hard_cases import read_hard_ids
+from kgreasoner.training.hard_cases import hard_examples, replay_order, replay_slots
 from kgreasoner.training.plots import STEP_LOG
 
 if TYPE_CHECKING:
@@ -93,6 +95,17 @@ UNSUPPORTED_TRAINER = {
 }
 """GRPOConfig fields a recipe's `trainer:` may not change from their value here, and what to do instead."""
 SCALE_REWARDS = ("group", "batch", "none")
+WARMUP_MINING = (
+    "hard cases are mined from the policy's own groups in episode 1, not from the warm-up model: set "
+    "hard_threshold (a question is hard below this success rate) and hard_replay (the share of every batch "
+    "from the other questions)"
+)
+REMOVED_KEYS = {
+    "hard_cases": f"{WARMUP_MINING}; the mined set is saved in episode-<k>/hard_cases.jsonl",
+    "hard_case_trajectories": f"{WARMUP_MINING}; guided groups take their gold rows from guidance_trajectories",
+    "hard_case_quantile": WARMUP_MINING,
+}
+"""Recipe keys that are gone, and what to set instead."""
 logger = get_logger(__name__)  # main process only unless a call says otherwise
 
 
@@ -103,8 +116,9 @@ class Episode:
     data: str = field(
         default="all",
         metadata={
-            "help": "all: every training question; hard: the hard cases (paper); frontier: the questions with some "
-            "but not all rollouts right in episode 1, plus a replay share of the rest (frontier_replay)"
+            "help": "all: every training question; hard: the hard cases, the questions episode 1's groups got "
+            "partly or wholly wrong (hard_threshold); frontier: the questions with some but not all rollouts right "
+            "in episode 1, plus a replay share of the rest (frontier_replay)"
         },
     )
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over this episode's questions"})
@@ -167,11 +181,20 @@ class GRPORecipe(TrainerPassthrough):
 
     TRAINER: ClassVar[TrainerFields] = GRPO_TRAINER
 
+    @classmethod
+    def misplaced_key(cls, key: str) -> str | None:
+        """`kgreasoner.config.from_dict`'s hint for a key the recipe does not have: a removed one names its
+        successors."""
+        if key in REMOVED_KEYS:
+            return f"{key} is no longer a setting: {REMOVED_KEYS[key]}"
+        return super().misplaced_key(key)
+
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
     run_dir: str = field(
         metadata={
-            "help": "the run's folder: its episodes (TRL's output_dir each), logs, hard cases and the final model"
+            "help": "the run's folder: its episodes (TRL's output_dir each, a hard episode's mined set in it), logs "
+            "and the final model"
         }
     )
     kg: str | None = field(
@@ -196,14 +219,23 @@ class GRPORecipe(TrainerPassthrough):
             "DeepSpeed)"
         },
     )
-    hard_cases: str | None = field(
-        default=None, metadata={"help": "hard-case ids (JSONL from kgreasoner.training.hard_cases)"}
+    hard_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "a hard episode's questions: those whose last group in episode 1 had a success rate (right "
+            "answers of the policy's own rollouts, gold rows not counted) below this, every hop count eligible; "
+            "1.0: any wrong rollout, 0.5: right in fewer than half. Questions episode 1 never sampled are not hard "
+            "(kgreasoner.training.hard_cases); the set is saved in the episode's folder and a resumed run reuses it"
+        },
     )
-    hard_case_trajectories: str | None = field(
-        default=None,
-        metadata={"help": "reference trajectories to mine hard cases from with `model` when hard_cases is unset"},
+    hard_replay: float = field(
+        default=0.25,
+        metadata={
+            "help": "share of every batch (generation batch) of a hard episode drawn from the other training "
+            "questions, hop counts in turn (seeded), so what the policy already answers, 1-hop questions "
+            "included, stays in training; to the nearest question, at least one while above 0 (0: hard cases only)"
+        },
     )
-    hard_case_quantile: float = field(default=0.5, metadata={"help": "epsilon = this quantile of the losses"})
     guidance: str = field(
         default="none",
         metadata={
@@ -216,8 +248,8 @@ class GRPORecipe(TrainerPassthrough):
     guidance_trajectories: str | None = field(
         default=None,
         metadata={
-            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from; default: "
-            "hard_case_trajectories. Made with the training tool's settings, so their answers resolve"
+            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from. Made with the "
+            "training tool's settings, so their answers resolve"
         },
     )
     frontier_replay: float = field(
@@ -241,7 +273,8 @@ class GRPORecipe(TrainerPassthrough):
         default="stratified",
         metadata={
             "help": "question order: stratified (hop counts take turns for the whole epoch, scarcer ones recycled, "
-            "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch)"
+            "questions shuffled within a hop count; seeded) or shuffled (TRL's seeded shuffle each epoch; a hard "
+            "episode keeps its own batches, its hard questions shuffled once)"
         },
     )
     dev_eval_steps: int = field(
@@ -349,13 +382,17 @@ class GRPORecipe(TrainerPassthrough):
 
         if self.guidance not in GUIDANCE:
             raise ValueError(f"guidance must be one of {GUIDANCE}, got {self.guidance!r}")
-        if self.guidance != "none" and not self.gold_trajectories:
+        if self.guidance != "none" and not self.guidance_trajectories:
             raise ValueError(
                 f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
-                "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl"
+                "to the warm-up records, data_gen.warmup's all.jsonl"
             )
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
+        if not 0.0 < self.hard_threshold <= 1.0:
+            raise ValueError(f"hard_threshold must be in (0, 1], got {self.hard_threshold}")
+        if not 0.0 <= self.hard_replay < 1.0:
+            raise ValueError(f"hard_replay must be in [0, 1), got {self.hard_replay}")
         if not 0.0 <= self.frontier_replay < 1.0:
             raise ValueError(f"frontier_replay must be in [0, 1), got {self.frontier_replay}")
         if self.choose_final is None:
@@ -394,11 +431,6 @@ class GRPORecipe(TrainerPassthrough):
                 "generation TRL's generation context turns checkpointing back on with these kwargs passed to "
                 "torch's checkpoint, which takes neither; leave them out"
             )
-
-    @property
-    def gold_trajectories(self) -> str | None:
-        """The warm-up records guided groups take their gold rows from."""
-        return self.guidance_trajectories or self.hard_case_trajectories
 
 
 def policy_rollouts(recipe, tool, trainer, prompts, examples, sampling, prefixes=None, evaluate=False) -> list:
@@ -454,7 +486,7 @@ class KGRollout:
         self.tool = tool
         self.examples_by_prompt = examples_by_prompt
         self.rollout_seconds = 0.0
-        gold = recipe.gold_trajectories  # set whenever guidance is (GRPORecipe checks it)
+        gold = recipe.guidance_trajectories  # set whenever guidance is (GRPORecipe checks it)
         self.gold = GoldTrajectories(gold) if recipe.guidance != "none" and gold else None
         self.group_log: GroupLog | None = None  # each group's right answers, as sampled
 
@@ -758,7 +790,8 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
             num_train_epochs=episode.num_train_epochs,
             max_steps=episode.max_steps,
             reward_weights=[recipe.rewards.search, recipe.rewards.format, recipe.rewards.answer],
-            shuffle_dataset=recipe.order == "shuffled",
+            # a hard episode lays out its own batches (hard cases and replay): TRL must keep them
+            shuffle_dataset=recipe.order == "shuffled" and episode.data != "hard",
             use_vllm=recipe.rollout_backend == "vllm",
             vllm_max_model_length=sequence_tokens(recipe.rollout, recipe.max_prompt_tokens),
             max_completion_length=completion_tokens(recipe.rollout),
@@ -771,27 +804,6 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
     )
 
 
-def _hard_ids(recipe: GRPORecipe) -> set[str]:
-    if recipe.hard_cases:
-        return read_hard_ids(recipe.hard_cases)
-    if not recipe.hard_case_trajectories:
-        raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
-    from kgreasoner.training.hard_cases import HardCaseConfig, mine_hard_cases
-
-    output = Path(recipe.run_dir) / "hard_cases.jsonl"
-    # Every rank sees the same answer: the file is written only after all ranks have scored.
-    if not output.exists():
-        mine_hard_cases(
-            HardCaseConfig(
-                model=recipe.model,
-                trajectories=recipe.hard_case_trajectories,
-                output=str(output),
-                quantile=recipe.hard_case_quantile,
-            )
-        )
-    return read_hard_ids(output)
-
-
 def _open_kg(recipe: GRPORecipe, dataset):
     if recipe.kg:
         from kgreasoner.kg.open import open_kg
@@ -802,24 +814,48 @@ def _open_kg(recipe: GRPORecipe, dataset):
     return open_dataset_kg(dataset)
 
 
-def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int, chains=None):
+def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_tokens: int, chains=None, replay=None):
     """The episode's rows in training order (TRL keeps it unless the order is `shuffled`), and the
     number of questions left out because their prompt is longer than `max_prompt_tokens`; with
-    `chains` (`GoldChains`) each row carries its question's gold chains for the `path` search reward."""
+    `chains` (`GoldChains`) each row carries its question's gold chains for the `path` search reward.
+
+    With `replay`, a hard episode's (other questions, questions per generation batch, share), the rows
+    come in `hard_cases.replay_order`'s batches: the hard questions in `order` (`shuffled`: shuffled once,
+    seeded), a share of every batch from the other questions. Long prompts are left out first, so no
+    batch loses a question."""
+    import random
+
     from datasets import Dataset
 
     from kgreasoner.data.sampling import balanced_order, hop_count
     from kgreasoner.protocol import build_prompt
 
+    by_prompt: dict[str, Any] = {}
+    prompts: dict[str, str] = {}  # question id -> its prompt
+
+    def fitting(questions) -> list:
+        kept = []
+        for example in questions:
+            prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
+            if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) <= max_prompt_tokens:
+                by_prompt[prompt], prompts[example.id] = example, prompt
+                kept.append(example)
+        return kept
+
+    kept = fitting(examples)
+    dropped = len(examples) - len(kept)
     if order == "stratified":
-        examples = balanced_order(examples, seed)
-    rows, by_prompt, dropped = [], {}, 0
-    for example in examples:
-        prompt = build_prompt(example.question, list(example.topic_entities), tokenizer)
-        if len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) > max_prompt_tokens:
-            dropped += 1
-            continue
-        by_prompt[prompt] = example
+        kept = balanced_order(kept, seed)
+    elif replay is not None:
+        random.Random(f"{seed}|hard").shuffle(kept)
+    if replay is not None:
+        others, per_batch, share = replay
+        rest = fitting(others)
+        dropped += len(others) - len(rest)
+        kept = replay_order(kept, rest, per_batch, share, seed)
+    rows = []
+    for example in kept:
+        prompt = prompts[example.id]
         forms = [form for answer in example.answers for form in answer.surface_forms()]
         rows.append({"prompt": prompt, "answers": forms, "id": example.id, "hops": hop_count(example)})
         if chains is not None:
@@ -837,11 +873,13 @@ def build_trainer(
     dev_examples=(),
     engine_from=None,
     dev_split=(),
+    replay=(),
 ):
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks.
 
     `dev_examples` is the periodic dev curve's sample; `dev_split`, the whole dev split, measures the
-    candidates of `choose_final: best_dev`.
+    candidates of `choose_final: best_dev`. A hard episode's `examples` are its hard cases and `replay`
+    the other training questions, a `hard_replay` share of every generation batch.
 
     With `engine_from` (the previous episode's trainer) a vLLM rollout drives that trainer's
     colocated engine instead of starting a second one in the process.
@@ -861,8 +899,19 @@ def build_trainer(
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
+    per_batch = args.generation_batch_size // args.num_generations
+    mix = None
+    if episode.data == "hard":
+        mix = (list(replay), per_batch, recipe.hard_replay)
+        logger.info(
+            "episode %d: %d of every %d questions a batch from the %d other training questions",
+            number,
+            replay_slots(per_batch, recipe.hard_replay) if replay else 0,
+            per_batch,
+            len(replay),
+        )
     data, by_prompt, dropped = _episode_dataset(
-        examples, tokenizer, recipe.order, args.seed, recipe.max_prompt_tokens, chains
+        examples, tokenizer, recipe.order, args.seed, recipe.max_prompt_tokens, chains, mix
     )
     if not len(data):
         raise ValueError(f"episode {number}: every prompt is longer than max_prompt_tokens={recipe.max_prompt_tokens}")
@@ -919,18 +968,15 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     """Run every episode in turn; returns the final model directory of the last one.
 
     What is alive on each GPU, in order (what preflight adds up for episode 2):
-    1. Hard-case mining, when a later episode trains on hard cases that are not mined yet: the warm-up
-       model (`recipe.model`, inference dtype) on every rank, before anything else exists; freed
-       (and the CUDA cache emptied) before episode 1 starts. Mining reads only the warm-up model
-       and the reference trajectories, so it need not wait for episode 1.
-    2. Episode k: its trainer (policy, reference model when beta > 0, optimiser states, DeepSpeed
+    1. Episode k: its trainer (policy, reference model when beta > 0, optimiser states, DeepSpeed
        engine) and, with `rollout_backend: vllm`, one colocated vLLM engine.
-    3. Between episodes: the finished trainer is saved, then released (`trl_internals.release_trainer`):
+    2. Between episodes: the finished trainer is saved, then released (`trl_internals.release_trainer`):
        policy, reference model, optimiser and DeepSpeed engine are dropped and the CUDA cache emptied
        before the next trainer is built. The vLLM engine alone stays alive (its weights and KV cache,
        `vllm_gpu_memory_utilization` of the GPU): episode k + 1's trainer drives the same engine
        (`engine_from`), whose first weight sync loads the new policy. So episode 2 holds what
-       episode 1 held, no more.
+       episode 1 held, no more. A hard episode's questions are mined here too, from the groups episode 1
+       recorded (a file: no model).
     """
 
     from kgreasoner.data import load_dataset
@@ -938,7 +984,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.trl_internals import release_trainer
 
-    start_process_group(recipe.setting("ddp_timeout"))  # before hard-case mining opens one
+    start_process_group(recipe.setting("ddp_timeout"))  # before anything opens one
     dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
     if not train_examples:
@@ -956,9 +1002,9 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     root = Path(recipe.run_dir)
     root.mkdir(parents=True, exist_ok=True)
     finals = [root / f"episode-{number}" / "final" for number in range(1, len(recipe.episodes) + 1)]
-    hard = None
-    if any(e.data == "hard" and not is_saved_model(f) for e, f in zip(recipe.episodes, finals)):
-        hard = _hard_ids(recipe)  # before any trainer exists: see the docstring
+    if any(e.data == "hard" for e in recipe.episodes):  # a batch too small for the replay share: refused now
+        args = grpo_config(recipe, root / "episode-1", recipe.episodes[0])
+        replay_slots(args.generation_batch_size // args.num_generations, recipe.hard_replay)
     model_path, previous = recipe.model, None
     for number, (episode, final) in enumerate(zip(recipe.episodes, finals), 1):
         episode_dir = final.parent
@@ -967,16 +1013,16 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
             logger.info("episode %d/%d already done: %s", number, len(recipe.episodes), final)
             continue
         examples = train_examples
+        replay: list = []
         if episode.data == "hard":
-            assert hard is not None  # read above whenever an unfinished episode trains on hard cases
-            examples = [e for e in train_examples if e.id in hard]
-            if not examples:
-                raise ValueError(f"episode {number}: none of the {len(hard)} hard-case ids is a training question")
+            examples, replay = hard_examples(root, number, train_examples, recipe.hard_threshold)
         elif episode.data == "frontier":
             args = grpo_config(recipe, episode_dir, episode)
             per_batch = args.generation_batch_size // args.num_generations
             examples = frontier_examples(root, number, train_examples, recipe.frontier_replay, args.seed, per_batch)
-        trainer = build_trainer(recipe, number, episode, examples, model_path, tool, dev_examples, previous, dev_split)
+        trainer = build_trainer(
+            recipe, number, episode, examples, model_path, tool, dev_examples, previous, dev_split, replay
+        )
         if recipe.episode_carry:
             max_steps = [e.max_steps for e in recipe.episodes]
             trainer.run_schedule = plan_episode(root, number, max_steps, recipe.lora.enabled)

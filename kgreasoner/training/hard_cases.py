@@ -1,215 +1,194 @@
-"""Hard-case mining (paper, Section 4.3): keep the questions the warm-up model finds hard.
+"""Hard cases: the questions the policy itself got partly or wholly wrong in episode 1.
 
-For each training question with a reference trajectory a (from `data_gen.warmup`), the
-warm-up model's loss is L_sft = -(1/T) sum_t log P(a_t | a_<t, q) over the T model-written
-tokens. A question is hard when L_sft > epsilon and it needs multi-hop reasoning (hops >= 2).
-Later GRPO episodes train only on these.
+While episode 1 trains, `frontier.GroupLog` writes one row per rollout group to `episode-1/groups.jsonl`:
+how many of its question's `of` policy rollouts answered right. The count is taken as the rollouts were
+sampled, before a guided group swaps a row for a gold trajectory (or a rollout after a gold prefix), so
+gold rows never count; and it is gathered over every rank in TRL's group order, so a group whose
+rollouts lie on two ranks still gives one exact row (`frontier.group_rows`).
 
-Under torchrun every rank loads the model on its own device, scores every world_size-th
-trajectory, and the losses are gathered, so the threshold and the hard set are those of a single
-process scoring everything; the main process writes the files.
+`hard_examples` reads those rows. Every record kind is eligible, 1-, 2- and 3-hop alike. A question is
+hard when its success rate `right / of` is below `hard_threshold` (1.0: any wrong rollout; 0.5: right in
+fewer than half its rollouts; all-wrong questions are hard under every threshold above 0). A question
+sampled more than once (a second epoch, or a scarce hop count recycled by the stratified order) is judged
+by its last group, the policy nearest the hard episode. A question episode 1 never sampled is not hard:
+its success is unmeasured; it stays with the rest of the training questions, which the replay share
+draws from. When no question is hard, the episode trains on every training question, with a warning.
+
+Replay (`hard_replay`): TRL takes an episode's questions in dataset order, a generation batch at a time,
+so `replay_order` lays the episode out batch by batch: that share of every batch comes from the rest of
+the training questions, hop counts in turn, so the hop counts the policy already answers (in the synthetic
+demo, the 1-hop questions) stay in every stretch of the episode.
+
+The main process writes the set once, to `episode-<k>/hard_cases.jsonl` (id, hops, right, of) and its
+counts to `episode-<k>/hard_cases.json`; every rank reads the set back from there, and a resumed run
+reads it instead of mining again, so the episode trains on the questions its checkpoints began with.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-from dataclasses import dataclass, field
+import math
+import random
+from collections import Counter
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
+from accelerate.logging import get_logger
 
-from kgreasoner.data.trajectories import WarmupRecord, read_warmup
-from kgreasoner.training.warmup_data import encode_record
+from kgreasoner.training.frontier import GROUPS_FILE, read_groups
 
-
-@dataclass
-class HardCaseConfig:
-    """Options of `kgreasoner hard-cases` and of the GRPO episodes that compute the hard set."""
-
-    model: str = field(metadata={"help": "the warm-up (SFT) checkpoint that scores the trajectories"})
-    trajectories: str = field(metadata={"help": "reference trajectories, one per training question (JSONL)"})
-    output: str = field(metadata={"help": "where the hard set goes (JSONL: id, loss, hops)"})
-    epsilon: float | None = field(
-        default=None, metadata={"help": "loss threshold; None: use `quantile` of the observed losses"}
-    )
-    quantile: float = field(
-        default=0.5, metadata={"help": "with epsilon None, epsilon = this quantile of the multi-hop losses"}
-    )
-    min_hops: int = field(default=2, metadata={"help": "only questions with at least this many hops are kept"})
-    batch_size: int = field(default=16, metadata={"help": "trajectories scored per forward pass"})
-    plot: bool = field(default=True, metadata={"help": "write a histogram of the losses next to the output"})
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.quantile < 1.0:
-            raise ValueError(f"quantile must be in [0, 1), got {self.quantile}")
+HARD_FILE = "hard_cases.jsonl"
+SUMMARY_FILE = "hard_cases.json"
+logger = get_logger(__name__)
 
 
-@torch.no_grad()
-def per_example_loss(
-    model, tokenizer, records: list[WarmupRecord], batch_size: int = 16, progress: bool = True
-) -> list[float]:
-    """Mean next-token NLL over the model-written tokens of each trajectory (batched, see `batch_losses`)."""
-    model.eval()
-    device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    encoded = [encode_record(r, tokenizer) for r in records]
-    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]["input_ids"]))
-    losses = [0.0] * len(encoded)
-    for start in tqdm(
-        range(0, len(order), batch_size), desc="scoring trajectories", unit="batch", disable=not progress
-    ):
-        batch = [encoded[i] for i in order[start : start + batch_size]]
-        width = max(len(e["input_ids"]) for e in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        attention = torch.zeros_like(ids)
-        labels = torch.full_like(ids, -100)
-        for row, e in enumerate(batch):
-            n = len(e["input_ids"])
-            ids[row, :n] = torch.tensor(e["input_ids"])
-            attention[row, :n] = 1
-            mask = torch.tensor(e["assistant_masks"], dtype=torch.bool)
-            labels[row, :n] = torch.where(mask, ids[row, :n], torch.tensor(-100))
-        for row, value in enumerate(
-            batch_losses(model, ids.to(device), attention.to(device), labels.to(device)).tolist()
-        ):
-            losses[order[start + row]] = value
-    return losses
+def select_hard(groups: dict[str, dict], threshold: float) -> list[str]:
+    """The ids (sorted) of the questions whose last group's success rate `right / of` is below `threshold`."""
+    return sorted(i for i, g in groups.items() if g["right"] < threshold * g["of"])
 
 
-def batch_losses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per row, the mean next-token NLL over its labelled positions (labels -100 elsewhere), as float32.
-
-    Only the labelled positions go through the LM head: a trajectory is mostly prompt and masked
-    `<triples>`, so projecting every position through the vocabulary was most of the cost.
-    """
-    from kgreasoner.training.labelled_head import labelled_logits  # imports TRL: not at CLI start
-
-    logits, mask = labelled_logits(model, input_ids, attention_mask, labels)
-    nll = torch.nn.functional.cross_entropy(logits, labels[:, 1:][mask], reduction="none")
-    sums = nll.new_zeros(len(labels)).index_add_(0, mask.nonzero()[:, 0], nll)
-    return sums / mask.sum(dim=1).clamp(min=1)
-
-
-def select_hard(
-    records: list[WarmupRecord], losses: list[float], epsilon: float | None, quantile: float, min_hops: int
-) -> tuple[list[dict], float]:
-    """The hard set and the threshold used."""
-    multi_hop = [loss for r, loss in zip(records, losses) if r.hops >= min_hops]
-    if epsilon is None:
-        epsilon = float(torch.tensor(multi_hop).quantile(quantile)) if multi_hop else float("inf")
-    hard = [
-        {"id": r.id, "loss": round(loss, 6), "hops": r.hops}
-        for r, loss in zip(records, losses)
-        if r.hops >= min_hops and loss > epsilon
-    ]
-    return hard, epsilon
-
-
-def mine_hard_cases(config: HardCaseConfig) -> Path:
-    """Score the trajectories (sharded over the ranks when launched by torchrun) and write the hard set.
-
-    Every rank must call this; it returns once the output exists, on every rank.
-    """
+def hard_examples(root: Path, number: int, train_examples: list, threshold: float) -> tuple[list, list]:
+    """Hard episode `number`'s hard questions and the rest of `train_examples`, from episode 1's groups
+    under `root` (or the set a run before this one saved). Every rank calls it; it returns on every rank
+    once the set is on disk."""
     from accelerate import PartialState
 
-    from kgreasoner.models import inference_dtype, load_model_and_tokenizer
+    from kgreasoner.data.sampling import hop_count
 
-    # One process without torchrun; under it NCCL on GPUs, and gloo on CPU, which accelerate sets
-    # up only when told the run is CPU-only (a state made earlier, by a trainer, is reused as it is).
-    state = PartialState(cpu=not torch.cuda.is_available())
-    device = str(state.device)
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=inference_dtype(state.device.type), device=device)
-    records = [r for r in read_warmup(config.trajectories) if r.kind == "gold" and r.split == "train"]
-    rank, world = state.process_index, state.num_processes
-    shard = per_example_loss(model, tokenizer, records[rank::world], config.batch_size, progress=state.is_main_process)
-    losses = _gather_strided(shard, len(records), world)
-    output = Path(config.output)
-    if state.is_main_process:
-        _write_hard_set(config, records, losses, output)
+    state = PartialState()  # also sets up the state the logger reads
+    state.wait_for_everyone()  # what the main process wrote before (episode 1's groups) is whole
+    folder = root / f"episode-{number}"
+    saved = (folder / SUMMARY_FILE).is_file()  # written last: the set beside it is whole
+    groups = root / "episode-1" / GROUPS_FILE
+    if not saved and not groups.is_file():  # on every rank, before any of them waits for the others
+        raise ValueError(
+            f"episode {number} trains on hard cases, but {groups} is missing: it is written while "
+            "episode 1 trains, so a run from before it was recorded must train episode 1 again"
+        )
+    state.wait_for_everyone()  # every rank has looked before the main process writes
+    if saved:
+        made_with = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))["threshold"]
+        if made_with != threshold:
+            raise ValueError(
+                f"{folder / HARD_FILE} was mined with hard_threshold {made_with}, the recipe says {threshold}: "
+                "delete it (and the episode's checkpoints) to mine again, or set it back"
+            )
+        logger.info("episode %d: the hard cases mined before, %s", number, folder / HARD_FILE)
+    elif state.is_main_process:
+        _write_hard_set(groups, folder, number, train_examples, threshold)
     state.wait_for_everyone()  # the other ranks read the file next
-    return output
-
-
-def _gather_strided(shard: list[float], total: int, world: int) -> list[float]:
-    """The losses of all ranks in record order, rank r having scored records r, r + world, ...."""
-    if world == 1:
-        return shard
-    shards: list[list[float]] = [[] for _ in range(world)]  # all_gather_object fills every rank's slot
-    torch.distributed.all_gather_object(shards, shard)
-    losses = [0.0] * total
-    for rank, values in enumerate(shards):
-        losses[rank::world] = values
-    return losses
-
-
-def _write_hard_set(config: HardCaseConfig, records: list[WarmupRecord], losses: list[float], output: Path) -> None:
-    hard, epsilon = select_hard(records, losses, config.epsilon, config.quantile, config.min_hops)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with output.open("w", encoding="utf-8") as handle:
-        for row in hard:
-            handle.write(json.dumps(row) + "\n")
-    summary = {"scored": len(records), "hard": len(hard), "epsilon": epsilon, "min_hops": config.min_hops}
-    output.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    if config.plot:
-        _plot_losses(records, losses, epsilon, output.with_suffix(".png"))
-
-
-def read_hard_ids(path: str | Path) -> set[str]:
-    path = Path(path)
-    ids = set()
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                try:
-                    ids.add(str(json.loads(line)["id"]))
-                except (json.JSONDecodeError, KeyError) as err:
-                    raise ValueError(f"{path}:{number}: expected a JSON object with an 'id' ({err})") from err
-    return ids
-
-
-def _plot_losses(records, losses, epsilon: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for hops in sorted({r.hops for r in records}):
-        values = [loss for r, loss in zip(records, losses) if r.hops == hops]
-        ax.hist(values, bins=30, alpha=0.6, label=f"{hops} hop(s)")
-    ax.axvline(epsilon, color="black", linestyle="--", label=f"epsilon = {epsilon:.3f}")
-    ax.set_xlabel("per-example SFT loss of the warm-up model")
-    ax.set_ylabel("questions")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """`kgreasoner hard-cases --set model=CKPT --set trajectories=WARMUP.jsonl --set output=HARD.jsonl`."""
-    from kgreasoner.config import add_config_arguments, describe
-
-    parser = subparsers.add_parser(
-        "hard-cases",
-        help="score warm-up trajectories with a checkpoint and keep the hard multi-hop ones",
-        description=__doc__ + "\nFields (HardCaseConfig):\n" + describe(HardCaseConfig),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    hard_ids = {row["id"] for row in _read_rows(folder / HARD_FILE)}
+    summary = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))
+    if summary.get("fallback") == "all":
+        return list(train_examples), []
+    hard = [e for e in train_examples if e.id in hard_ids]
+    if not hard:
+        raise ValueError(
+            f"episode {number}: none of the {len(hard_ids)} hard ids of {folder / HARD_FILE} is a training question"
+        )
+    logger.info(
+        "episode %d: %d hard questions of %d sampled in episode 1 (%s by hops)",
+        number,
+        len(hard),
+        summary["sampled"],
+        ", ".join(f"{n} of {h}" for h, n in sorted(Counter(hop_count(e) for e in hard).items())),
     )
-    add_config_arguments(parser)
-    parser.set_defaults(func=run_command)
+    return hard, [e for e in train_examples if e.id not in hard_ids]
 
 
-def run_command(args: argparse.Namespace) -> int:
-    from accelerate import PartialState
+def _write_hard_set(path: Path, folder: Path, number: int, train_examples: list, threshold: float) -> None:
+    """Mine episode `number`'s set from the groups file `path` into `folder` (the main process)."""
+    from kgreasoner.data.sampling import hop_count
 
-    from kgreasoner.config import load_config
+    groups = read_groups(path)
+    hard = select_hard(groups, threshold)
+    train_ids = {e.id for e in train_examples}
 
-    output = mine_hard_cases(load_config(HardCaseConfig, args.config, args.overrides))
-    if not PartialState().is_main_process:  # under torchrun, one report (the state mining set up)
+    def by_hops(ids) -> dict[str, int]:
+        return {str(h): n for h, n in sorted(Counter(groups[i]["hops"] for i in ids).items())}
+
+    summary: dict = {
+        "threshold": threshold,
+        "sampled": len(groups),
+        "hard": len(hard),
+        "sampled_by_hops": by_hops(groups),
+        "hard_by_hops": by_hops(hard),
+        "never_sampled": len(train_ids - set(groups)),
+        "never_sampled_by_hops": {
+            str(h): n for h, n in sorted(Counter(hop_count(e) for e in train_examples if e.id not in groups).items())
+        },
+    }
+    if not hard:
+        logger.warning(
+            "episode %d: no question of %s had a success rate below hard_threshold %s; it trains on every "
+            "training question",
+            number,
+            path,
+            threshold,
+        )
+        summary["fallback"] = "all"
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": i, "hops": groups[i]["hops"], "right": groups[i]["right"], "of": groups[i]["of"]} for i in hard]
+    (folder / HARD_FILE).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    # the summary marks the set whole: written in full or not at all, so a run killed here mines again
+    partial = folder / f"{SUMMARY_FILE}.partial"
+    partial.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    partial.replace(folder / SUMMARY_FILE)
+
+
+def _read_rows(path: Path) -> list[dict]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+                rows.append({**row, "id": str(row["id"])})
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise ValueError(f"{path}:{number}: expected a JSON object with an 'id' ({err})") from err
+    return rows
+
+
+def replay_slots(per_batch: int, share: float) -> int:
+    """Replay questions in a batch of `per_batch`: `share` of it to the nearest, at least one while `share` is
+    above 0 and at most all but one (a batch keeps a hard question)."""
+    if share <= 0:
         return 0
-    summary = json.loads(output.with_suffix(".summary.json").read_text(encoding="utf-8"))
-    print(f"{summary['hard']} hard of {summary['scored']} scored (epsilon {summary['epsilon']:.4f}) -> {output}")
-    return 0
+    if per_batch < 2:
+        raise ValueError(
+            f"hard_replay {share} needs at least 2 questions a generation batch, it takes {per_batch} "
+            "(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
+            "raise per_device_train_batch_size or set hard_replay: 0"
+        )
+    return min(max(round(per_batch * share), 1), per_batch - 1)
+
+
+def replay_order(hard: list, rest: list, per_batch: int, share: float, seed: int) -> list:
+    """The hard episode's questions in training order, batch after batch of `per_batch` (TRL's generation
+    batch: every rank's questions of one generation, which it takes in dataset order).
+
+    A batch is `per_batch - r` hard questions, in their given order (started over to fill the last batch),
+    then r = `replay_slots(per_batch, share)` questions of `rest` (none without `rest`): hop counts in turn,
+    fewest hops first, the turn carried from one batch to the next; each hop count's questions in a seeded
+    shuffle, shuffled again once all were used. So with at least as many replay slots as hop counts every
+    batch holds each hop count, and with fewer, consecutive batches take turns. The same questions, sizes
+    and seed give the same order.
+    """
+    from kgreasoner.data.sampling import hop_count
+
+    slots = replay_slots(per_batch, share) if rest else 0
+    pools: dict[int, list] = {}
+    for example in sorted(rest, key=lambda e: e.id):
+        pools.setdefault(hop_count(example), []).append(example)
+    hops = sorted(pools)
+    queues: dict[int, list] = {h: [] for h in hops}
+    rng = random.Random(f"{seed}|replay")
+    take = per_batch - slots
+    order: list = []
+    for batch in range(math.ceil(len(hard) / take)):
+        order += [hard[(batch * take + i) % len(hard)] for i in range(take)]
+        for slot in range(slots):
+            h = hops[(batch * slots + slot) % len(hops)]
+            if not queues[h]:
+                queues[h] = list(pools[h])
+                rng.shuffle(queues[h])
+            order.append(queues[h].pop())
+    return order

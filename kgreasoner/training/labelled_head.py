@@ -34,22 +34,6 @@ def logit_scaling(model) -> str | None:
     return None
 
 
-def labelled_logits(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Next-token logits (float32) at the labelled positions only, and the boolean mask of those positions.
-
-    `labels` are aligned with `input_ids` (-100 where unlabelled); position t predicts labels[t + 1].
-    Models with scaled logits (`logit_scaling`) go through their own full forward.
-    """
-    targets = labels[:, 1:]
-    mask = targets != -100
-    if logit_scaling(model) is not None:
-        return model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1][mask].float(), mask
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
-    return model.get_output_embeddings()(hidden[:, :-1][mask]).float(), mask
-
-
 def add_labelled_lm_head(model) -> None:
     """Replace `model.forward`'s `fused_lm_head=True` path by one that projects only labelled positions.
 

@@ -43,10 +43,9 @@ steps_per_generation rows) at the longest rollout, with the backend's buffer gro
 a tool block runs on. Dev evaluation on hf is a phase of the same kind, beside vLLM's share when the run
 has one: the dev curve's batches of `dev_eval_batch_size` rows when the run's backend is hf (on vLLM they
 run in the engine's share), and with `choose_final: best_dev` each save's measurement on the whole dev
-split, which always runs on hf in batches of 64 rows. When an episode trains on hard cases the recipe
-does not list, hard-case mining is a phase too: before episode 1, a whole bf16 model on every GPU scoring
-`MINING_ROWS` trajectories of `hard_case_trajectories` at once. Episode 1's trainer and vLLM are released
-before a later episode is built, so later episodes repeat episode 1's phases.
+split, which always runs on hf in batches of 64 rows. Episode 1's trainer and vLLM are released before a
+later episode is built, so later episodes repeat episode 1's phases (a hard episode's questions are mined
+from a file episode 1 wrote, with no model).
 Host memory: a DeepSpeed JSON that offloads to the CPU pins, per trainable parameter, the fp32 master
 weight, Adam's two moments and the fp32 gradient partition (16 B), and with `offload_param` the weights
 too; a host holds the shares of its `--gpus-per-host` ranks, compared with `--host-memory`.
@@ -81,22 +80,11 @@ VLLM_ROW = "vLLM (colocated)"
 GPUS_PER_HOST = 8
 """GPUs a host holds unless `--gpus-per-host` says otherwise: the ranks of one host pin their offloaded states
 in that host's memory."""
-MINING_ROWS = 16
-"""Trajectories hard-case mining scores per forward (`HardCaseConfig.batch_size`, which GRPO keeps)."""
-LOGIT_COPIES_BYTES = 2 + 4 + 4
-"""Bytes per logit while mining scores a labelled token: the bf16 projection, its float32 copy and
-cross-entropy's float32 log-softmax."""
 
-MINING, DEV_EVAL, GENERATION, TRAINING = PHASES = (
-    "hard-case mining",
-    "dev evaluation",
-    "hf rollouts",
-    "training step",
-)
-"""The phases of a run, in the order GRPO goes through them: mining (before episode 1, when an episode
-trains on hard cases the recipe does not list), dev evaluation on hf (before the first step, then between
-steps and at saves), then per step the rollouts and the loss. Later episodes repeat the steps of episode 1,
-whose trainer and vLLM are released before the next is built."""
+DEV_EVAL, GENERATION, TRAINING = PHASES = ("dev evaluation", "hf rollouts", "training step")
+"""The phases of a run, in the order GRPO goes through them: dev evaluation on hf (before the first step,
+then between steps and at saves), then per step the rollouts and the loss. Later episodes repeat the steps
+of episode 1, whose trainer and vLLM are released before the next is built."""
 
 
 @dataclass
@@ -307,8 +295,6 @@ def _check_data(recipe, kind: str, report: Report) -> None:
             dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
             train = dataset.split("train")[: recipe.max_questions]
             where = f"dataset {recipe.dataset!r}"
-            if mines_hard_cases(recipe):
-                mining_tokens(recipe)  # the trajectories must be there to be scored
     except (OSError, ValueError) as err:
         report.problems.append(f"training data: {err}")
         return
@@ -403,25 +389,6 @@ def vllm_max_model_len(args, config) -> int:
     """The context vLLM is built with: `vllm_max_model_length`, or when unset the model's own
     `max_position_embeddings`, which vLLM then takes (131,072 tokens for Llama 3.1)."""
     return int(getattr(args, "vllm_max_model_length", None) or config.max_position_embeddings)
-
-
-def mines_hard_cases(recipe) -> bool:
-    """True when a later episode trains on hard cases that the recipe does not list: GRPO mines them."""
-    return any(e.data == "hard" for e in recipe.episodes) and not recipe.hard_cases
-
-
-def mining_tokens(recipe) -> tuple[int, int]:
-    """(tokens, labelled tokens) of the longest trajectory hard-case mining scores, bounded by its UTF-8 bytes
-    (a byte-level BPE token covers at least one byte) plus the prompt budget."""
-    from kgreasoner.data.trajectories import iter_warmup
-
-    if not recipe.hard_case_trajectories:
-        raise ValueError("an episode trains on hard cases: set hard_cases or hard_case_trajectories")
-    longest, labelled = 0, 0
-    for record in iter_warmup(recipe.hard_case_trajectories):
-        longest = max(longest, sum(len(s.text.encode()) for s in record.segments))
-        labelled = max(labelled, sum(len(s.text.encode()) for s in record.segments if s.train))
-    return recipe.max_prompt_tokens + longest, labelled
 
 
 def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float) -> Estimate:
@@ -542,8 +509,6 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
         _hf_generation_rows(
             estimate, DEV_EVAL, rows, what, recipe, args, config, held, total * width, stage, per_token
         )
-    if kind == "grpo" and mines_hard_cases(recipe):
-        _mining_rows(estimate, recipe, config, _count(_base(model).parameters()), per_token)
     return estimate
 
 
@@ -612,29 +577,6 @@ def _hf_generation_rows(
     estimate.add(phase, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
 
 
-def _mining_rows(estimate: Estimate, recipe, config, base: int, per_token: int) -> None:
-    """Hard-case mining before episode 1: a full bf16 model on every GPU scoring a batch of trajectories."""
-    try:
-        longest, labelled = mining_tokens(recipe)
-    except (OSError, ValueError):  # reported by the data check
-        return
-    estimate.add(MINING, "scoring model", base * 2, f"{base / 1e9:.2f}B x 2 B, whole on every GPU")
-    tokens = MINING_ROWS * longest
-    estimate.add(
-        MINING,
-        "scoring forward",
-        tokens * (per_token + config.hidden_size * 2),
-        f"{MINING_ROWS} trajectories of <= {longest} tokens through one layer (no grad)",
-    )
-    estimate.add(
-        MINING,
-        "scoring logits",
-        MINING_ROWS * labelled * config.vocab_size * LOGIT_COPIES_BYTES,
-        f"{MINING_ROWS} x <= {labelled} labelled tokens x {config.vocab_size} x {LOGIT_COPIES_BYTES} B",
-    )
-    estimate.add(MINING, "CUDA context, slack", OVERHEAD_BYTES, "fixed")
-
-
 def _base(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
@@ -689,11 +631,9 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
                 hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
                 hints.append("rollout_backend: vllm (the dev curve then runs in vLLM's share)")
             hints.append("dev_eval_steps: 0 (no dev evaluation)")
-        if peak == MINING:
-            hints.append("hard_cases: a hard set mined beforehand (kgreasoner hard-cases)")
-        elif _zero_stage(_deepspeed(args)) < 3:
+        if _zero_stage(_deepspeed(args)) < 3:
             hints.append("trainer.deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")
-        if peak != MINING and not _offloaded(_deepspeed(args), "optimizer"):
+        if not _offloaded(_deepspeed(args), "optimizer"):
             hints.append("a DeepSpeed JSON that offloads the optimiser (configs/deepspeed/zero3-offload.json)")
         if peak == TRAINING and not args.activation_checkpointing:
             hints.append("trainer.activation_checkpointing: true")
@@ -702,7 +642,7 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
                 f"a smaller trainer.per_device_train_batch_size (now {args.per_device_train_batch_size}) with a "
                 "larger trainer.gradient_accumulation_steps"
             )
-        if peak != MINING and not recipe.lora.enabled:
+        if not recipe.lora.enabled:
             hints.append("lora.enabled: true")
         hints.append(f"more GPUs than {gpus}")
         report.problems.append(

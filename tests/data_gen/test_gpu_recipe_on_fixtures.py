@@ -52,7 +52,7 @@ def test_train_on_gpus_steps_2_and_5_run_on_the_fixtures(tmp_path, monkeypatch, 
     assert meta["dev"]["none"] == {"recall@1": 0.5, "recall@3": 1.0, "recall@5": 1.0, "mrr": 0.75, "groups": 2.0}
     assert meta["test"]["none"] == {"recall@1": 0.5, "recall@3": 1.0, "recall@5": 1.0, "mrr": 2 / 3, "groups": 2.0}
 
-    # 2. the warm-up trajectories for SFT, then one per training question for hard-case mining
+    # 2. the warm-up trajectories for SFT, then one per training question for the gold rows of guided groups
     tool = ["--set", "tool.ranking=gat", "--set", "tool.ranker_path=checkpoints/ranker"]
     assert (
         kgreasoner(
@@ -101,7 +101,7 @@ def test_train_on_gpus_steps_2_and_5_run_on_the_fixtures(tmp_path, monkeypatch, 
         "</triples>\nHere Utah has location time zones Mountain Time Zone. Therefore the answer is Mountain Time "
         "Zone. </think>\n<answer>Mountain Time Zone</answer>"
     )
-    # Hard-case mining reads only these records (gold, train, hops >= 2), no KG.
+    # one record per training question: the gold rows guided groups train on
     assert [(r.id, r.kind, r.hops, r.split) for r in read_warmup("checkpoints/warmup/all_train.jsonl")] == [
         (TRAIN_ID, "gold", 2, "train")
     ]

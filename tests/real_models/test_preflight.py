@@ -28,7 +28,7 @@ def _argv(recipe: Path, world: Path, *extra: str) -> list[str]:
 
     data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
     # the recipes' data and warm-up checkpoints exist only on a training machine: point them here
-    fields = [f"train_file={data}"] if recipe.stem == "sft" else [f"dataset={world}", f"hard_case_trajectories={data}"]
+    fields = [f"train_file={data}"] if recipe.stem == "sft" else [f"dataset={world}"]
     return [
         "preflight",
         str(recipe),
@@ -224,16 +224,14 @@ def test_a_vllm_context_shorter_than_the_rollouts_is_refused(world, capsys, monk
 
 
 def _estimate(recipe, world, *overrides, gpus=8):
-    from kgreasoner.data.trajectories import write_warmup
     from kgreasoner.training.preflight import GIB, preflight
 
-    data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
     report = preflight(
         CONFIGS / recipe / "grpo.yaml",
         gpus,
         80 * GIB,
         MODELS / MODEL_CONFIGS[recipe],
-        [f"dataset={world}", f"hard_case_trajectories={data}", *overrides],
+        [f"dataset={world}", *overrides],
     )
     return report, {(row.phase, row.name): row.size for row in report.estimate.rows}
 
@@ -259,55 +257,25 @@ def test_hf_rollouts_hold_the_whole_generation_batch_and_the_gathered_weights(wo
     )
 
 
-def test_mining_runs_alone_and_episode_one_leaves_nothing_alive(world, monkeypatch):
-    """Hard-case mining is its own phase, before episode 1, with nothing else on the GPU. Where it ran after
-    episode 1 with that episode's trainer, DeepSpeed engine and vLLM alive, and episode 2 was built beside them,
-    the GPU held their sum: more than 80 GiB for episode 2."""
-    from kgreasoner.training.preflight import GIB, MINING, OVERHEAD_BYTES, TRAINING
+def test_episode_one_leaves_nothing_alive(world, monkeypatch):
+    """Episode 1's trainer, DeepSpeed engine and vLLM are released before episode 2 is built (its hard cases
+    mined from a file, with no model): the estimate is one episode's phases. Where episode 2 was built beside
+    episode 1's live state, the GPU held their sum: more than 80 GiB."""
+    from kgreasoner.training.preflight import GIB, OVERHEAD_BYTES, TRAINING
 
     _vllm_context(monkeypatch, "rollout")
     report, rows = _estimate("qwen3-8b", world)
     estimate = report.estimate
-    assert report.ok and estimate.phases == [MINING, TRAINING]
-    mining = [row for row in estimate.rows if row.phase == MINING]
-    assert [row.name for row in mining] == [
-        "scoring model",
-        "scoring forward",
-        "scoring logits",
-        "CUDA context, slack",
-    ]
-    assert not any(row.held for row in mining)
-    assert rows[MINING, "scoring model"] == 8_190_735_360 * 2
+    assert report.ok and estimate.phases == [TRAINING]
     held = estimate.held(TRAINING)  # episode 1's trainer, engine and vLLM
     assert held == sum(
         rows[TRAINING, name] for name in ("weights", "gradients", "optimiser", "reference model", "vLLM (colocated)")
     )
     assert rows[TRAINING, "vLLM (colocated)"] == 0.45 * 80 * GIB
-    # as it was: mining, then episode 2 built, beside episode 1's live state (one CUDA context between them)
-    assert round((held + estimate.phase_total(MINING) - OVERHEAD_BYTES) / GIB, 1) == 73.0
+    # as it would be: episode 2 built beside episode 1's live state (one CUDA context between them)
     assert round((held + estimate.phase_total(TRAINING) - OVERHEAD_BYTES) / GIB, 1) == 123.0
-    # now: each phase alone, the peak the largest
-    assert estimate.total == max(estimate.phase_total(MINING), estimate.phase_total(TRAINING))
+    assert estimate.total == estimate.phase_total(TRAINING)
     assert round(estimate.total / GIB, 1) == 71.8
-    assert estimate.peak_phase == TRAINING
-
-
-def test_mining_needs_its_trajectories(world, capsys, monkeypatch):
-    _vllm_context(monkeypatch, "rollout")
-    code = main(
-        _argv(
-            CONFIGS / "qwen3-8b" / "grpo.yaml",
-            world,
-            "--gpus",
-            "8",
-            "--gpu-memory",
-            "80GiB",
-            "--set",
-            f"hard_case_trajectories={world / 'nowhere.jsonl'}",
-        )
-    )
-    err = capsys.readouterr().err
-    assert code == 1 and "FAIL: training data: " in err and "nowhere.jsonl" in err
 
 
 def test_a_gpu_count_the_vllm_tensor_parallel_size_does_not_divide_is_refused(world, capsys):

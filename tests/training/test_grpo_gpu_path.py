@@ -1,6 +1,7 @@
 """What a GPU run of GRPO relies on, checked on CPU with real TRL trainers and tiny models: lengths from the
 recipe's budget, settings that cannot work refused, a failed generation ending its row and not the run,
-LoRA across episodes, hard cases mined before episode 1, and each episode's trainer released before the next."""
+LoRA across episodes, hard cases mined from episode 1's groups with no model alive, and each episode's trainer
+released before the next."""
 
 from __future__ import annotations
 
@@ -206,15 +207,11 @@ def test_lora_episode_two_starts_from_episode_ones_merged_weights(tiny_checkpoin
     import kgreasoner.training.grpo as grpo
 
     out = tmp_path / "lora"
-    dataset, _ = _tool(_recipe(tiny_checkpoint, synthetic_dir, out))
-    hard = out.parent / "hard.jsonl"
-    hard.write_text("".join(json.dumps({"id": e.id}) + "\n" for e in dataset.split("train")[:8]))
     recipe = _recipe(
         tiny_checkpoint,
         synthetic_dir,
         out,
         episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
-        hard_cases=str(hard),
         lora=LoraSettings(enabled=True, r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]),
     )
     started = []
@@ -257,36 +254,21 @@ def test_lora_episode_two_starts_from_episode_ones_merged_weights(tiny_checkpoin
 
 
 @pytest.mark.slow
-def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(
+def test_hard_cases_are_mined_with_no_trainer_alive_and_each_trainer_is_released(
     tiny_checkpoint, synthetic_dir, tmp_path
 ):
     import kgreasoner.training.grpo as grpo
-    import kgreasoner.training.hard_cases as hard_cases
-    from data_gen.warmup import WarmupConfig, run
 
     out = tmp_path / "two"
-    trajectories = tmp_path / "all_train.jsonl"
     recipe = _recipe(
         tiny_checkpoint,
         synthetic_dir,
         out,
         episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
-        hard_case_trajectories=str(trajectories),
-        hard_case_quantile=0.0,
         max_questions=None,
     )
-    run(
-        WarmupConfig(
-            dataset=str(synthetic_dir),
-            output=str(trajectories),
-            num_examples=None,
-            dev_examples=0,
-            tool=recipe.tool,
-            progress=False,
-        )
-    )
     events, models = [], []
-    build, mine = grpo.build_trainer, hard_cases.mine_hard_cases
+    build, mine = grpo.build_trainer, grpo.hard_examples
 
     def recording_build(recipe, number, *args):
         # what is alive when an episode's trainer is built: nothing of an earlier episode's trainer
@@ -296,19 +278,21 @@ def test_hard_cases_are_mined_before_episode_one_and_each_trainer_is_released(
         models.append(weakref.ref(trainer.model))
         return trainer
 
-    def recording_mine(config):
+    def recording_mine(*args):
+        gc.collect()
         events.append(("mine", [ref() is None for ref in models]))
-        return mine(config)
+        return mine(*args)
 
     with (
         mock.patch.object(grpo, "build_trainer", recording_build),
-        mock.patch.object(hard_cases, "mine_hard_cases", recording_mine),
+        mock.patch.object(grpo, "hard_examples", recording_mine),
     ):
         grpo.train_grpo(recipe)
-    assert events == [("mine", []), ("build 1", []), ("build 2", [True])]
+    assert events == [("build 1", []), ("mine", [True]), ("build 2", [True])]
     gc.collect()
     assert all(ref() is None for ref in models)
-    assert (out / "hard_cases.jsonl").is_file() and (out / "episode-2" / "final" / "config.json").is_file()
+    hard = out / "episode-2" / "hard_cases.jsonl"
+    assert hard.is_file() and (out / "episode-2" / "final" / "config.json").is_file()
 
 
 # ----------------------------------------------------------------- the dev evaluation on two ranks
@@ -467,12 +451,13 @@ def test_the_next_episode_drives_the_same_colocated_vllm_engine(tiny_checkpoint,
 # ----------------------------------------------------------------- the process group's timeout
 
 
-class Mined(Exception):
-    """Raised after hard-case mining: this test reads the process group mining ran in, not a run."""
+class Built(Exception):
+    """Raised where episode 1's trainer would be built: this test reads the process group the run opened, not a
+    run."""
 
 
 def _timeout_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
-    """One of two gloo ranks: `train_grpo` up to its hard-case mining (real), then the timeout torch gives
+    """One of two gloo ranks: `train_grpo` up to building episode 1's trainer, then the timeout torch gives
     the default group's backend."""
     import os
 
@@ -493,47 +478,33 @@ def _timeout_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
         from torch.distributed import distributed_c10d
 
         import kgreasoner.training.grpo as grpo
-        import kgreasoner.training.hard_cases as hard_cases
 
-        mine = hard_cases.mine_hard_cases
-
-        def mining(config):
-            mine(config)
+        def build_trainer(*args):
             backend = distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-            raise Mined(backend.options._timeout.total_seconds())
+            raise Built(backend.options._timeout.total_seconds())
 
-        hard_cases.mine_hard_cases = mining
+        grpo.build_trainer = build_trainer
         try:
             grpo.train_grpo(recipe)
-        except Mined as mined:
-            queue.put((rank, mined.args[0], dist.get_world_size()))
+        except Built as built:
+            queue.put((rank, built.args[0], dist.get_world_size()))
         dist.destroy_process_group()
     except BaseException as err:  # report it to the parent instead of dying silently
         queue.put((rank, "error", repr(err)))
 
 
 @pytest.mark.slow
-def test_the_process_group_has_the_recipes_timeout_from_hard_case_mining_on(tiny_checkpoint, synthetic_dir, tmp_path):
-    """Hard-case mining is the first to use the process group, before any trainer exists: the group it runs
-    in already has the recipe's `ddp_timeout`, as torch reports it (two real gloo ranks)."""
+def test_the_process_group_has_the_recipes_timeout_before_any_trainer(tiny_checkpoint, synthetic_dir, tmp_path):
+    """The run opens the process group before anything else: when episode 1's trainer is about to be built,
+    the group has the recipe's `ddp_timeout`, as torch reports it (two real gloo ranks)."""
     import multiprocessing
     import socket
 
-    from data_gen.warmup import WarmupConfig, run
-
-    trajectories = tmp_path / "all_train.jsonl"
     recipe = _recipe(
         tiny_checkpoint,
         synthetic_dir,
         tmp_path / "run",
-        episodes=[Episode("all", max_steps=1), Episode("hard", max_steps=1)],
-        hard_case_trajectories=str(trajectories),
         trainer={"ddp_timeout": 1234},
-    )
-    run(
-        WarmupConfig(
-            dataset=str(synthetic_dir), output=str(trajectories), num_examples=8, dev_examples=0, tool=recipe.tool
-        )
     )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -551,7 +522,6 @@ def test_the_process_group_has_the_recipes_timeout_from_hard_case_mining_on(tiny
             if process.is_alive():
                 process.kill()
     assert results == {0: (1234.0, 2), 1: (1234.0, 2)}
-    assert (tmp_path / "run" / "hard_cases.jsonl").is_file()
 
 
 # ----------------------------------------------------------------- the dev evaluation's batches and backend

@@ -65,12 +65,7 @@ def test_guidance_options_are_checked_with_what_to_do():
         with pytest.raises(ConfigError, match=f"guidance: {mode} needs the gold trajectories: set guidance_traj"):
             load_config(GRPORecipe, None, [*base, f"guidance={mode}"])
     assert load_config(GRPORecipe, None, base).guidance == "none"  # off unless an ablation shows it earns its place
-    hard = load_config(GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl"])
-    assert hard.gold_trajectories == "w.jsonl"
-    own = load_config(
-        GRPORecipe, None, [*base, "guidance=gold", "hard_case_trajectories=w.jsonl", "guidance_trajectories=g.jsonl"]
-    )
-    assert own.gold_trajectories == "g.jsonl"
+    assert load_config(GRPORecipe, None, [*base, "guidance=gold", "guidance_trajectories=g.jsonl"]).guidance == "gold"
 
 
 def test_a_missing_trajectory_file_is_named(tmp_path):
@@ -85,7 +80,7 @@ def test_the_demo_trains_with_guided_groups_from_every_training_questions_trajec
     demo = Demo(load_config(DemoConfig, ROOT / path), tmp_path / "out")
     recipe = demo.grpo.config
     assert recipe.guidance == "gold"
-    assert recipe.gold_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
+    assert recipe.guidance_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
 
 
 # ----------------------------------------------------------------- the gold row
