@@ -8,16 +8,22 @@ whose prompt holds SLOW, which it holds until the test releases them or the clie
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import threading
 
 import httpx
 import pytest
+import yaml
 
 from kgreasoner.config import from_dict
 from kgreasoner.serving.app import create_app
 from kgreasoner.serving.config import ServeConfig
 from kgreasoner.serving.service import AnswerService
 
-from .conftest import SERVE_CONFIG
+from .conftest import REPO, SERVE_CONFIG, _wait_for_url, _wait_healthy
 from .test_service import _serve_in_thread
 
 SLOW = "Slowly:"
@@ -114,3 +120,36 @@ def test_fast_requests_are_answered_while_slow_ones_stall(dataset, stalling_serv
     # every fast answer came back while both slow calls were still held upstream
     assert sorted(e.split()[0] for e in upstream.events[:8]) == ["fast"] * 6 + ["held"] * 2
     assert upstream.events[8:] == ["returned", "returned"]
+
+
+@pytest.mark.slow
+def test_an_upstream_that_stalls_forever_never_blocks_shutdown(dataset, stalling_server, synthetic_dir, tmp_path):
+    upstream = stalling_server(_completion, stall=_is_slow)  # never released while the server runs
+    config = tmp_path / "serve.yaml"
+    fields = {"request_timeout": 600.0, "backend_timeout": 600.0}
+    config.write_text(yaml.safe_dump({**SERVE_CONFIG, **fields}), encoding="utf-8")
+    command = [
+        *(sys.executable, "-m", "kgreasoner.cli", "serve", "--llm", f"openai:{upstream.base_url}#tiny"),
+        *("--kg", str(synthetic_dir), "--config", str(config), "--host", "127.0.0.1", "--port", "0"),
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = _wait_for_url(process, timeout=120)
+        threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()
+        _wait_healthy(url, process, timeout=60)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            reply = pool.submit(httpx.post, f"{url}/v1/answer", json=_body(dataset, 0, slow=True), timeout=300)
+            [held] = upstream.wait_held(1)
+            process.send_signal(signal.SIGTERM)
+            # A generous ceiling, not a budget: without the fix the process waits out the 600 s deadline.
+            # uvicorn ends by raising the signal it caught again, once its shutdown is done.
+            assert process.wait(timeout=60) == -signal.SIGTERM
+            assert not upstream.released.is_set() and held.ended.wait(30) and held.outcome == "disconnected"
+            answered = reply.result()
+        assert answered.status_code == 503
+        assert answered.json()["error"]["message"] == "the service shut down while this request was running"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
