@@ -5,13 +5,17 @@
 - `tiny_checkpoint`: one untrained tiny Qwen3 checkpoint (`kgreasoner.models.build_tiny`), made once.
 - `hub_dir`: a dataset folder whose entity `Hub` has 10,000 relations and 100,000 edges, made once.
 - `openai_server`: stand-in OpenAI-compatible HTTP servers on 127.0.0.1 answering from a function.
+- `stalling_server`: the same, holding chosen requests (silent or trickling) until released or abandoned.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import select
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -184,3 +188,143 @@ def openai_server():
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+STALL_LIMIT = 60.0
+"""Seconds a stalled request is held at most when nothing releases it or cuts it off (a test gone wrong)."""
+
+
+@dataclasses.dataclass
+class Stalled:
+    """One request a `StallingServer` held: its JSON body, `outcome` once it ended (`disconnected`: the
+    client closed the connection while it was held; `answered`: it was released and replied to), and
+    `ended`, set then."""
+
+    body: Any
+    outcome: str | None = None
+    ended: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+class StallingServer:
+    """A stand-in generation server that holds chosen requests, for how clients cope with a stalled upstream.
+
+    No LLM runs here, and a real one cannot be made to stall on cue: this real HTTP server on 127.0.0.1
+    answers `/v1/completions` with `reply(body)` (a JSON-able completion), except for requests where
+    `stall(body)` is true. Those are held: silently (`trickle=False`: nothing is sent) or with the reply's
+    headers and then one byte every 50 ms (`trickle=True`), until the test calls `release()` (then the
+    reply is sent; a trickled one is cut off) or the client closes the connection (seen on the socket
+    at once), or STALL_LIMIT passes. Each held request is a `Stalled` in `stalled`, in arrival order;
+    `events` is a log, in order, of `held`, `returned` (a held request answered) and `disconnected`
+    entries, to which a test may add its own with `note`.
+    """
+
+    def __init__(self, reply: Callable[[Any], Any], stall: Callable[[Any], bool], trickle: bool = False) -> None:
+        self.reply, self.stall, self.trickle = reply, stall, trickle
+        self.stalled: list[Stalled] = []
+        self.events: list[str] = []
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _StallingHandler)
+        self.server.daemon_threads = True
+        self.server.stand_in = self
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def note(self, event: str) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def release(self) -> None:
+        """Answer every held request (and any later one) at once."""
+        self.released.set()
+
+    def wait_held(self, count: int, timeout: float = 60.0) -> list[Stalled]:
+        """The first `count` held requests, once that many arrived (AssertionError after `timeout`)."""
+        end = time.monotonic() + timeout
+        while len(self.stalled) < count:
+            assert time.monotonic() < end, f"{len(self.stalled)} of {count} requests reached the stand-in"
+            time.sleep(0.02)
+        return self.stalled[:count]
+
+    def close(self) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _StallingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        stand_in: StallingServer = self.server.stand_in
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        raw = json.dumps(stand_in.reply(body)).encode()
+        if not stand_in.stall(body) or stand_in.released.is_set():
+            self._send(raw)
+            return
+        held = Stalled(body)
+        with stand_in._lock:
+            stand_in.stalled.append(held)
+            stand_in.events.append("held")
+        if stand_in.trickle:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw) + 10**6))
+            self.end_headers()
+        end = time.monotonic() + STALL_LIMIT
+        while not stand_in.released.wait(0.05) and time.monotonic() < end:
+            if self._client_gone() or (stand_in.trickle and not self._write(b" ")):
+                held.outcome = "disconnected"
+                stand_in.note("disconnected")
+                held.ended.set()
+                self.close_connection = True
+                return
+        if not stand_in.trickle:
+            self._send(raw)
+        held.outcome = "answered" if not stand_in.trickle else "cut off"  # a trickled reply is never finished
+        stand_in.note("returned")
+        held.ended.set()
+        self.close_connection = True
+
+    def _send(self, raw: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its end: the socket reads as ended (or reset) instead of blocking."""
+        readable, _, _ = select.select([self.connection], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _write(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return True
+        except OSError:
+            return False
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def stalling_server():
+    """`start(reply, stall, trickle=False)`: a running `StallingServer`, shut down when the test ends."""
+    servers: list[StallingServer] = []
+
+    def start(reply: Callable[[Any], Any], stall: Callable[[Any], bool], trickle: bool = False) -> StallingServer:
+        servers.append(StallingServer(reply, stall, trickle))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

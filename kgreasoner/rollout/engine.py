@@ -23,8 +23,10 @@ one `Trajectory` per prompt. The engine owns everything that is the same for eve
   called), `error` (a `</search>` with no `<search>` in its turn, a backend or tool failure).
   Malformed output ends a row with its reason; nothing the model writes raises.
 - A caller's stop rule (`run(..., halt=...)`, e.g. a serving deadline): `halt(row_index)` is asked
-  after every token a row is given (`step` and `turn` backends) and before each of its tool calls
-  (every backend); a message it returns ends the row with finish reason `error` and that message.
+  after every token a row is given (`step` and `turn` backends), when a `turn` or `text` backend's
+  turn comes back (before its output or error is read: a turn that outlived the rule, or a request
+  cut off by it, ends the row with the rule's message) and before each of its tool calls (every
+  backend); a message it returns ends the row with finish reason `error` and that message.
 - A given prefix (`run(..., prefixes=...)`, GRPO's gold-prefix rows): `prefixes[i]` lists search turns
   (text ending in a `</search>` call) that row i's completion starts with before the model writes. Each
   turn is tokenised alone and appended with `env_mask` 0 and logprob 0.0, like a tool block: the prefix
@@ -581,6 +583,8 @@ class RolloutEngine:
             )
             waiting: list[RowState] = []
             for row, budget, output in zip(active, budgets, outputs):
+                if self._halted(row):
+                    continue
                 if output.error is not None:
                     row.finish("error", output.error)
                     continue
@@ -608,6 +612,8 @@ class RolloutEngine:
             )
             waiting: list[RowState] = []
             for row, output in zip(active, outputs):
+                if self._halted(row):
+                    continue
                 if output.error is not None:
                     row.finish("error", output.error)
                     continue

@@ -15,6 +15,7 @@ is read from the environment variable named by `api_key_env`.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -33,10 +34,14 @@ def row_seed(sampling: SamplingParams, index: int, turn: int) -> int | None:
 
 
 def run_concurrently(jobs: Sequence[Callable[[], T]], workers: int) -> list[T]:
+    """The jobs' results in order, at most `workers` at a time; each job runs in a copy of the caller's
+    context, so a `kgreasoner.llm.http.deadline` set around the call bounds its requests too."""
     if workers <= 1 or len(jobs) < 2:
         return [job() for job in jobs]
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda job: job(), jobs))
+        # one copy per job: a context cannot be entered by two threads at once
+        futures = [pool.submit(contextvars.copy_context().run, job) for job in jobs]
+        return [future.result() for future in futures]
 
 
 JSONObject = dict[str, object]

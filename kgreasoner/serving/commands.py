@@ -43,6 +43,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from kgreasoner.serving.header_timeout import header_timeout_protocol
     from kgreasoner.serving.metrics import Metrics
     from kgreasoner.serving.service import AnswerService
+    from kgreasoner.serving.shutdown import StoppingServer
 
     config = load_config(ServeConfig, args.config, args.overrides)
     for name in ("llm", "kg", "host", "port"):
@@ -76,13 +77,14 @@ def run_serve(args: argparse.Namespace) -> int:
             f"(POST /v1/answer, /v1/chat/completions; GET /health, /metrics)",
             flush=True,
         )
-        server = uvicorn.Server(
+        server = StoppingServer(
             uvicorn.Config(
                 create_app(service, metrics),
                 log_level="info",
                 access_log=False,
                 http=header_timeout_protocol(config.header_timeout),
-            )
+            ),
+            service,
         )
         server.run(sockets=[sock])
     finally:

@@ -90,16 +90,24 @@ class ServeConfig:
         default=120.0,
         metadata={
             "help": "seconds from a request's arrival to its answer, queueing included; past it generation of "
-            "that request stops and the client gets 504"
+            "that request stops (a call to a generation server still running is abandoned and its connection "
+            "closed) and the client gets 504"
         },
     )
     max_batch_size: int = field(
         default=16,
-        metadata={"help": "requests generated together in one rollout batch (one model forward per step for all)"},
+        metadata={
+            "help": "hf and vllm:PATH: requests generated together in one rollout batch (one model forward per step "
+            "for all). A generation server (openai:URL, vllm:URL) batches concurrent requests itself: there "
+            "each request is rolled out on its own (see backend_workers)"
+        },
     )
     batch_wait: float = field(
         default=0.01,
-        metadata={"help": "seconds the batcher waits for more requests after the first before it starts a batch"},
+        metadata={
+            "help": "hf and vllm:PATH: seconds the batcher waits for more requests after the first before it starts "
+            "a batch"
+        },
     )
     max_queue: int = field(default=256, metadata={"help": "requests waiting beyond this many get 503"})
     torch_threads: int | None = field(
@@ -111,9 +119,20 @@ class ServeConfig:
         },
     )
     backend_workers: int = field(
-        default=16, metadata={"help": "openai backend: concurrent HTTP requests to the generation server per turn"}
+        default=16,
+        metadata={
+            "help": "openai:URL and vllm:URL: requests rolled out at once, each on its own, so at most this many "
+            "generation requests in flight; a request whose upstream call stalls holds one of them until its "
+            "request_timeout, never the others"
+        },
     )
-    backend_timeout: float = field(default=120.0, metadata={"help": "openai backend: seconds per generation request"})
+    backend_timeout: float = field(
+        default=120.0,
+        metadata={
+            "help": "openai:URL and vllm:URL: seconds per generation request (each is also cut off at its "
+            "request's request_timeout)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.llm is not None:

@@ -6,10 +6,13 @@ their own:
 
 - `validation`: `prepare(question, topic_entities, options)` checks a request against the config's
   limits and resolves its topic entities in the KG; every problem is a `RequestError` naming the field.
-- `batching`: the queue and the worker that runs requests with the same limits and sampling
-  settings as one rollout batch.
+- `batching`: the queue and the workers that run requests with the same limits and sampling
+  settings as one rollout batch: one batch at a time for a model in this process, each request
+  on its own for a generation server (`remote`; why: `batching`'s docstring).
 - `deadlines`: each request's deadline, the rollout engine's stop rule for its row; a request
-  past it is reported as timed out, the rest of its batch goes on.
+  past it is reported as timed out, the rest of its batch goes on. On a generation server the
+  deadline also bounds each upstream call (`kgreasoner.llm.http.deadline`): a call still
+  running when it passes is abandoned and its connection closed, not waited for.
 - here: each request gets its own `SearchSession` (handles, explored tree, shown triples), created
   for it and dropped with it, so concurrent requests never see each other's searches; backend
   failures (an unreachable generation server) are told apart from malformed model output: the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -30,6 +34,7 @@ from typing import Any, TypeVar
 
 from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KnowledgeGraph
+from kgreasoner.llm import http
 from kgreasoner.llm.spec import SPEC_FORMS, describe_forms, parse_llm_spec
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import (
@@ -53,7 +58,7 @@ logger = logging.getLogger(__name__)
 _Output = TypeVar("_Output", TurnOutput, TextOutput)
 
 ENGINE_CACHE = 8
-"""Rollout engines kept for distinct (max_turns, max_new_tokens) requests; building one is cheap."""
+"""Rollout engines kept per worker thread for distinct (max_turns, max_new_tokens) requests; building one is cheap."""
 
 
 @dataclass
@@ -153,6 +158,37 @@ def backend_kind(backend: Backend) -> str:
     return "text" if isinstance(backend, TextBackend) else "turn" if isinstance(backend, TurnBackend) else "step"
 
 
+def is_remote(backend: Backend) -> bool:
+    """Whether the backend sends each row's turns to a generation server (openai:URL, vllm:URL): one
+    HTTP request per row and turn, through its `endpoint`; hf and offline vLLM have none."""
+    return isinstance(getattr(backend, "endpoint", None), http.JSONEndpoint)
+
+
+class _Runner:
+    """One thread's rollout engines, and the failed generation requests of the batch it runs.
+
+    An engine holds the stop rule of the batch it runs, so concurrent batches (a generation
+    server's requests run side by side) each need their own: every worker thread has a runner.
+    """
+
+    def __init__(self, backend: Backend, tool: KGSearchTool) -> None:
+        self.failures: dict[int, str] = {}
+        self._backend = _recording(backend, self.failures)
+        self._tool = tool
+        self._engines: collections.OrderedDict[tuple[int, int], RolloutEngine] = collections.OrderedDict()
+
+    def engine(self, rollout: RolloutConfig) -> RolloutEngine:
+        key = (rollout.max_turns, rollout.max_new_tokens)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = RolloutEngine(self._backend, self._tool, rollout)
+            self._engines[key] = engine
+            while len(self._engines) > ENGINE_CACHE:
+                self._engines.popitem(last=False)
+        self._engines.move_to_end(key)
+        return engine
+
+
 class AnswerService:
     """Answers questions with one backend and one KG tool; see the module docstring."""
 
@@ -173,13 +209,21 @@ class AnswerService:
         self.kind = backend_kind(backend)
         self.text_only = isinstance(backend, TextBackend)
         self.validator = RequestValidator(config, kg)
-        self._failures: dict[int, str] = {}
-        self._backend = _recording(backend, self._failures)
+        self.remote = is_remote(backend)
+        self._backend = backend
+        self._runners = threading.local()
         self._close_backend = close
         self._on_batch = on_batch
-        self._engines: collections.OrderedDict[tuple[int, int], RolloutEngine] = collections.OrderedDict()
-        self._run_lock = threading.Lock()  # one rollout batch at a time on the model
-        self._batcher = Batcher(config, self._run_batch)
+        self._closed = False
+        if self.remote:
+            # each request its own rollout, side by side: the server batches them (see `batching`)
+            self._run_lock: contextlib.AbstractContextManager = contextlib.nullcontext()
+            self._batcher = Batcher(
+                self._run_batch, config.max_queue, 1, 0.0, workers=config.backend_workers, detach=True
+            )
+        else:
+            self._run_lock = threading.Lock()  # one rollout batch at a time on the model
+            self._batcher = Batcher(self._run_batch, config.max_queue, config.max_batch_size, config.batch_wait)
 
     @classmethod
     def open(cls, config: ServeConfig, **kwargs: Any) -> AnswerService:
@@ -209,7 +253,11 @@ class AnswerService:
 
     # ----------------------------------------------------------------- running
     def answer(self, requests: Sequence[AnswerRequest]) -> list[Answered]:
-        """Answer in the calling thread, in batches of `max_batch_size` (the command line's path)."""
+        """Answer in the calling thread, in batches of `max_batch_size` (the command line's path); on a
+        generation server, each request on its own, `backend_workers` at a time, as `submit` runs them."""
+        if self.remote:
+            with concurrent.futures.ThreadPoolExecutor(self.config.backend_workers) as pool:
+                return list(pool.map(lambda request: self._run_batch([request])[0], requests))
         step = self.config.max_batch_size
         groups: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
@@ -229,26 +277,39 @@ class AnswerService:
     def queue_depth(self) -> int:
         return self._batcher.queue_depth
 
-    def close(self) -> None:
-        """Stop the worker (after the batch it is running), fail queued requests, release KG and model."""
+    def stop(self) -> None:
+        """Take no more requests and fail the queued ones (503). Running requests: a model in this
+        process finishes its batch first; on a generation server they are answered 503 at once and
+        their workers left to end at their deadlines, so an upstream that stalls never holds a shutdown."""
         self._batcher.close()
+
+    def close(self) -> None:
+        """`stop`, then release KG and model (once; a second call does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.stop()
         if self._close_backend is not None:
             self._close_backend()
         self.kg.close()
 
+    def _runner(self) -> _Runner:
+        runner = getattr(self._runners, "runner", None)
+        if runner is None:
+            runner = self._runners.runner = _Runner(self._backend, self.tool)
+        return runner
+
     def _engine(self, rollout: RolloutConfig) -> RolloutEngine:
-        key = (rollout.max_turns, rollout.max_new_tokens)
-        engine = self._engines.get(key)
-        if engine is None:
-            engine = RolloutEngine(self._backend, self.tool, rollout)
-            self._engines[key] = engine
-            while len(self._engines) > ENGINE_CACHE:
-                self._engines.popitem(last=False)
-        self._engines.move_to_end(key)
-        return engine
+        """This thread's engine for requests with `rollout`'s limits."""
+        return self._runner().engine(rollout)
 
     def _run_batch(self, requests: Sequence[AnswerRequest]) -> list[Answered]:
-        """One rollout batch of requests that share their batch key; late requests are not started."""
+        """One rollout batch of requests that share their batch key; late requests are not started.
+
+        On a generation server a batch is one request (`answer`, `submit`), and its deadline bounds
+        every upstream call made for it: a call still running when it passes is abandoned, and the
+        engine's stop rule reports the request as timed out.
+        """
         start = time.monotonic()
         results: list[Answered | None] = [None] * len(requests)
         todo = []
@@ -258,8 +319,10 @@ class AnswerService:
             else:
                 todo.append(i)
         if todo:
-            with self._run_lock:
-                engine = self._engine(requests[todo[0]].rollout)
+            runner = self._runner()
+            limit = requests[todo[0]].deadline if self.remote and len(todo) == 1 else None
+            with self._run_lock, http.deadline(limit):
+                engine = runner.engine(requests[todo[0]].rollout)
                 todo = [i for i in todo if not self._refuse_untokenisable(engine, requests[i], results, i)]
                 examples: list[ExampleDict] = [
                     {"question": requests[i].question, "topic_entities": list(requests[i].topic_entities)}
@@ -271,11 +334,11 @@ class AnswerService:
                     {row: deadline for row, i in enumerate(todo) if (deadline := requests[i].deadline) is not None},
                     self.config.request_timeout,
                 )
-                self._failures.clear()
+                runner.failures.clear()
                 trajectories = (
                     engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines) if todo else []
                 )
-                failures = dict(self._failures)
+                failures = dict(runner.failures)
             end = time.monotonic()
             for row, (i, trajectory) in enumerate(zip(todo, trajectories)):
                 results[i] = Answered(

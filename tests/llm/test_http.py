@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import logging
+import re
 import socket
+import time
 
 import pytest
 import tenacity
 
 from kgreasoner.llm import OpenAIClient
-from kgreasoner.llm.http import EndpointError, EndpointRejected, EndpointUnavailable, JSONEndpoint, retry_policy
+from kgreasoner.llm.http import (
+    DeadlinePassed,
+    EndpointError,
+    EndpointRejected,
+    EndpointUnavailable,
+    JSONEndpoint,
+    deadline,
+    retry_policy,
+    time_left,
+)
+from kgreasoner.rollout.openai_backend import OpenAIBackend
+from kgreasoner.rollout.types import SamplingParams
 
 CHAT = {
     "choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}],
@@ -108,3 +121,68 @@ def test_waits_double_from_the_backoff_up_to_the_cap():
         state.attempt_number = attempt
         waits.append(policy.wait(state))
     assert waits == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+COMPLETION = {"choices": [{"text": "<answer>x</answer>", "finish_reason": "stop"}], "usage": {"completion_tokens": 3}}
+
+
+def _abandoned(url: str) -> str:
+    left = r"\([0-9.e-]+ s left when it was sent\)"
+    return rf"{re.escape(url)} gave no reply within the request's deadline {left}; abandoned"
+
+
+@pytest.mark.parametrize("trickle", [False, True], ids=["silent", "trickling"])
+def test_a_deadline_abandons_a_held_reply_and_closes_its_connection(stalling_server, trickle):
+    server = stalling_server(lambda body: COMPLETION, stall=lambda body: True, trickle=trickle)
+    endpoint = JSONEndpoint(server.base_url, timeout=120.0, retries=2, backoff=0.0)
+    with deadline(time.monotonic() + 0.5), pytest.raises(DeadlinePassed) as caught:
+        endpoint.post("/completions", {"prompt": "p"})
+    assert re.fullmatch(_abandoned(f"{server.base_url}/completions"), str(caught.value))
+    [held] = server.stalled  # abandoned, not retried
+    assert held.ended.wait(30) and held.outcome == "disconnected"
+    # without a deadline the same endpoint still waits for its reply
+    server.release()
+    assert endpoint.post("/completions", {"prompt": "p"}) == COMPLETION
+
+
+def test_a_backoff_never_sleeps_past_the_deadline(scripted_server):
+    policy = retry_policy(3, 600.0, max_backoff=6000.0)
+    state = tenacity.RetryCallState(policy, None, (), {})
+    state.attempt_number = 1
+    assert policy.wait(state) == 600.0
+    with deadline(time.monotonic() + 0.5):
+        assert 0 < policy.wait(state) <= 0.5
+    with deadline(time.monotonic() - 1):
+        assert policy.wait(state) == 0
+    # and the attempt after a backoff that reached the deadline is not sent
+    server = scripted_server((503, "busy"))
+    endpoint = JSONEndpoint(server.base_url, timeout=120.0, retries=3, backoff=600.0)
+    with deadline(time.monotonic() + 0.5), pytest.raises(DeadlinePassed) as caught:
+        endpoint.post("/completions", {"prompt": "p"})
+    assert str(caught.value) == f"{server.base_url}/completions: the request's deadline passed before it was sent"
+    assert len(server.requests) == 1
+
+
+def test_deadlines_nest_to_the_earlier_and_end_with_their_block():
+    assert time_left() is None
+    now = time.monotonic()
+    with deadline(now + 100):
+        with deadline(now + 1000), deadline(None):
+            assert 0 < time_left() <= 100
+        with deadline(now + 1):
+            assert time_left() <= 1
+        assert 1 < time_left() <= 100
+    assert time_left() is None
+
+
+def test_the_deadline_reaches_requests_a_backend_sends_from_its_threads(stalling_server):
+    server = stalling_server(lambda body: COMPLETION, stall=lambda body: body["prompt"] == "slow")
+    backend = OpenAIBackend(server.base_url, "m", timeout=120.0, max_concurrency=4, retries=0)
+    with deadline(time.monotonic() + 0.5):
+        outputs = backend.complete_text(["slow", "fast", "slow"], [8, 8, 8], SamplingParams(), 0, [0, 1, 2])
+    url = f"{server.base_url}/completions"
+    assert outputs[1].error is None and outputs[1].text == "<answer>x</answer>"
+    for output in (outputs[0], outputs[2]):
+        assert re.fullmatch("completion request failed: " + _abandoned(url), output.error)
+    assert len(server.stalled) == 2
+    assert all(held.ended.wait(30) and held.outcome == "disconnected" for held in server.stalled)
