@@ -61,6 +61,7 @@ ERRORS = (
     "exhausted",
     "backtrack_at_root",
     "kg_error",
+    "query_too_long",
 )
 MORE_PREFIX = "more:"
 """Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
@@ -191,6 +192,13 @@ class ToolConfig:
         default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"}
     )
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
+    max_query_chars: int | None = field(
+        default=1000,
+        metadata={
+            "help": "longest search text (between the search tags) the tool reads; a longer one is answered with "
+            "an error naming the limit, unread (no name or filter is that long); None: no limit"
+        },
+    )
     relation_format: str = field(
         default="id",
         metadata={
@@ -218,6 +226,8 @@ class ToolConfig:
             raise ValueError("neighbor_limit must be >= 1 or None")
         if self.rerank_pool is not None and self.rerank_pool < 1:
             raise ValueError("rerank_pool must be >= 1 or None")
+        if self.max_query_chars is not None and self.max_query_chars < 1:
+            raise ValueError(f"max_query_chars must be >= 1 or None, got {self.max_query_chars}")
 
 
 @dataclass
@@ -327,6 +337,14 @@ class SearchSession:
     def call(self, query: str) -> ToolResult:
         """Run the text written inside `<search>` tags; errors come back as results, never raised."""
         self.num_calls += 1
+        limit = self._config.max_query_chars
+        if limit is not None and len(query) > limit:
+            return self._error(
+                "query_too_long",
+                f"Search too long: {len(query)} characters, over the limit of {limit}. Write one entity "
+                f"between the search tags (`NAME`, `NAME {QUERY_SEPARATOR} relation` or "
+                f"`NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
+            )
         name, backtrack = split_search_query(query)
         if not name:
             return self._error(
@@ -416,8 +434,9 @@ class SearchSession:
         node = self._node(entity)
         self._ranked(node)
         label = self._display(entity)
-        wanted = _echo(read_relation_filter(written))
-        relations = self._relations_named(node, written)
+        named = read_relation_filter(written)
+        wanted = _echo(named)
+        relations = self._relations_named(node, named)
         if not relations:
             return self._unknown_relation(node, label, wanted)
         if self._has_unseen(node, relations):
@@ -650,16 +669,16 @@ class SearchSession:
             }
         return node.names
 
-    def _relations_named(self, node: _Node, written: str) -> set[str]:
-        """The relations at the node a filter's text names: exactly (its id, or its printed form read back),
-        else its id or printed words with case and spacing aside."""
-        wanted = read_relation_filter(written)
+    def _relations_named(self, node: _Node, wanted: str) -> set[str]:
+        """The relations at the node a filter names (`wanted`, its text read by `read_relation_filter`): exactly
+        (its id, or its printed form read back), else its id or printed words with case and spacing aside."""
         names = self._names(node)
         exact = {r for r in names if r == wanted} or {r for r, n in names.items() if read_relation_filter(n) == wanted}
         if exact:
             return exact
         fmt = self._config.relation_format
-        return {r for r in names if _names_relation(wanted, r, fmt)}
+        words = _words(wanted)
+        return {r for r in names if words in (_words(r), _words(relation_display(r, fmt)))}
 
     def _error(self, kind: str, text: str, entity: str | None = None, backtracked: bool = False) -> ToolResult:
         return ToolResult(
@@ -786,8 +805,6 @@ def _echo(text: str) -> str:
     return _clip(text, ECHO_CHARS)
 
 
-def _names_relation(written: str, relation: str, relation_format: str) -> bool:
-    """True when a filter's text names `relation`: its id or its printed form, case and spacing aside."""
-    wanted = " ".join(written.split()).lower()
-    printed = relation_display(relation, relation_format)
-    return wanted in (" ".join(relation.split()).lower(), " ".join(printed.split()).lower())
+def _words(text: str) -> str:
+    """`text` lower-cased with its runs of spaces as one: how a filter's words are compared with a relation's."""
+    return " ".join(text.split()).lower()
