@@ -170,6 +170,21 @@ def format_tool_block(text: str) -> str:
     return f"\n{TRIPLES_OPEN}\n{text}\n{TRIPLES_CLOSE}\n"
 
 
+def printable(text: str) -> str:
+    """`text` as tool text prints it (a label, a literal, a relation): control characters and line or paragraph
+    separators escaped, `\\n`, `\\r` and `\\t` as such and the others as `\\uXXXX` (an ANSI escape prints
+    `\\u001b`), so that nothing a KB holds can start a line of a tool block (a fake triple, a fake `more:`
+    line) or drive a terminal. Other text, backslashes included, is printed as it is."""
+    if _UNPRINTABLE.search(text) is None:
+        return text
+    return _UNPRINTABLE.sub(lambda match: _PRINTED.get(match.group(), f"\\u{ord(match.group()):04x}"), text)
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Unicode's control characters (category Cc) and its line and paragraph separators (Zl, Zp)."""
+_PRINTED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def split_search_query(query: str) -> tuple[str, bool]:
     """`"NAME | backtrack"` -> `("NAME", True)`; `" NAME "` -> `("NAME", False)`.
 

@@ -88,6 +88,7 @@ from kgreasoner.protocol import (
     TRIPLES_CLOSE,
     check_format,
     last_open_search,
+    printable,
     split_relation_filter,
     split_search_query,
 )
@@ -176,7 +177,7 @@ class RecordingSession:
         return summary
 
     def _display(self, entity: str) -> str:
-        handle, label = self.session.handle_of(entity), self._entities.get(entity, entity)
+        handle, label = self.session.handle_of(entity), printable(self._entities.get(entity, entity))
         return f"{handle} {label}" if handle else label
 
 

@@ -12,6 +12,7 @@ property paths): `^people.person.nationality` goes from a country to its nationa
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,14 +28,30 @@ def is_literal_id(entity: str) -> bool:
 
 
 def literal_value(entity: str) -> str:
-    """The lexical form of an N-Triples literal (`"42"^^<...#int>` -> `42`); other ids unchanged."""
+    """The lexical form of an N-Triples literal (`"42"^^<...#int>` -> `42`), its escapes read (`\\n`, `\\t`,
+    `\\u001B`: pyoxigraph writes control characters so); other ids unchanged."""
     if not is_literal_id(entity):
         return entity
     end = entity.rfind('"')
     if end <= 0:
         return entity[1:]
     body = entity[1:end]
-    return body.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+    if "\\" not in body:
+        return body
+    return _NT_ESCAPE.sub(_unescape, body)
+
+
+_NT_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([tbnrf\"'\\]))")
+"""N-Triples' escapes in a literal: UCHAR (`\\uXXXX`, `\\UXXXXXXXX`) and ECHAR (`\\t`, `\\n`, `\\"`, ...)."""
+_ECHAR = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1) or match.group(2)
+    if code is None:
+        return _ECHAR[match.group(3)]
+    value = int(code, 16)
+    return chr(value) if value <= 0x10FFFF else match.group()
 
 
 def make_literal(value: str, datatype: str | None = None, lang: str | None = None) -> str:

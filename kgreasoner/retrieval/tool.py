@@ -19,7 +19,9 @@ and `<search>NAME | relations</search>` lists the relations no listing has named
 
 No text passes `max_chars`: a page, its listing and every error are built to fit (the listing keeps
 at least a quarter of it), and a first candidate longer than the rest of the room is cut. A query
-that is itself a shown name (a label holding ` | `) is a plain search of that name. With
+that is itself a shown name (a label holding ` | `) is a plain search of that name. Labels, literals and
+relations print with their control characters escaped (`protocol.printable`), so no text of the KB can start a
+line of a tool block; a name is accepted as stored or as printed. With
 `entity_handles`, each entity gets a session-local handle (`E1`, `E2`, ... in order of appearance,
 topic entities first) printed before its label; handles and names are both accepted. Every problem
 comes back as a `ToolResult` whose `text` is a short sentence and whose `error` names the case;
@@ -43,6 +45,7 @@ from kgreasoner.protocol import (
     HANDLE_PREFIX,
     QUERY_SEPARATOR,
     is_relations_request,
+    printable,
     read_relation_filter,
     relation_filter_text,
     split_relation_filter,
@@ -96,8 +99,9 @@ def relation_display(relation: str, relation_format: str = "id") -> str:
 
 
 def triple_line(subject: str, relation: str, obj: str, relation_format: str = "id") -> str:
-    """One line of a tool block: `(subject, relation, object)`, the ends as the session displays them."""
-    return f"({subject}, {relation_display(relation, relation_format)}, {obj})"
+    """One line of a tool block: `(subject, relation, object)`, the ends as the session displays them and the
+    relation printable (`protocol.printable`)."""
+    return f"({subject}, {printable(relation_display(relation, relation_format))}, {obj})"
 
 
 def relation_key(relation: str, relation_format: str = "id") -> str:
@@ -388,8 +392,8 @@ class SearchSession:
         return answers
 
     def shown_entities(self) -> list[tuple[str, str]]:
-        """(handle or "", label) of every entity shown so far (topic entities first), in order."""
-        return [(self._handles.get(e, ""), label) for e, label in self._labels.items()]
+        """(handle or "", label as printed) of every entity shown so far (topic entities first), in order."""
+        return [(self._handles.get(e, ""), printable(label)) for e, label in self._labels.items()]
 
     def handle_of(self, entity: str) -> str:
         """The entity's handle in this session ("" when handles are off or it was never shown)."""
@@ -710,7 +714,9 @@ class SearchSession:
         return self._kg.label(entity) if self._kg.expresses(entity) else literal_value(entity)
 
     def _display(self, entity: str) -> str:
-        label = self._labels.get(entity) or self._label(entity)
+        """The entity as tool text prints it: its handle, if any, and its label, printable (a label that holds
+        a line break or an ANSI escape prints it escaped)."""
+        label = printable(self._labels.get(entity) or self._label(entity))
         handle = self._handles.get(entity)
         return f"{handle} {label}" if handle else label
 
@@ -720,8 +726,8 @@ class SearchSession:
         )
 
     def _is_shown_name(self, name: str) -> bool:
-        """True when `name` is exactly the id or label of an entity shown so far."""
-        return name in self._labels or any(label == name for label in self._labels.values())
+        """True when `name` is exactly the id or label (as stored or as printed) of an entity shown so far."""
+        return name in self._labels or any(name in (label, printable(label)) for label in self._labels.values())
 
     def _resolve(self, name: str, fuzzy: bool) -> str | None:
         """A shown entity's id: by handle (its first word), id, exact label, normalised label, then
@@ -737,7 +743,7 @@ class SearchSession:
             return name
         recent = list(reversed(self._labels.items()))
         for entity, label in recent:
-            if label == name:
+            if name in (label, printable(label)):  # as stored, or as the model read it
                 return entity
         wanted = normalize_answer(name)
         if wanted:
@@ -801,8 +807,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _echo(text: str) -> str:
-    """Text the model wrote, as an error quotes it back: its first ECHO_CHARS characters."""
-    return _clip(text, ECHO_CHARS)
+    """Text the model wrote, as an error quotes it back: printable, its first ECHO_CHARS characters."""
+    return _clip(printable(text), ECHO_CHARS)
 
 
 def _words(text: str) -> str:
