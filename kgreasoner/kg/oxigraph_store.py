@@ -262,6 +262,29 @@ class OxigraphKG(KnowledgeGraph):
             count += sum(1 for q in self._side_quads(term, None, side) if q.predicate != self._label_pred)
         return count
 
+    def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
+        """(relation, "out" or "in", edges) for each relation at `entity`, counted in the store (one grouped
+        query a side, without reading the edges out): outgoing first, each side by relation IRI."""
+        check_direction(direction)
+        term = _term_or_none(entity)
+        if term is None:
+            return []
+        counts = []
+        for side in ("out", "in") if direction == "both" else (direction,):
+            if side == "out" and isinstance(term, ox.Literal):
+                continue  # a literal is never a subject
+            triple = f"{term} ?r ?n" if side == "out" else f"?n ?r {term}"
+            rows = self._store.query(
+                f"SELECT ?r (COUNT(*) AS ?c) WHERE {{ {triple} FILTER(?r != <{RDFS_LABEL}>) }} GROUP BY ?r ORDER BY ?r"
+            )
+            assert isinstance(rows, ox.QuerySolutions)  # what a SELECT gives
+            for predicate, count in rows:
+                relation = self._relation_ids.get(predicate.value)
+                if relation is None:
+                    relation = self._relation_ids.setdefault(predicate.value, term_to_id(predicate, RELATION_NS))
+                counts.append((relation, side, int(count.value)))
+        return counts
+
     def is_unnamed(self, entity: str) -> bool:
         term = _term_or_none(entity)
         if term is None or isinstance(term, ox.Literal) or not self._contains(term):

@@ -379,6 +379,17 @@ class SparqlKG(KnowledgeGraph):
             f"}} LIMIT 1"
         )
 
+    def relation_counts_query(self, entity: str, side: str, limit: int | None = None, offset: int = 0) -> str:
+        """The SELECT for the relations of `entity` on `side` ("out" or "in") with their edges (`?r`, `?count`),
+        by relation IRI, `limit` rows from `offset`."""
+        d = self.dialect
+        node = d.entity_term(entity)
+        triple = f"{node} ?r ?n ." if side == "out" else f"?n ?r {node} ."
+        return (
+            f"SELECT ?r (COUNT(DISTINCT ?n) AS ?count) WHERE {{ {triple} {d.edge_filter('?r')} }}\n"
+            f"GROUP BY ?r ORDER BY ?r OFFSET {check_limit(offset, 'offset')} LIMIT {self._limit(limit)}"
+        )
+
     def label_query(self, entity: str) -> str:
         d = self.dialect
         node = d.entity_term(entity)
@@ -621,6 +632,27 @@ class SparqlKG(KnowledgeGraph):
             rows = self._select(self.degree_query(entity, side), 1)
             total += int(rows[0]["count"]["value"]) if rows else 0
         return total
+
+    def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
+        """(relation, "out" or "in", edges) for each relation at `entity`, counted by the endpoint (grouped
+        queries, in pages of `max_rows` relations): outgoing first, each side by relation IRI."""
+        check_direction(direction)
+        counts = []
+        for side in ("out", "in") if direction == "both" else (direction,):
+            if side == "out" and is_literal_id(entity):
+                self.dialect.entity_term(entity)
+                continue
+            rows: list[dict] = []
+            while True:
+                page = self._select_pages(
+                    lambda offset, size: self.relation_counts_query(entity, side, size, len(rows) + (offset or 0)),  # noqa: B023 (called at once)
+                    self.max_rows,
+                )
+                rows.extend(page)
+                if len(page) < self.max_rows:
+                    break
+            counts += [(self.dialect.relation_id(r["r"]["value"]), side, int(r["count"]["value"])) for r in rows]
+        return counts
 
     # --- transport ----------------------------------------------------------------------------
     def _select(self, query: str, limit: int | None) -> list[dict]:

@@ -32,8 +32,10 @@ no neighbours, as an id missing from the graph has none.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kgreasoner.data.normalize import normalize_answer
@@ -173,7 +175,11 @@ class ToolConfig:
         metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"},
     )
     neighbor_limit: int | None = field(
-        default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"}
+        default=10000,
+        metadata={
+            "help": "edges fetched per node at once (bounds the work at hubs); a hub's other edges are counted by "
+            "relation and read a relation at a time when a filter or a later page reaches them; None: all at once"
+        },
     )
     max_context: int = field(default=16, metadata={"help": "context edges per candidate given to the gat ranker"})
     relation_first: int | None = field(
@@ -436,13 +442,14 @@ class SearchSession:
     def _filtered(self, entity: str, written: str) -> ToolResult:
         """A page of the entity's unseen neighbours by the relation `written` names."""
         node = self._node(entity)
-        self._ranked(node)
+        ranked = self._ranked(node)
         label = self._display(entity)
         named = read_relation_filter(written)
         wanted = _echo(named)
         relations = self._relations_named(node, named)
         if not relations:
             return self._unknown_relation(node, label, wanted)
+        ranked.build_relations(relations)  # a hub's relation past the first fetch: its edges, and no other's
         if self._has_unseen(node, relations):
             return self._show(node, backtracked=False, relations=relations, written=written)
         totals = self._relation_totals(node)
@@ -535,7 +542,13 @@ class SearchSession:
             node.shown += 1
         if relations is None:
             return node.ranked.has(node.shown)
-        return any(c.edges[0].relation in relations and not self._seen(c) for c in node.ranked.after(node.shown))
+        return any(c.edges[0].relation in relations and not self._seen(c) for c in self._built_after(node))
+
+    @staticmethod
+    def _built_after(node: _Node) -> Iterator[Candidate]:
+        """The node's candidates built so far, from its cursor on (building no pending group)."""
+        assert node.ranked is not None
+        return itertools.islice(node.ranked.built, node.shown, None)
 
     def _seen(self, candidate: Candidate) -> bool:
         return all(edge.key() in self._shown_edges for edge in candidate.edges)
@@ -557,7 +570,9 @@ class SearchSession:
         lines: list[str] = []
         edges: list[Edge] = []
         size = shown = 0
-        for candidate in node.ranked.after(node.shown):
+        # a filtered page reads the built candidates only: its relations' groups were built (build_relations)
+        source = node.ranked.after(node.shown) if relations is None else self._built_after(node)
+        for candidate in source:
             if shown >= self._config.top_k:
                 break
             if self._seen(candidate) or (relations is not None and candidate.edges[0].relation not in relations):
