@@ -23,7 +23,9 @@ that is itself a shown name (a label holding ` | `) is a plain search of that na
 relations print with their control characters escaped (`protocol.printable`), so no text of the KB can start a
 line of a tool block; a name is accepted as stored or as printed. With
 `entity_handles`, each entity gets a session-local handle (`E1`, `E2`, ... in order of appearance,
-topic entities first) printed before its label; handles and names are both accepted. Every problem
+topic entities first) printed before its label; handles and names are both accepted. A name that several
+shown entities bear is answered with each of them (`ambiguous_entity`), by handle or else by id, which the
+model then searches by. Every problem
 comes back as a `ToolResult` whose `text` is a short sentence and whose `error` names the case;
 `SearchSession.call` never raises. An id the backend cannot express (`KnowledgeGraph.expresses`) has
 no neighbours, as an id missing from the graph has none.
@@ -67,6 +69,7 @@ ERRORS = (
     "backtrack_at_root",
     "kg_error",
     "query_too_long",
+    "ambiguous_entity",
 )
 MORE_PREFIX = "more:"
 """Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
@@ -363,18 +366,24 @@ class SearchSession:
                 f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
                 backtracked=backtrack,
             )
-        relation = entity = None
+        relation = None
+        found: list[str] = []
+        written = name
         parts = None if backtrack else split_relation_filter(name)
         # a bar is a filter unless the whole text is a shown label or id as it stands (labels may hold one;
         # normalised, `Hub | ==` would read as `Hub`); a handle names only its own word, so `E1 | rel` is
         # E1's filtered page, not a search of E1
         if parts is not None and not self._is_shown_name(name):
-            entity = self._resolve(parts[0], fuzzy=True)
-            relation = parts[1] if entity is not None else None
-        if entity is None:
-            entity = self._resolve(name, fuzzy=False) or self._resolve(name, fuzzy=True)
-        if entity is None:
+            found = self._matches(parts[0], fuzzy=True)
+            if found:
+                written, relation = parts
+        if not found:
+            found = self._matches(name, fuzzy=False) or self._matches(name, fuzzy=True)
+        if not found:
             return self._error("unknown_entity", self._unknown_text(name), backtracked=backtrack)
+        if len(found) > 1:
+            return self._ambiguous(written, found, backtrack)
+        entity = found[0]
         try:
             if backtrack:
                 self.num_backtracks += 1
@@ -745,34 +754,50 @@ class SearchSession:
         return name in self._labels or any(name in (label, printable(label)) for label in self._labels.values())
 
     def _resolve(self, name: str, fuzzy: bool) -> str | None:
-        """A shown entity's id: by handle (its first word), id, exact label, normalised label, then
-        (if fuzzy) difflib.
+        """The shown entity `name` names (`_matches`); among namesakes the most recently shown, the one the
+        model just read (an answer names a label, and namesakes share theirs)."""
+        found = self._matches(name, fuzzy)
+        return found[-1] if found else None
 
-        Among namesakes the most recently shown wins: it is the one the model just read.
-        """
+    def _matches(self, name: str, fuzzy: bool) -> list[str]:
+        """The shown entities `name` names, in order of appearance: by handle (its first word), id, exact label
+        (as stored or as printed), normalised label, then (if fuzzy) the closest normalised label by difflib.
+        Several when they share that label: a search cannot choose among namesakes for the model."""
         name = name.strip()
         head = name.split(maxsplit=1)[0] if name else ""
         if head in self._by_handle and _HANDLE.fullmatch(head):
-            return self._by_handle[head]
+            return [self._by_handle[head]]
         if name in self._labels:
-            return name
-        recent = list(reversed(self._labels.items()))
-        for entity, label in recent:
-            if name in (label, printable(label)):  # as stored, or as the model read it
-                return entity
+            return [name]
+        found = [entity for entity, label in self._labels.items() if name in (label, printable(label))]
         wanted = normalize_answer(name)
-        if wanted:
-            for entity, label in recent:
-                if normalize_answer(label) == wanted:
-                    return entity
-        if fuzzy and wanted:
-            by_norm: dict[str, str] = {}
-            for entity, label in recent:
-                by_norm.setdefault(normalize_answer(label), entity)
-            close = difflib.get_close_matches(wanted, list(by_norm), n=1, cutoff=self._config.fuzzy_cutoff)
-            if close:
-                return by_norm[close[0]]
-        return None
+        if found or not wanted:
+            return found
+        normalised = {entity: normalize_answer(label) for entity, label in self._labels.items()}
+        found = [entity for entity, label in normalised.items() if label == wanted]
+        if found or not fuzzy:
+            return found
+        close = difflib.get_close_matches(
+            wanted, list(dict.fromkeys(normalised.values())), n=1, cutoff=self._config.fuzzy_cutoff
+        )
+        return [entity for entity, label in normalised.items() if close and label == close[0]]
+
+    def _ambiguous(self, name: str, entities: list[str], backtracked: bool) -> ToolResult:
+        """The error of a name that several shown entities bear: each of them, as the model can name it
+        alone (its handle, else its id), as many as fit."""
+        handles = self._config.entity_handles
+        items = [
+            self._display(entity) if handles else f"{printable(self._labels[entity])} (id {printable(entity)})"
+            for entity in entities
+        ]
+        head = f'"{_echo(name)}" names {len(entities)} entities shown so far: '
+        tail = f". Search one by its {'handle' if handles else 'id'}."
+        room = self._config.max_chars - len(head) - len(tail) - len(f" and {len(items)} more")
+        picked = _pack(items, room)
+        listed = "; ".join(items[i] for i in picked)
+        if len(picked) < len(items):
+            listed += f" and {len(items) - len(picked)} more"
+        return self._error("ambiguous_entity", head + listed + tail, backtracked=backtracked)
 
     def _unknown_text(self, name: str) -> str:
         by_norm: dict[str, str] = {}
