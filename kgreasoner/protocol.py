@@ -389,14 +389,13 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
     `tool_spans` (the rollout engine's `Trajectory.tool_spans`): searches, answers and thoughts are
     read from model-written text only, `triples` are the tool blocks, and an `<answer>` still open
     when a tool block starts is dropped (its text would hold tool output). Without it every tag
-    counts, except that an answer is read only after the text's last `</triples>`: a tool block
-    always ends with its own closing tag, so whatever a KG label printed (`</triples><answer>X`)
-    comes before it, while the model answers after every block.
+    counts, except that an answer is read only outside every tool block, closed or not
+    (`model_tail`): the model answers after every block, and whatever a KG label printed
+    (`</triples><answer>X`) is inside one.
     """
     parsed = ParsedTrajectory()
     spans_known = tool_spans is not None
-    last_close = -1 if spans_known else text.rfind(TRIPLES_CLOSE)
-    answers_from = 0 if last_close < 0 else last_close + len(TRIPLES_CLOSE)
+    answers_from, answers_until = (0, len(text)) if spans_known else model_tail(text)
     search_at = triples_at = answer_at = think_at = None
     for tag, start, end, by_tool in tag_events(text, tool_spans):
         if tag == SEARCH_OPEN:
@@ -418,10 +417,10 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
                 parsed.triples.append(text[triples_at:start].strip("\n"))
                 triples_at = None
         elif tag == ANSWER_OPEN:
-            if answer_at is None and parsed.answer_text is None and start >= answers_from:
+            if answer_at is None and parsed.answer_text is None and answers_from <= start and end <= answers_until:
                 answer_at = end
         elif tag == ANSWER_CLOSE:
-            if answer_at is not None:
+            if answer_at is not None and end <= answers_until:
                 parsed.answer_text = text[answer_at:start]
                 parsed.answers = split_answers(parsed.answer_text)
                 answer_at = None
@@ -434,6 +433,27 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
     if think_at is not None:
         parsed.thinks.append(text[think_at:])
     return parsed
+
+
+def model_tail(text: str) -> tuple[int, int]:
+    """`[start, end)` of the text after the last tool block, where a trajectory read without tool spans
+    has its answer; empty when the text ends inside a tool block.
+
+    A block ends where the tool closes it, `</triples>` on a line of its own (`format_tool_block`). Tool
+    text does not write that line: labels are printable (no line breaks) and the tool prints each beside
+    its own words (`(`, `has no neighbours`, ...), so a `</triples>` a label printed shares its line. A
+    `<triples>` after the last such close opens a block the text ends in (cut before its close, as a
+    length limit cuts a rollout): nothing after it is the model's answer.
+    """
+    position, start = len(text), 0
+    while (at := text.rfind(TRIPLES_CLOSE, 0, position)) >= 0:
+        end = at + len(TRIPLES_CLOSE)
+        if text[at - 1 : at] == "\n" and text[end : end + 1] in ("\n", ""):
+            start = end
+            break
+        position = at
+    opening = text.find(TRIPLES_OPEN, start)
+    return start, len(text) if opening < 0 else opening
 
 
 def last_open_search(turn_text: str) -> str | None:
