@@ -169,9 +169,10 @@ class KnowledgeGraph(abc.ABC):
         return {entity: self.label(entity) for entity in entities}
 
     def expresses(self, entity: str) -> bool:
-        """False for an id this backend cannot write as a node (an empty one, or one a SPARQL dialect
-        refuses: a blank node, a malformed literal, a lone surrogate). Such an id names no node, as an id
-        missing from the graph names none: its other methods may refuse it, and callers treat it as absent."""
+        """False for an id this backend cannot write as a node (an empty one, or one a query cannot name: a
+        blank node, a malformed literal, a lone surrogate). Such an id names no node, as an id missing from
+        the graph names none, and every store answers for it alike: no edges, degree 0, no relations, not
+        unnamed, its own text (a literal's value) as its label."""
         return bool(entity)
 
     def relations(self, entity: str, direction: Direction = "out") -> list[str]:
