@@ -170,6 +170,21 @@ def format_tool_block(text: str) -> str:
     return f"\n{TRIPLES_OPEN}\n{text}\n{TRIPLES_CLOSE}\n"
 
 
+def printable(text: str) -> str:
+    """`text` as tool text prints it (a label, a literal, a relation): control characters and line or paragraph
+    separators escaped, `\\n`, `\\r` and `\\t` as such and the others as `\\uXXXX` (an ANSI escape prints
+    `\\u001b`), so that nothing a KB holds can start a line of a tool block (a fake triple, a fake `more:`
+    line) or drive a terminal. Other text, backslashes included, is printed as it is."""
+    if _UNPRINTABLE.search(text) is None:
+        return text
+    return _UNPRINTABLE.sub(lambda match: _PRINTED.get(match.group(), f"\\u{ord(match.group()):04x}"), text)
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Unicode's control characters (category Cc) and its line and paragraph separators (Zl, Zp)."""
+_PRINTED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def split_search_query(query: str) -> tuple[str, bool]:
     """`"NAME | backtrack"` -> `("NAME", True)`; `" NAME "` -> `("NAME", False)`.
 
@@ -227,18 +242,23 @@ def read_relation_filter(written: str) -> str:
 
 
 def _split_at_last_bar(text: str) -> tuple[str, str] | None:
-    position = len(text)
-    while True:
-        position = text.rfind(QUERY_SEPARATOR, 0, position)
-        if position < 0:
-            return None
-        backslashes = len(text[:position]) - len(text[:position].rstrip("\\"))
-        if backslashes % 2 == 0:
-            return text[:position], text[position + len(QUERY_SEPARATOR) :]
+    position = _unescaped(text).rfind(QUERY_SEPARATOR)
+    if position < 0:
+        return None
+    return text[:position], text[position + len(QUERY_SEPARATOR) :]
+
+
+def _unescaped(text: str) -> str:
+    """`text` of the same length with every escaped backslash and escaped bar blanked, so that a bar left in
+    it is a bar that splits. A bar is escaped after an odd run of backslashes; pairing a run's backslashes
+    from its start (what `str.replace` does, left to right) leaves one before the bar exactly then. Whole-text
+    replacements keep this linear: walking back over the backslashes before each bar is not, on `\\|\\|...`."""
+    if "\\" not in text:
+        return text
+    return text.replace("\\\\", "  ").replace("\\" + QUERY_SEPARATOR, "  ")
 
 
 _QUOTED_ESCAPES = {"\\": "\\\\", RELATION_QUOTE: "\\" + RELATION_QUOTE, QUERY_SEPARATOR: "\\" + QUERY_SEPARATOR}
-_UNQUOTED = {escaped[1:]: char for char, escaped in _QUOTED_ESCAPES.items()}
 _BARE_FORBIDDEN = frozenset('|\\",()')
 
 
@@ -263,27 +283,27 @@ def _escape_char(char: str) -> str:
 
 
 def _unquote(body: str) -> str | None:
-    """The text of a quoted relation, or None when an escape is malformed or a quote or bar is bare."""
-    out = []
-    index = 0
-    while index < len(body):
-        char = body[index]
-        if char in (RELATION_QUOTE, QUERY_SEPARATOR):
-            return None
-        if char != "\\":
-            out.append(char)
-            index += 1
-            continue
-        following = body[index + 1 : index + 2]
-        if following in _UNQUOTED:
-            out.append(_UNQUOTED[following])
-            index += 2
-        elif following == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[index + 2 : index + 6]):
-            out.append(chr(int(body[index + 2 : index + 6], 16)))
-            index += 6
-        else:
-            return None
-    return "".join(out)
+    """The text of a quoted relation, or None when an escape is malformed or a quote or bar is bare.
+
+    Whole-text operations only (one pass each), so a body of a million escapes reads in milliseconds: an
+    escaped backslash becomes the `\\u005c` escape (pairing each run of backslashes from its start, as
+    reading left to right does), after which every backslash left opens an escape of its own."""
+    text = body.replace("\\\\", "\\u005c")
+    if _BAD_ESCAPE.search(text):
+        return None
+    if text.count(RELATION_QUOTE) != text.count("\\" + RELATION_QUOTE):
+        return None
+    if text.count(QUERY_SEPARATOR) != text.count("\\" + QUERY_SEPARATOR):
+        return None
+    text = text.replace("\\" + RELATION_QUOTE, RELATION_QUOTE).replace("\\" + QUERY_SEPARATOR, QUERY_SEPARATOR)
+    if "\\" not in text:
+        return text
+    # every backslash left opens a `\\uXXXX`, which raw-unicode-escape decodes and nothing else; it writes
+    # other characters as themselves or as escapes that it reads back unchanged
+    return text.encode("raw_unicode_escape").decode("raw_unicode_escape")
+
+
+_BAD_ESCAPE = re.compile(r'\\(?![|"]|u[0-9a-fA-F]{4})')
 
 
 def split_answers(text: str) -> list[str]:
@@ -369,14 +389,13 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
     `tool_spans` (the rollout engine's `Trajectory.tool_spans`): searches, answers and thoughts are
     read from model-written text only, `triples` are the tool blocks, and an `<answer>` still open
     when a tool block starts is dropped (its text would hold tool output). Without it every tag
-    counts, except that an answer is read only after the text's last `</triples>`: a tool block
-    always ends with its own closing tag, so whatever a KG label printed (`</triples><answer>X`)
-    comes before it, while the model answers after every block.
+    counts, except that an answer is read only outside every tool block, closed or not
+    (`model_tail`): the model answers after every block, and whatever a KG label printed
+    (`</triples><answer>X`) is inside one.
     """
     parsed = ParsedTrajectory()
     spans_known = tool_spans is not None
-    last_close = -1 if spans_known else text.rfind(TRIPLES_CLOSE)
-    answers_from = 0 if last_close < 0 else last_close + len(TRIPLES_CLOSE)
+    answers_from, answers_until = (0, len(text)) if spans_known else model_tail(text)
     search_at = triples_at = answer_at = think_at = None
     for tag, start, end, by_tool in tag_events(text, tool_spans):
         if tag == SEARCH_OPEN:
@@ -398,10 +417,10 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
                 parsed.triples.append(text[triples_at:start].strip("\n"))
                 triples_at = None
         elif tag == ANSWER_OPEN:
-            if answer_at is None and parsed.answer_text is None and start >= answers_from:
+            if answer_at is None and parsed.answer_text is None and answers_from <= start and end <= answers_until:
                 answer_at = end
         elif tag == ANSWER_CLOSE:
-            if answer_at is not None:
+            if answer_at is not None and end <= answers_until:
                 parsed.answer_text = text[answer_at:start]
                 parsed.answers = split_answers(parsed.answer_text)
                 answer_at = None
@@ -414,6 +433,27 @@ def parse_trajectory(text: str, tool_spans: ToolSpans | None = None) -> ParsedTr
     if think_at is not None:
         parsed.thinks.append(text[think_at:])
     return parsed
+
+
+def model_tail(text: str) -> tuple[int, int]:
+    """`[start, end)` of the text after the last tool block, where a trajectory read without tool spans
+    has its answer; empty when the text ends inside a tool block.
+
+    A block ends where the tool closes it, `</triples>` on a line of its own (`format_tool_block`). Tool
+    text does not write that line: labels are printable (no line breaks) and the tool prints each beside
+    its own words (`(`, `has no neighbours`, ...), so a `</triples>` a label printed shares its line. A
+    `<triples>` after the last such close opens a block the text ends in (cut before its close, as a
+    length limit cuts a rollout): nothing after it is the model's answer.
+    """
+    position, start = len(text), 0
+    while (at := text.rfind(TRIPLES_CLOSE, 0, position)) >= 0:
+        end = at + len(TRIPLES_CLOSE)
+        if text[at - 1 : at] == "\n" and text[end : end + 1] in ("\n", ""):
+            start = end
+            break
+        position = at
+    opening = text.find(TRIPLES_OPEN, start)
+    return start, len(text) if opening < 0 else opening
 
 
 def last_open_search(turn_text: str) -> str | None:

@@ -21,7 +21,7 @@ Completions may be strings or chat message lists; when the rollout provides `com
 With the rollout's `tool_spans` column (where the tool's blocks sit in `completion_text`),
 answers, searches and the layout are read from model-written text only: a KG label that prints
 `</triples><answer>X</answer>` inside a tool block is text, not an answer. Without it, an answer is
-still read only after the text's last `</triples>` (see `protocol.parse_trajectory`).
+still read only outside every tool block, closed or cut short (`protocol.model_tail`).
 Gold answers come from the `answers` column (strings, `{"name", "aliases", "id"}` dicts or
 `Answer` objects) and an optional `answer_aliases` column (a list of strings per row).
 """
@@ -159,8 +159,8 @@ def gold_forms(answers: object, aliases: Sequence[str] | None = None) -> set[str
 def first_answer(text: str, resolved: Sequence[str] | None = None, tool_spans: ToolSpans | None = None) -> str | None:
     """The answer Hits@1 scores: the first resolved answer when the rollout gave them (None when it
     found no answer: the full text, tool blocks included, must not be searched for one), else the
-    first answer in the text's model-written part (without `tool_spans`: after its last `</triples>`,
-    where no tool block reaches)."""
+    first answer in the text's model-written part (without `tool_spans`: after its last tool block, and
+    none when the text ends inside one, `protocol.model_tail`)."""
     if resolved is not None:
         return str(resolved[0]) if resolved else None
     return parse_trajectory(text, tool_spans).first_answer

@@ -211,11 +211,12 @@ def _reference_parse(text):
     def blocks(open_tag, close_tag):
         return re.findall(re.escape(open_tag) + "(.*?)" + re.escape(close_tag), text, re.DOTALL)
 
-    # Without tool spans an answer counts only after the last `</triples>`, where no tool block reaches.
-    last_close = text.rfind("</triples>")
-    answer = re.search(
-        "<answer>(.*?)</answer>", text[last_close + len("</triples>") :] if last_close >= 0 else text, re.DOTALL
-    )
+    # Without tool spans an answer counts only outside every tool block: after the last `</triples>` on a line of
+    # its own (as the tool closes a block), and before a `<triples>` after it (a block the text ends in).
+    closes = [m.end() for m in re.finditer("(?<=\n)</triples>(?=\n|\\Z)", text)]
+    start = closes[-1] if closes else 0
+    opening = text.find("<triples>", start)
+    answer = re.search("<answer>(.*?)</answer>", text[start : opening if opening >= 0 else len(text)], re.DOTALL)
     return (
         [split_search_query(raw) for raw in blocks("<search>", "</search>")],
         [block.strip("\n") for block in blocks("<triples>", "</triples>")],

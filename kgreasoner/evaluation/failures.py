@@ -51,10 +51,11 @@ because an ambiguous name, not the model's choice of triple, diverted the walk.
    tool output). Detail: `answer`.
 6. `other`, reason `no_gold_path`: the example has no gold path to compare with.
 7. `data_ambiguity`, kind `namesake`: a search on the answer's path was written as a name (not a
-   handle or an id; of a filtered search `NAME | REL`, its NAME part) that several shown entities
-   carried, the tool took the latest shown, and with an
-   earlier namesake in its place (the later relations kept) the path agrees with gold on more
-   hops. Detail: `call`, `query`, `chosen`, `namesake` (ids), `path`, `path_with_namesake`.
+   handle or an id; of a filtered search `NAME | REL`, its NAME part) that, normalised, another shown
+   entity's label matches too (a name several entities bear exactly the tool answers with all of them,
+   for the model to pick by handle or id; one that only a normalised label shares, it takes as
+   written), and with that namesake in its place (the later relations kept) the path agrees with gold
+   on more hops. Detail: `call`, `query`, `chosen`, `namesake` (ids), `path`, `path_with_namesake`.
 8. `wrong_relation`: the path equals no gold path. At hop k (1-based, counting relations; the
    first k-1 agree with a gold path) the model followed `taken` where the gold paths that agree
    so far have `gold` (a list). `taken` is null when the model answered before hop k, `gold` is
@@ -88,6 +89,7 @@ from kgreasoner.protocol import (
     TRIPLES_CLOSE,
     check_format,
     last_open_search,
+    printable,
     split_relation_filter,
     split_search_query,
 )
@@ -176,7 +178,7 @@ class RecordingSession:
         return summary
 
     def _display(self, entity: str) -> str:
-        handle, label = self.session.handle_of(entity), self._entities.get(entity, entity)
+        handle, label = self.session.handle_of(entity), printable(self._entities.get(entity, entity))
         return f"{handle} {label}" if handle else label
 
 

@@ -12,6 +12,7 @@ property paths): `^people.person.nationality` goes from a country to its nationa
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -27,14 +28,30 @@ def is_literal_id(entity: str) -> bool:
 
 
 def literal_value(entity: str) -> str:
-    """The lexical form of an N-Triples literal (`"42"^^<...#int>` -> `42`); other ids unchanged."""
+    """The lexical form of an N-Triples literal (`"42"^^<...#int>` -> `42`), its escapes read (`\\n`, `\\t`,
+    `\\u001B`: pyoxigraph writes control characters so); other ids unchanged."""
     if not is_literal_id(entity):
         return entity
     end = entity.rfind('"')
     if end <= 0:
         return entity[1:]
     body = entity[1:end]
-    return body.replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+    if "\\" not in body:
+        return body
+    return _NT_ESCAPE.sub(_unescape, body)
+
+
+_NT_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|([tbnrf\"'\\]))")
+"""N-Triples' escapes in a literal: UCHAR (`\\uXXXX`, `\\UXXXXXXXX`) and ECHAR (`\\t`, `\\n`, `\\"`, ...)."""
+_ECHAR = {"t": "\t", "b": "\b", "n": "\n", "r": "\r", "f": "\f", '"': '"', "'": "'", "\\": "\\"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1) or match.group(2)
+    if code is None:
+        return _ECHAR[match.group(3)]
+    value = int(code, 16)
+    return chr(value) if value <= 0x10FFFF else match.group()
 
 
 def make_literal(value: str, datatype: str | None = None, lang: str | None = None) -> str:
@@ -152,9 +169,10 @@ class KnowledgeGraph(abc.ABC):
         return {entity: self.label(entity) for entity in entities}
 
     def expresses(self, entity: str) -> bool:
-        """False for an id this backend cannot write as a node (an empty one, or one a SPARQL dialect
-        refuses: a blank node, a malformed literal, a lone surrogate). Such an id names no node, as an id
-        missing from the graph names none: its other methods may refuse it, and callers treat it as absent."""
+        """False for an id this backend cannot write as a node (an empty one, or one a query cannot name: a
+        blank node, a malformed literal, a lone surrogate). Such an id names no node, as an id missing from
+        the graph names none, and every store answers for it alike: no edges, degree 0, no relations, not
+        unnamed, its own text (a literal's value) as its label."""
         return bool(entity)
 
     def relations(self, entity: str, direction: Direction = "out") -> list[str]:

@@ -10,11 +10,17 @@ file, line and field:
 - a relation whose name starts with `^`, which in a gold path means "walked backwards";
 - a typed literal its datatype cannot hold (`"1815-13-45"^^xsd:date`, see `kgreasoner.kg.xsd`);
 - in names.tsv, an id named twice (the last label would win, so the first no longer resolves).
+
+One case loads with a warning (`warn_shared_labels`): a label that several entities bear. A KB may well
+hold two cities of one name; a search by that name then lists them all, for the model to pick one by
+handle or id, and a topic given by name takes the first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +29,9 @@ import pandas as pd
 from kgreasoner.kg.base import INVERSE_PREFIX, is_literal_id
 from kgreasoner.kg.rdf import id_to_term
 from kgreasoner.kg.xsd import invalid_reason
+from kgreasoner.protocol import printable
+
+log = logging.getLogger(__name__)
 
 TRIPLE_FIELDS = ("subject", "relation", "object")
 NAME_FIELDS = ("id", "label")
@@ -138,3 +147,34 @@ def _nt_line(path: Path, *needles: str) -> int:
             if any(needle in line for needle in needles):
                 return number
     return 0
+
+
+SHARED_LABELS_SHOWN = 5
+"""Shared labels a load's warning names (the most shared first); it counts the rest."""
+
+
+def shared_labels(names: Mapping[str, str]) -> list[tuple[str, int]]:
+    """(label, entities that bear it) of every label of `names` borne by more than one entity, the most
+    shared first (ties by label)."""
+    counts = Counter(names.values())
+    return sorted(((label, n) for label, n in counts.items() if n > 1), key=lambda item: (-item[1], item[0]))
+
+
+def warn_shared_labels(path: Path, names: Mapping[str, str]) -> None:
+    """Log one warning for the KB at `path` when several of its entities share a label, naming the
+    SHARED_LABELS_SHOWN most shared labels with their counts and counting the others."""
+    shared = shared_labels(names)
+    if not shared:
+        return
+    listed = ", ".join(f'"{printable(label)}" ({n} entities)' for label, n in shared[:SHARED_LABELS_SHOWN])
+    rest = len(shared) - SHARED_LABELS_SHOWN
+    more = f" and {rest} more label{'s' if rest > 1 else ''}" if rest > 0 else ""
+    log.warning(
+        "%s: %d label%s borne by several entities: %s%s; a search by such a name lists every entity that "
+        "bears it (the model picks one by handle or id), and a topic given by that name takes the first",
+        path,
+        len(shared),
+        " is" if len(shared) == 1 else "s are",
+        listed,
+        more,
+    )

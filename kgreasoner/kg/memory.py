@@ -41,6 +41,7 @@ from kgreasoner.kg.kb_checks import (
     literal_problem,
     relation_message,
     repeated_id_message,
+    warn_shared_labels,
 )
 from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
 
@@ -406,8 +407,11 @@ def read_kb_file(
         columns = read_tsv_triples(path)
         if names is None and (path.parent / "names.tsv").exists() and path.name != "names.tsv":
             names = path.parent / "names.tsv"
+    named_in = Path(names) if isinstance(names, (str, Path)) else path
     if isinstance(names, (str, Path)):
         names = read_names(Path(names))
+    if names:
+        warn_shared_labels(named_in, names)
     return (*columns, names)
 
 

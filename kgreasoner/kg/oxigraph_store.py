@@ -159,15 +159,16 @@ class OxigraphKG(KnowledgeGraph):
         check_direction(direction)
         check_limit(limit)
         term = _term_or_none(entity)
-        if term is None or limit == 0 or (relations is not None and len(relations) == 0):
+        iris = None if relations is None else [i for i in map(_relation_iri, dict.fromkeys(relations)) if i]
+        if term is None or limit == 0 or (iris is not None and len(iris) == 0):
             return []
         sides: tuple[str, ...] = ("out", "in") if direction == "both" else (direction,)
         if isinstance(term, ox.Literal):
             sides = tuple(side for side in sides if side == "in")  # a literal is never a subject
         own = self._term_label(term)
         values = ""
-        if relations is not None:
-            values = "VALUES ?r { " + " ".join(f"<{to_iri(r, RELATION_NS)}>" for r in dict.fromkeys(relations)) + " } "
+        if iris is not None:
+            values = "VALUES ?r { " + " ".join(f"<{iri}>" for iri in iris) + " } "
         if len(sides) == 2 and limit is None:
             # One query for both sides, outgoing rows first (the UNION's left branch).
             pattern = f'{{ {term} ?r ?n BIND("out" AS ?d) }} UNION {{ ?n ?r {term} BIND("in" AS ?d) }}'
@@ -238,6 +239,8 @@ class OxigraphKG(KnowledgeGraph):
         return self._term_label(term)[0]
 
     def resolve(self, name: str) -> list[str]:
+        if not isinstance(name, str) or _relation_iri(name) is None:
+            return []  # no label holds a lone surrogate
         hits = self._index_lookup(exact_label_key(name))
         term = _term_or_none(name)
         if term is not None and name not in hits and self._contains(term):
@@ -261,6 +264,34 @@ class OxigraphKG(KnowledgeGraph):
                 continue
             count += sum(1 for q in self._side_quads(term, None, side) if q.predicate != self._label_pred)
         return count
+
+    def expresses(self, entity: str) -> bool:
+        """False for an id no query can name (`_term_or_none`): empty, a blank node, a malformed literal, a lone
+        surrogate. The store answers for it as for an id missing from the graph, as the memory store does."""
+        return bool(entity) and _term_or_none(entity) is not None
+
+    def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
+        """(relation, "out" or "in", edges) for each relation at `entity`, counted in the store (one grouped
+        query a side, without reading the edges out): outgoing first, each side by relation IRI."""
+        check_direction(direction)
+        term = _term_or_none(entity)
+        if term is None:
+            return []
+        counts = []
+        for side in ("out", "in") if direction == "both" else (direction,):
+            if side == "out" and isinstance(term, ox.Literal):
+                continue  # a literal is never a subject
+            triple = f"{term} ?r ?n" if side == "out" else f"?n ?r {term}"
+            rows = self._store.query(
+                f"SELECT ?r (COUNT(*) AS ?c) WHERE {{ {triple} FILTER(?r != <{RDFS_LABEL}>) }} GROUP BY ?r ORDER BY ?r"
+            )
+            assert isinstance(rows, ox.QuerySolutions)  # what a SELECT gives
+            for predicate, count in rows:
+                relation = self._relation_ids.get(predicate.value)
+                if relation is None:
+                    relation = self._relation_ids.setdefault(predicate.value, term_to_id(predicate, RELATION_NS))
+                counts.append((relation, side, int(count.value)))
+        return counts
 
     def is_unnamed(self, entity: str) -> bool:
         term = _term_or_none(entity)
@@ -293,10 +324,21 @@ class OxigraphKG(KnowledgeGraph):
 
 
 def _term_or_none(entity: str):
-    """The RDF term of an id, or None when no node can have that id (e.g. a malformed literal)."""
+    """The RDF term of an id, or None when no node can have that id: a malformed literal, text with a lone
+    surrogate, or a blank node (`_:b1`), which a query cannot name (written in one, it is a variable)."""
+    if not isinstance(entity, str) or entity.startswith("_:"):
+        return None
     try:
         return id_to_term(entity)
     except (SyntaxError, ValueError):
+        return None
+
+
+def _relation_iri(relation: str) -> str | None:
+    """The IRI of a relation id; None for one no IRI can carry (a lone surrogate), which no edge has."""
+    try:
+        return to_iri(relation, RELATION_NS)
+    except UnicodeEncodeError:
         return None
 
 

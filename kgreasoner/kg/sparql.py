@@ -13,8 +13,11 @@ Dialects say how our string ids become RDF terms and which triples count as edge
 
 Safety: an id reaches a query only as a term built here — a percent-encoded IRI (generic), an
 IRI whose local part matched a strict pattern or that pyoxigraph validated, or a literal that
-pyoxigraph parsed and re-serialised with escapes. Anything else raises a ValueError naming the
-field. Names in `resolve` are always escaped literals. Every query is SELECT DISTINCT … LIMIT;
+pyoxigraph parsed and re-serialised with escapes. An id no such term can be built for (empty, a
+blank node, a malformed literal, a lone surrogate) reaches no query: it names no node, and the store
+answers for it as for an id missing from the graph, as the memory store does (no edges, degree 0, its own
+text as its label); a query builder given one raises a ValueError naming the field. Names in `resolve`
+are always escaped literals. Every query is SELECT DISTINCT … LIMIT;
 a long one (a long non-ASCII name, say) is sent by POST, as servers cap the length of a URL.
 
 Virtuoso answers at most `ResultSetMaxRows` rows whatever the LIMIT, and says so only in an
@@ -379,6 +382,17 @@ class SparqlKG(KnowledgeGraph):
             f"}} LIMIT 1"
         )
 
+    def relation_counts_query(self, entity: str, side: str, limit: int | None = None, offset: int = 0) -> str:
+        """The SELECT for the relations of `entity` on `side` ("out" or "in") with their edges (`?r`, `?count`),
+        by relation IRI, `limit` rows from `offset`."""
+        d = self.dialect
+        node = d.entity_term(entity)
+        triple = f"{node} ?r ?n ." if side == "out" else f"?n ?r {node} ."
+        return (
+            f"SELECT ?r (COUNT(DISTINCT ?n) AS ?count) WHERE {{ {triple} {d.edge_filter('?r')} }}\n"
+            f"GROUP BY ?r ORDER BY ?r OFFSET {check_limit(offset, 'offset')} LIMIT {self._limit(limit)}"
+        )
+
     def label_query(self, entity: str) -> str:
         d = self.dialect
         node = d.entity_term(entity)
@@ -416,9 +430,10 @@ class SparqlKG(KnowledgeGraph):
         limit: int | None = None,
     ) -> list[Edge]:
         check_direction(direction)
-        self.dialect.entity_term(entity)  # reject a malformed id even when nothing is queried
         check_limit(limit)
-        if limit == 0 or (relations is not None and len(relations) == 0):
+        if relations is not None:  # a relation no term can name has no edges, as one missing from the graph
+            relations = [r for r in relations if self._names_relation(r)]
+        if limit == 0 or (relations is not None and len(relations) == 0) or not self.expresses(entity):
             return []
         if is_literal_id(entity):  # a literal is never a subject
             if direction == "out":
@@ -472,13 +487,11 @@ class SparqlKG(KnowledgeGraph):
         """
         if check_limit(limit) is None:
             raise ValueError("limit: expected a non-negative int, got None")
-        for entity in entities:
-            self.dialect.entity_term(entity)  # a malformed id raises before anything is sent
         if limit == 0:
             return [[] for _ in entities]
-        distinct = list(dict.fromkeys(entities))
+        distinct = [entity for entity in dict.fromkeys(entities) if self.expresses(entity)]
         found = dict(zip(distinct, self._contexts_fitting(distinct, limit)))
-        return [found[entity] for entity in entities]
+        return [found.get(entity, []) for entity in entities]
 
     def _contexts_fitting(self, entities: list[str], limit: int) -> list[list[Edge]]:
         # An entity brings at most `limit` rows a side; a batch's rows stay under the cap seen so far.
@@ -556,13 +569,25 @@ class SparqlKG(KnowledgeGraph):
         return self._has_names
 
     def expresses(self, entity: str) -> bool:
+        """False for an id the dialect builds no term for (empty, a blank node, a malformed literal, a lone
+        surrogate, an IRI it refuses): the store then answers as for an id missing from the graph, as the
+        memory store does (no edges, degree 0, its own text as its label), and sends no query."""
         try:
             self.dialect.entity_term(entity)
         except ValueError:
             return False
         return True
 
+    def _names_relation(self, relation: str) -> bool:
+        try:
+            self.dialect.relation_term(relation)
+        except ValueError:
+            return False
+        return True
+
     def label(self, entity: str) -> str:
+        if not self.expresses(entity):
+            return literal_value(entity)
         rows = self._select(self.label_query(entity), 1)
         if not rows:  # not in the graph
             return literal_value(entity)
@@ -571,10 +596,8 @@ class SparqlKG(KnowledgeGraph):
     def labels(self, entities: Sequence[str]) -> dict[str, str]:
         """Each entity's label in the preferred accepted language (Freebase: its English
         `type.object.name`), `LABEL_BATCH` entities a request; an entity without one keeps its id,
-        a literal its value. A malformed id raises ValueError before anything is sent."""
-        nodes = [entity for entity in dict.fromkeys(entities) if not is_literal_id(entity)]
-        for entity in nodes:
-            self.dialect.entity_term(entity)
+        a literal its value (an id no term can name, its own text)."""
+        nodes = [entity for entity in dict.fromkeys(entities) if not is_literal_id(entity) and self.expresses(entity)]
         best: dict[str, tuple[int, str]] = {}
         for start in range(0, len(nodes), LABEL_BATCH):
             for row in self._select(self.labels_query(nodes[start : start + LABEL_BATCH]), None):
@@ -586,7 +609,7 @@ class SparqlKG(KnowledgeGraph):
         return {entity: best[entity][1] if entity in best else literal_value(entity) for entity in entities}
 
     def is_unnamed(self, entity: str) -> bool:
-        if is_literal_id(entity):
+        if is_literal_id(entity) or not self.expresses(entity):
             return False
         rows = self._select(self.label_query(entity), 1)
         return bool(rows) and self._label_from(entity, False, rows[0].get("sl"))[1]
@@ -613,14 +636,37 @@ class SparqlKG(KnowledgeGraph):
 
     def degree(self, entity: str, direction: Direction = "both") -> int:
         check_direction(direction)
+        if not self.expresses(entity):
+            return 0
         total = 0
         for side in ("out", "in") if direction == "both" else (direction,):
             if side == "out" and is_literal_id(entity):
-                self.dialect.entity_term(entity)
                 continue
             rows = self._select(self.degree_query(entity, side), 1)
             total += int(rows[0]["count"]["value"]) if rows else 0
         return total
+
+    def relation_counts(self, entity: str, direction: Direction = "both") -> list[tuple[str, str, int]]:
+        """(relation, "out" or "in", edges) for each relation at `entity`, counted by the endpoint (grouped
+        queries, in pages of `max_rows` relations): outgoing first, each side by relation IRI."""
+        check_direction(direction)
+        if not self.expresses(entity):
+            return []
+        counts = []
+        for side in ("out", "in") if direction == "both" else (direction,):
+            if side == "out" and is_literal_id(entity):
+                continue
+            rows: list[dict] = []
+            while True:
+                page = self._select_pages(
+                    lambda offset, size: self.relation_counts_query(entity, side, size, len(rows) + (offset or 0)),  # noqa: B023 (called at once)
+                    self.max_rows,
+                )
+                rows.extend(page)
+                if len(page) < self.max_rows:
+                    break
+            counts += [(self.dialect.relation_id(r["r"]["value"]), side, int(r["count"]["value"])) for r in rows]
+        return counts
 
     # --- transport ----------------------------------------------------------------------------
     def _select(self, query: str, limit: int | None) -> list[dict]:

@@ -167,6 +167,18 @@ class RankedCandidates(Sequence[Candidate]):
         self._append(self._build(self._pending.pop(0)))
         return True
 
+    def build_relations(self, relations: set[str]) -> None:
+        """Build now every pending group by one of `relations`, whatever groups come before it: a search
+        filtered by a relation reads that relation's candidates and no other's (they follow the candidates
+        built so far, ahead of the groups still pending)."""
+        wanted = [group for group in self._pending if group.relation in relations]
+        if not wanted:
+            return
+        assert self._build is not None
+        self._pending = [group for group in self._pending if group.relation not in relations]
+        for group in wanted:
+            self._append(self._build(group))
+
     def has(self, index: int) -> bool:
         """True when there is a candidate at `index` (>= 0), building groups only up to it."""
         while len(self._items) <= index and self._grow():

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -167,6 +167,11 @@ class CandidateScorer:
     it, and a mediator's second relation does not count in the relation order. Smaller entities
     (and `relation_first=None`) take the exact path.
 
+    The exact path reads an entity's first `neighbor_limit` edges at once; when that cut some off, the
+    store's per-relation counts (`relation_counts`) turn the rest into pending groups after the ranked
+    candidates, so a relation past the cut is still listed at its true count, paged to, and built at
+    once by a filter that names it (`RankedCandidates.build_relations`).
+
     Three caches per graph make repeated work free; none changes a result (the graph, the encoder
     and the ranker are read-only here), each drops its least recently used entries first. Rankings,
     per entity, question and fetch settings, up to `rank_cache` candidates in all: the rollouts of
@@ -235,19 +240,22 @@ class CandidateScorer:
             return self._rank_relation_first(question, entity, kg, expand_mediators, neighbor_limit, start)
         cache = self._cache(kg)
         key = (entity, expand_mediators, neighbor_limit)
-        candidates = cache.candidates.get(key)
-        if candidates is None:
+        fetched = cache.candidates.get(key)
+        if fetched is None:
             candidates = gather_candidates(kg, entity, expand_mediators, neighbor_limit)
-            cache.candidates.put(key, candidates, self.candidate_cache, weight=len(candidates) + 1)
+            fetched = candidates, _unfetched(kg, entity, candidates, neighbor_limit)
+            cache.candidates.put(key, fetched, self.candidate_cache, weight=len(candidates) + len(fetched[1]) + 1)
+        candidates, unfetched = fetched
         self.timings.fetch += time.perf_counter() - start
+        build = _builder(kg, entity, expand_mediators, neighbor_limit, whole=True) if unfetched else None
         if relation_first is not None:
             groups: dict[tuple[str, str], list[Candidate]] = {}
             for candidate in candidates:
                 groups.setdefault((candidate.edges[0].relation, candidate.edges[0].direction), []).append(candidate)
             edges = [_first_edges(members) for members in groups.values()]
             if sum(edges) > relation_first:  # as the memory store's path, over candidates fetched whole
-                return self._relation_first_fetched(question, kg, groups, edges), (), None
-        return [candidates[i] for i in self.order(question, candidates, kg)], (), None
+                return self._relation_first_fetched(question, kg, groups, edges), unfetched, build
+        return [candidates[i] for i in self.order(question, candidates, kg)], unfetched, build
 
     def _relation_first_degree(self) -> int | None:
         """The degree above which an entity is ranked relation first; None: never (no pool, or no ranking)."""
@@ -302,27 +310,7 @@ class CandidateScorer:
             if taken < count:
                 pending.append(PendingGroup(relation, side, taken, count))
         self.timings.fetch += time.perf_counter() - start
-
-        graph = weakref.ref(kg)  # a cached ranking must not keep a question's own graph alive
-
-        def build(group: PendingGroup) -> list[Candidate]:
-            alive = graph()
-            if alive is None:
-                raise RuntimeError(
-                    f"the graph {entity} was ranked in is gone: read a ranking's later candidates "
-                    "while its graph lives"
-                )
-            return group_candidates(
-                alive,
-                entity,
-                group.relation,
-                group.direction,
-                group.start,
-                group.count,
-                expand_mediators,
-                neighbor_limit,
-            )
-
+        build = _builder(kg, entity, expand_mediators, neighbor_limit, whole=False)
         return [pool[i] for i in self.order(question, pool, kg)], tuple(pending), build
 
     def forget_rankings(self) -> None:
@@ -471,6 +459,48 @@ class CandidateScorer:
         return np.asarray(vectors[1:] @ vectors[0], dtype=np.float64)
 
 
+def _unfetched(
+    kg: KnowledgeGraph, entity: str, candidates: Sequence[Candidate], neighbor_limit: int | None
+) -> tuple[PendingGroup, ...]:
+    """The edges of `entity` that a fetch of its first `neighbor_limit` edges (`candidates`) left out, as
+    pending groups, one per relation and direction and per `neighbor_limit` edges of it: a hub's every
+    relation stays reachable (by a filter, or by paging on) and counted at its true size. () when the fetch
+    was whole (fewer edges than the limit)."""
+    firsts = {(c.edges[0].key(), c.edges[0].direction) for c in candidates}
+    if neighbor_limit is None or len(firsts) < neighbor_limit:
+        return ()
+    fetched: Counter[tuple[str, str]] = Counter((key[1], side) for key, side in firsts)
+    groups = []
+    for relation, side, count in kg.relation_counts(entity, "both"):
+        for start in range(fetched[(relation, side)], count, neighbor_limit):
+            groups.append(PendingGroup(relation, side, start, min(count, start + neighbor_limit)))
+    return tuple(groups)
+
+
+def _builder(
+    kg: KnowledgeGraph, entity: str, expand_mediators: bool, neighbor_limit: int | None, whole: bool
+) -> Callable[[PendingGroup], list[Candidate]]:
+    """What builds a pending group of `entity`'s edges: its edges `start:count`, or with `whole` all of the
+    relation's first `count` (the ranking drops those it holds already). `whole` is for groups that follow a
+    fetch of all relations at once, whose order within one relation a store need not keep when asked for
+    that relation alone; a store with a relation index (the memory store) keeps it, and reads only the group.
+    """
+    graph = weakref.ref(kg)  # a cached ranking must not keep a question's own graph alive
+
+    def build(group: PendingGroup) -> list[Candidate]:
+        alive = graph()
+        if alive is None:
+            raise RuntimeError(
+                f"the graph {entity} was ranked in is gone: read a ranking's later candidates while its graph lives"
+            )
+        start = 0 if whole and not isinstance(alive, MemoryKG) else group.start
+        return group_candidates(
+            alive, entity, group.relation, group.direction, start, group.count, expand_mediators, neighbor_limit
+        )
+
+    return build
+
+
 def _first_edges(candidates: Sequence[Candidate]) -> int:
     """Distinct first edges of candidates in KG order (a mediator's candidates share theirs, in a row)."""
     return sum(1 for i, c in enumerate(candidates) if i == 0 or c.edges[0] != candidates[i - 1].edges[0])
@@ -534,7 +564,9 @@ class _GraphCache:
 
     def __init__(self) -> None:
         self.rankings: _LRUMap[tuple[str, str, bool, int | None], _Ranking] = _LRUMap()
-        self.candidates: _LRUMap[tuple[str, bool, int | None], list[Candidate]] = _LRUMap()
+        self.candidates: _LRUMap[tuple[str, bool, int | None], tuple[list[Candidate], tuple[PendingGroup, ...]]] = (
+            _LRUMap()
+        )
         self.contexts: _LRUMap[str, list[tuple[tuple[str, str, str], tuple[str, str]]]] = _LRUMap()
 
 

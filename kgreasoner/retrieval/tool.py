@@ -19,9 +19,13 @@ and `<search>NAME | relations</search>` lists the relations no listing has named
 
 No text passes `max_chars`: a page, its listing and every error are built to fit (the listing keeps
 at least a quarter of it), and a first candidate longer than the rest of the room is cut. A query
-that is itself a shown name (a label holding ` | `) is a plain search of that name. With
+that is itself a shown name (a label holding ` | `) is a plain search of that name. Labels, literals and
+relations print with their control characters escaped (`protocol.printable`), so no text of the KB can start a
+line of a tool block; a name is accepted as stored or as printed. With
 `entity_handles`, each entity gets a session-local handle (`E1`, `E2`, ... in order of appearance,
-topic entities first) printed before its label; handles and names are both accepted. Every problem
+topic entities first) printed before its label; handles and names are both accepted. A name that several
+shown entities bear is answered with each of them (`ambiguous_entity`), by handle or else by id, which the
+model then searches by. Every problem
 comes back as a `ToolResult` whose `text` is a short sentence and whose `error` names the case;
 `SearchSession.call` never raises. An id the backend cannot express (`KnowledgeGraph.expresses`) has
 no neighbours, as an id missing from the graph has none.
@@ -30,8 +34,10 @@ no neighbours, as an id missing from the graph has none.
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kgreasoner.data.normalize import normalize_answer
@@ -43,6 +49,7 @@ from kgreasoner.protocol import (
     HANDLE_PREFIX,
     QUERY_SEPARATOR,
     is_relations_request,
+    printable,
     read_relation_filter,
     relation_filter_text,
     split_relation_filter,
@@ -61,6 +68,8 @@ ERRORS = (
     "exhausted",
     "backtrack_at_root",
     "kg_error",
+    "query_too_long",
+    "ambiguous_entity",
 )
 MORE_PREFIX = "more:"
 """Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
@@ -95,8 +104,9 @@ def relation_display(relation: str, relation_format: str = "id") -> str:
 
 
 def triple_line(subject: str, relation: str, obj: str, relation_format: str = "id") -> str:
-    """One line of a tool block: `(subject, relation, object)`, the ends as the session displays them."""
-    return f"({subject}, {relation_display(relation, relation_format)}, {obj})"
+    """One line of a tool block: `(subject, relation, object)`, the ends as the session displays them and the
+    relation printable (`protocol.printable`)."""
+    return f"({subject}, {printable(relation_display(relation, relation_format))}, {obj})"
 
 
 def relation_key(relation: str, relation_format: str = "id") -> str:
@@ -168,7 +178,11 @@ class ToolConfig:
         metadata={"help": "show what lies beyond unnamed (CVT-like) neighbours instead of the bare mediator"},
     )
     neighbor_limit: int | None = field(
-        default=10000, metadata={"help": "edges fetched per node (bounds the work at hubs); None: all"}
+        default=10000,
+        metadata={
+            "help": "edges fetched per node at once (bounds the work at hubs); a hub's other edges are counted by "
+            "relation and read a relation at a time when a filter or a later page reaches them; None: all at once"
+        },
     )
     max_context: int = field(default=16, metadata={"help": "context edges per candidate given to the gat ranker"})
     relation_first: int | None = field(
@@ -191,6 +205,13 @@ class ToolConfig:
         default=0.8, metadata={"help": "difflib similarity needed to accept a misspelt name (0-1)"}
     )
     suggestions: int = field(default=5, metadata={"help": "close names listed when a name is unknown"})
+    max_query_chars: int | None = field(
+        default=1000,
+        metadata={
+            "help": "longest search text (between the search tags) the tool reads; a longer one is answered with "
+            "an error naming the limit, unread (no name or filter is that long); None: no limit"
+        },
+    )
     relation_format: str = field(
         default="id",
         metadata={
@@ -218,6 +239,8 @@ class ToolConfig:
             raise ValueError("neighbor_limit must be >= 1 or None")
         if self.rerank_pool is not None and self.rerank_pool < 1:
             raise ValueError("rerank_pool must be >= 1 or None")
+        if self.max_query_chars is not None and self.max_query_chars < 1:
+            raise ValueError(f"max_query_chars must be >= 1 or None, got {self.max_query_chars}")
 
 
 @dataclass
@@ -327,6 +350,14 @@ class SearchSession:
     def call(self, query: str) -> ToolResult:
         """Run the text written inside `<search>` tags; errors come back as results, never raised."""
         self.num_calls += 1
+        limit = self._config.max_query_chars
+        if limit is not None and len(query) > limit:
+            return self._error(
+                "query_too_long",
+                f"Search too long: {len(query)} characters, over the limit of {limit}. Write one entity "
+                f"between the search tags (`NAME`, `NAME {QUERY_SEPARATOR} relation` or "
+                f"`NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
+            )
         name, backtrack = split_search_query(query)
         if not name:
             return self._error(
@@ -335,18 +366,24 @@ class SearchSession:
                 f"between the search tags (or `NAME {QUERY_SEPARATOR} {BACKTRACK_MARK}`).",
                 backtracked=backtrack,
             )
-        relation = entity = None
+        relation = None
+        found: list[str] = []
+        written = name
         parts = None if backtrack else split_relation_filter(name)
         # a bar is a filter unless the whole text is a shown label or id as it stands (labels may hold one;
         # normalised, `Hub | ==` would read as `Hub`); a handle names only its own word, so `E1 | rel` is
         # E1's filtered page, not a search of E1
         if parts is not None and not self._is_shown_name(name):
-            entity = self._resolve(parts[0], fuzzy=True)
-            relation = parts[1] if entity is not None else None
-        if entity is None:
-            entity = self._resolve(name, fuzzy=False) or self._resolve(name, fuzzy=True)
-        if entity is None:
+            found = self._matches(parts[0], fuzzy=True)
+            if found:
+                written, relation = parts
+        if not found:
+            found = self._matches(name, fuzzy=False) or self._matches(name, fuzzy=True)
+        if not found:
             return self._error("unknown_entity", self._unknown_text(name), backtracked=backtrack)
+        if len(found) > 1:
+            return self._ambiguous(written, found, backtrack)
+        entity = found[0]
         try:
             if backtrack:
                 self.num_backtracks += 1
@@ -370,8 +407,8 @@ class SearchSession:
         return answers
 
     def shown_entities(self) -> list[tuple[str, str]]:
-        """(handle or "", label) of every entity shown so far (topic entities first), in order."""
-        return [(self._handles.get(e, ""), label) for e, label in self._labels.items()]
+        """(handle or "", label as printed) of every entity shown so far (topic entities first), in order."""
+        return [(self._handles.get(e, ""), printable(label)) for e, label in self._labels.items()]
 
     def handle_of(self, entity: str) -> str:
         """The entity's handle in this session ("" when handles are off or it was never shown)."""
@@ -414,12 +451,14 @@ class SearchSession:
     def _filtered(self, entity: str, written: str) -> ToolResult:
         """A page of the entity's unseen neighbours by the relation `written` names."""
         node = self._node(entity)
-        self._ranked(node)
+        ranked = self._ranked(node)
         label = self._display(entity)
-        wanted = _echo(read_relation_filter(written))
-        relations = self._relations_named(node, written)
+        named = read_relation_filter(written)
+        wanted = _echo(named)
+        relations = self._relations_named(node, named)
         if not relations:
             return self._unknown_relation(node, label, wanted)
+        ranked.build_relations(relations)  # a hub's relation past the first fetch: its edges, and no other's
         if self._has_unseen(node, relations):
             return self._show(node, backtracked=False, relations=relations, written=written)
         totals = self._relation_totals(node)
@@ -512,7 +551,13 @@ class SearchSession:
             node.shown += 1
         if relations is None:
             return node.ranked.has(node.shown)
-        return any(c.edges[0].relation in relations and not self._seen(c) for c in node.ranked.after(node.shown))
+        return any(c.edges[0].relation in relations and not self._seen(c) for c in self._built_after(node))
+
+    @staticmethod
+    def _built_after(node: _Node) -> Iterator[Candidate]:
+        """The node's candidates built so far, from its cursor on (building no pending group)."""
+        assert node.ranked is not None
+        return itertools.islice(node.ranked.built, node.shown, None)
 
     def _seen(self, candidate: Candidate) -> bool:
         return all(edge.key() in self._shown_edges for edge in candidate.edges)
@@ -534,7 +579,9 @@ class SearchSession:
         lines: list[str] = []
         edges: list[Edge] = []
         size = shown = 0
-        for candidate in node.ranked.after(node.shown):
+        # a filtered page reads the built candidates only: its relations' groups were built (build_relations)
+        source = node.ranked.after(node.shown) if relations is None else self._built_after(node)
+        for candidate in source:
             if shown >= self._config.top_k:
                 break
             if self._seen(candidate) or (relations is not None and candidate.edges[0].relation not in relations):
@@ -650,16 +697,16 @@ class SearchSession:
             }
         return node.names
 
-    def _relations_named(self, node: _Node, written: str) -> set[str]:
-        """The relations at the node a filter's text names: exactly (its id, or its printed form read back),
-        else its id or printed words with case and spacing aside."""
-        wanted = read_relation_filter(written)
+    def _relations_named(self, node: _Node, wanted: str) -> set[str]:
+        """The relations at the node a filter names (`wanted`, its text read by `read_relation_filter`): exactly
+        (its id, or its printed form read back), else its id or printed words with case and spacing aside."""
         names = self._names(node)
         exact = {r for r in names if r == wanted} or {r for r, n in names.items() if read_relation_filter(n) == wanted}
         if exact:
             return exact
         fmt = self._config.relation_format
-        return {r for r in names if _names_relation(wanted, r, fmt)}
+        words = _words(wanted)
+        return {r for r in names if words in (_words(r), _words(relation_display(r, fmt)))}
 
     def _error(self, kind: str, text: str, entity: str | None = None, backtracked: bool = False) -> ToolResult:
         return ToolResult(
@@ -691,7 +738,9 @@ class SearchSession:
         return self._kg.label(entity) if self._kg.expresses(entity) else literal_value(entity)
 
     def _display(self, entity: str) -> str:
-        label = self._labels.get(entity) or self._label(entity)
+        """The entity as tool text prints it: its handle, if any, and its label, printable (a label that holds
+        a line break or an ANSI escape prints it escaped)."""
+        label = printable(self._labels.get(entity) or self._label(entity))
         handle = self._handles.get(entity)
         return f"{handle} {label}" if handle else label
 
@@ -701,38 +750,54 @@ class SearchSession:
         )
 
     def _is_shown_name(self, name: str) -> bool:
-        """True when `name` is exactly the id or label of an entity shown so far."""
-        return name in self._labels or any(label == name for label in self._labels.values())
+        """True when `name` is exactly the id or label (as stored or as printed) of an entity shown so far."""
+        return name in self._labels or any(name in (label, printable(label)) for label in self._labels.values())
 
     def _resolve(self, name: str, fuzzy: bool) -> str | None:
-        """A shown entity's id: by handle (its first word), id, exact label, normalised label, then
-        (if fuzzy) difflib.
+        """The shown entity `name` names (`_matches`); among namesakes the most recently shown, the one the
+        model just read (an answer names a label, and namesakes share theirs)."""
+        found = self._matches(name, fuzzy)
+        return found[-1] if found else None
 
-        Among namesakes the most recently shown wins: it is the one the model just read.
-        """
+    def _matches(self, name: str, fuzzy: bool) -> list[str]:
+        """The shown entities `name` names, in order of appearance: by handle (its first word), id, exact label
+        (as stored or as printed), normalised label, then (if fuzzy) the closest normalised label by difflib.
+        Several when they share that label: a search cannot choose among namesakes for the model."""
         name = name.strip()
         head = name.split(maxsplit=1)[0] if name else ""
         if head in self._by_handle and _HANDLE.fullmatch(head):
-            return self._by_handle[head]
+            return [self._by_handle[head]]
         if name in self._labels:
-            return name
-        recent = list(reversed(self._labels.items()))
-        for entity, label in recent:
-            if label == name:
-                return entity
+            return [name]
+        found = [entity for entity, label in self._labels.items() if name in (label, printable(label))]
         wanted = normalize_answer(name)
-        if wanted:
-            for entity, label in recent:
-                if normalize_answer(label) == wanted:
-                    return entity
-        if fuzzy and wanted:
-            by_norm: dict[str, str] = {}
-            for entity, label in recent:
-                by_norm.setdefault(normalize_answer(label), entity)
-            close = difflib.get_close_matches(wanted, list(by_norm), n=1, cutoff=self._config.fuzzy_cutoff)
-            if close:
-                return by_norm[close[0]]
-        return None
+        if found or not wanted:
+            return found
+        normalised = {entity: normalize_answer(label) for entity, label in self._labels.items()}
+        found = [entity for entity, label in normalised.items() if label == wanted]
+        if found or not fuzzy:
+            return found
+        close = difflib.get_close_matches(
+            wanted, list(dict.fromkeys(normalised.values())), n=1, cutoff=self._config.fuzzy_cutoff
+        )
+        return [entity for entity, label in normalised.items() if close and label == close[0]]
+
+    def _ambiguous(self, name: str, entities: list[str], backtracked: bool) -> ToolResult:
+        """The error of a name that several shown entities bear: each of them, as the model can name it
+        alone (its handle, else its id), as many as fit."""
+        handles = self._config.entity_handles
+        items = [
+            self._display(entity) if handles else f"{printable(self._labels[entity])} (id {printable(entity)})"
+            for entity in entities
+        ]
+        head = f'"{_echo(name)}" names {len(entities)} entities shown so far: '
+        tail = f". Search one by its {'handle' if handles else 'id'}."
+        room = self._config.max_chars - len(head) - len(tail) - len(f" and {len(items)} more")
+        picked = _pack(items, room)
+        listed = "; ".join(items[i] for i in picked)
+        if len(picked) < len(items):
+            listed += f" and {len(items) - len(picked)} more"
+        return self._error("ambiguous_entity", head + listed + tail, backtracked=backtracked)
 
     def _unknown_text(self, name: str) -> str:
         by_norm: dict[str, str] = {}
@@ -782,12 +847,10 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _echo(text: str) -> str:
-    """Text the model wrote, as an error quotes it back: its first ECHO_CHARS characters."""
-    return _clip(text, ECHO_CHARS)
+    """Text the model wrote, as an error quotes it back: printable, its first ECHO_CHARS characters."""
+    return _clip(printable(text), ECHO_CHARS)
 
 
-def _names_relation(written: str, relation: str, relation_format: str) -> bool:
-    """True when a filter's text names `relation`: its id or its printed form, case and spacing aside."""
-    wanted = " ".join(written.split()).lower()
-    printed = relation_display(relation, relation_format)
-    return wanted in (" ".join(relation.split()).lower(), " ".join(printed.split()).lower())
+def _words(text: str) -> str:
+    """`text` lower-cased with its runs of spaces as one: how a filter's words are compared with a relation's."""
+    return " ".join(text.split()).lower()

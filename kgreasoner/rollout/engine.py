@@ -75,6 +75,7 @@ from kgreasoner.protocol import (
     last_open_search,
     opened_think,
     parse_trajectory,
+    printable,
     topic_names,
 )
 from kgreasoner.retrieval.tool import ToolResult
@@ -310,7 +311,7 @@ class RolloutEngine:
                 inserted[row.index] = ids
             row.turn_ids = []
             # After a cut, an entity counts as shown only while its label is still in the block.
-            shown = tuple(dict.fromkeys(e for e, label in ends if not truncated or label in text))
+            shown = tuple(dict.fromkeys(e for e, label in ends if not truncated or printable(label) in text))
             row.tool_calls.append(
                 ToolCall(
                     query=query,

@@ -76,6 +76,7 @@ def test_labels_in_batches_escaped_and_never_from_a_malformed_id(freebase_spec, 
     assert kg.queries_sent == 3  # five ids to ask, two a request; a literal is its own name
     assert kg.labels(ids) == {i: kg.label(i) for i in ids}  # what the search shows of each
     sent = kg.queries_sent
-    with pytest.raises(ValueError, match="is not a valid freebase entity id"):
-        kg.labels(["m.06w2sn5", "m.0x> } ; DROP ALL ; SELECT * WHERE { ?s ?p ?o"])
-    assert kg.queries_sent == sent
+    hostile = "m.0x> } ; DROP ALL ; SELECT * WHERE { ?s ?p ?o"
+    # an id no term can name is no node: its own text is its label, and only the good one is asked for
+    assert kg.labels(["m.06w2sn5", hostile]) == {"m.06w2sn5": "Justin Bieber", hostile: hostile}
+    assert kg.queries_sent == sent + 1

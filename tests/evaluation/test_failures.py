@@ -44,6 +44,8 @@ NAMES = {
     "m.john": "John Young",
 }
 KG = MemoryKG.from_triples(TRIPLES, NAMES)
+NEAR_NAMESAKES = MemoryKG.from_triples(TRIPLES, {**NAMES, "m.provo_tx": "PROVO"})
+"""The Texan Provo spelt otherwise: a search of `PROVO` finds it alone, though normalised it names both."""
 UTAH = {"id": "m.utah", "name": "Utah"}
 
 
@@ -86,8 +88,8 @@ class ScriptedText(TextBackend):
         return outputs
 
 
-def method(turns, handles=False, top_k=10, max_turns=8):
-    tool = KGSearchTool(KG, ToolConfig(entity_handles=handles, top_k=top_k))
+def method(turns, handles=False, top_k=10, max_turns=8, kg=KG):
+    tool = KGSearchTool(kg, ToolConfig(entity_handles=handles, top_k=top_k))
     return KGReasonerMethod(ScriptedText(turns), tool, RolloutConfig(max_turns=max_turns))
 
 
@@ -398,32 +400,39 @@ def test_data_ambiguity_other_object_checked_on_the_kg():
     }
 
 
-def test_namesake_resolved_by_name_and_separated_by_handles():
-    # SLC's page shows a second "Provo"; searched by name, the tool takes that latest one.
-    turns = ["<think> " + S.format("Utah"), S.format("Salt Lake City"), S.format("Provo"), A.format("Tom Fry")]
-    rec = record(PROVO_MAYOR, *turns)
+def test_namesakes_are_named_by_id_or_handle_and_a_near_namesake_is_blamed():
+    # SLC's page shows a second "Provo"; searched by name, the tool lists both, and the model picks one by id.
+    start = ["<think> " + S.format("Utah"), S.format("Salt Lake City")]
+    rec = record(PROVO_MAYOR, *start, S.format("Provo"), S.format("m.provo_tx"), A.format("Tom Fry"))
+    ambiguous = rec["trace"]["tool_calls"][2]
+    assert (ambiguous["entity"], ambiguous["error"]) == (None, "ambiguous_entity")
+    assert rec["trace"]["tool_calls"][3]["entity"] == "m.provo_tx"
+    assert rec["failure"]["category"] == "wrong_relation"
+    # The Texan one spelt "PROVO": the search finds it alone, and the Utah one would have agreed with gold.
+    turns = [*start, S.format("PROVO"), A.format("Tom Fry")]
+    rec = record(PROVO_MAYOR, *turns, kg=NEAR_NAMESAKES)
     assert rec["trace"]["tool_calls"][2]["entity"] == "m.provo_tx"
     assert rec["failure"] == {
         "category": "data_ambiguity",
         "detail": {
             "kind": "namesake",
             "call": 3,
-            "query": "Provo",
+            "query": "PROVO",
             "chosen": "m.provo_tx",
             "namesake": "m.provo",
             "path": ["capital", "sister_city", "mayor"],
             "path_with_namesake": ["contains", "mayor"],
         },
     }
-    # An ambiguous name that did not divert the walk: the namesake would agree less with gold.
-    assert failure(SISTER_STATE, *turns) == {
+    # A near namesake that did not divert the walk: the other would agree less with gold.
+    assert failure(SISTER_STATE, *turns, kg=NEAR_NAMESAKES) == {
         "category": "wrong_relation",
         "detail": {
             "hop": 3,
             "taken": "mayor",
             "gold": ["state"],
             "path": ["capital", "sister_city", "mayor"],
-            "entities": ["Utah", "Salt Lake City", "Provo", "Tom Fry"],
+            "entities": ["Utah", "Salt Lake City", "PROVO", "Tom Fry"],
             "gold_shown": True,
         },
     }
@@ -483,19 +492,26 @@ def test_a_filtered_search_is_judged_by_its_name_part():
     assert by_id["trace"]["tool_calls"][2]["entity"] == "m.provo_tx"
     assert by_id["failure"] == wrong_relation
     # Written as a name, the filtered search is as ambiguous as the plain one.
+    assert (
+        record(PROVO_MAYOR, "<think> " + S.format("Utah"), S.format("Salt Lake City"), S.format("Provo | mayor"))[
+            "trace"
+        ]["tool_calls"][2]["error"]
+        == "ambiguous_entity"
+    )
     by_name = record(
         PROVO_MAYOR,
         "<think> " + S.format("Utah"),
         S.format("Salt Lake City"),
-        S.format("Provo | mayor"),
+        S.format("PROVO | mayor"),
         A.format("Tom Fry"),
+        kg=NEAR_NAMESAKES,
     )
     assert by_name["failure"] == {
         "category": "data_ambiguity",
         "detail": {
             "kind": "namesake",
             "call": 3,
-            "query": "Provo | mayor",
+            "query": "PROVO | mayor",
             "chosen": "m.provo_tx",
             "namesake": "m.provo",
             "path": ["capital", "sister_city", "mayor"],

@@ -81,6 +81,10 @@ def assert_same_graph(expected: KnowledgeGraph, actual: KnowledgeGraph) -> None:
                 outs = [e.direction for e in limited]
                 assert outs == sorted(outs, key=lambda d: d != "out"), "outgoing edges come first"
             assert actual.degree(entity, direction) == expected.degree(entity, direction), (entity, direction)
+            # each store orders a side's relations its own way; the counts are the same
+            counts = actual.relation_counts(entity, direction)
+            assert sorted(counts) == sorted(expected.relation_counts(entity, direction)), (entity, direction)
+            assert [side for _, side, _ in counts] == sorted((s for _, s, _ in counts), key=lambda s: s != "out")
         relations = ["time_zone", "motto", "no_such_relation"]
         assert set(actual.neighbors(entity, "both", relations=relations)) == set(
             expected.neighbors(entity, "both", relations=relations)

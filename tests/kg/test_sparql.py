@@ -102,16 +102,19 @@ def test_hostile_names_cannot_change_the_query(kg):
 
 
 @pytest.mark.parametrize("dialect", ["freebase", "wikidata"])
-def test_strict_dialects_reject_hostile_ids_naming_the_field(url, dialect):
+def test_strict_dialects_send_no_query_for_hostile_ids_and_the_builders_name_the_field(url, dialect):
     kg = SparqlKG(url, dialect=dialect)
+    good = "m.07srw" if dialect == "freebase" else "Q30"
     for hostile in HOSTILE + ["m.07srw>", "Q1 }", "http://x/a>b", "m.07SRW"]:
+        # an id no term can name is no node: answered as one missing from the graph, with no query sent
+        assert not kg.expresses(hostile)
+        assert (kg.neighbors(hostile, "both"), kg.degree(hostile), kg.label(hostile)) == ([], 0, hostile)
+        assert kg.neighbors(good, "out", relations=[hostile]) == []
         with pytest.raises(ValueError, match=r"^entity: "):
-            kg.neighbors(hostile, "both")
-        with pytest.raises(ValueError, match=r"^entity: "):
-            kg.degree(hostile)
-        good = "m.07srw" if dialect == "freebase" else "Q30"
+            kg.neighbors_query(hostile, "both")
         with pytest.raises(ValueError, match=r"^relation: "):
-            kg.neighbors(good, "out", relations=[hostile])
+            kg.neighbors_query(good, "out", relations=[hostile])
+    assert kg.queries_sent == 0
 
 
 @pytest.mark.parametrize("dialect", ["generic", "freebase", "wikidata"])
@@ -289,12 +292,13 @@ def test_lone_surrogates_match_nothing_and_name_the_field(url, dialect):
     kg = SparqlKG(url, dialect=dialect)
     assert kg.resolve("\ud800") == [] and kg.resolve("Utah\udfff") == []
     assert kg.queries_sent == 0  # no label can hold one: nothing to ask
+    good = {"generic": "e.utah", "freebase": "m.0utah", "wikidata": "Q829"}[dialect]
+    assert kg.neighbors("\ud800x", "both") == [] and kg.neighbors(good, "out", relations=["r\udc00"]) == []
+    assert kg.queries_sent == 0
     with pytest.raises(ValueError, match=r"^entity: '\\ud800x' is not valid Unicode \(it holds a lone surrogate\)$"):
-        kg.neighbors("\ud800x", "both")
+        kg.neighbors_query("\ud800x", "both")
     with pytest.raises(ValueError, match=r"^relation: 'r\\udc00' is not valid Unicode"):
-        kg.neighbors(
-            {"generic": "e.utah", "freebase": "m.0utah", "wikidata": "Q829"}[dialect], "out", relations=["r\udc00"]
-        )
+        kg.neighbors_query(good, "out", relations=["r\udc00"])
 
 
 HOSTILE_FRAGMENTS = [
@@ -465,8 +469,9 @@ def test_a_context_batch_is_built_from_escaped_ids_only(kg):
     assert query.startswith("SELECT DISTINCT") and query.endswith(f"}} LIMIT {2 * 6 * 4}")
     assert kg.neighbors_of_each(HOSTILE, 4) == [[] for _ in HOSTILE]
     assert count_triples(kg) == triples
+    assert kg.neighbors_of_each(["e.utah", "_:b0", ""], 4) == [kg.neighbors("e.utah", "both", limit=4), [], []]
     with pytest.raises(ValueError, match="entity: blank node"):
-        kg.neighbors_of_each(["e.utah", "_:b0"], 4)
+        kg.context_query(["e.utah", "_:b0"], 4)
 
 
 class _Capped(BaseHTTPRequestHandler):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -9,6 +12,7 @@ from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
     last_open_search,
+    parse_trajectory,
     read_relation_filter,
     relation_filter_text,
     split_relation_filter,
@@ -118,3 +122,131 @@ def test_the_grammar_is_protocol_s_and_reads_every_string_back():
         assert "\n" not in written and "</" not in written
     assert split_search_query("A | B | Backtrack ") == ("A | B", True)
     assert read_relation_filter('="unterminated') == '"unterminated'
+
+
+def _reference_split(text: str) -> tuple[str, str] | None:
+    """The grammar's own words, read character by character: the last bar with an even run of backslashes
+    (none counts) right before it splits."""
+    for position in range(len(text) - 1, -1, -1):
+        if text[position] == "|":
+            run = 0
+            while run < position and text[position - run - 1] == "\\":
+                run += 1
+            if run % 2 == 0:
+                return text[:position], text[position + 1 :]
+    return None
+
+
+def _reference_unquote(body: str) -> str | None:
+    """A quoted body read left to right: `\\\\`, `\\"`, `\\|` and `\\uXXXX` escapes; a bare quote or bar, or any
+    other escape, is no quoted body."""
+    out, index = [], 0
+    while index < len(body):
+        char = body[index]
+        if char in '"|':
+            return None
+        if char != "\\":
+            out.append(char)
+            index += 1
+        elif body[index + 1 : index + 2] in ("\\", '"', "|"):
+            out.append(body[index + 1])
+            index += 2
+        elif body[index + 1 : index + 2] == "u" and re.fullmatch("[0-9a-fA-F]{4}", body[index + 2 : index + 6]):
+            out.append(chr(int(body[index + 2 : index + 6], 16)))
+            index += 6
+        else:
+            return None
+    return "".join(out)
+
+
+ESCAPE_PARTS = ["\\", "\\", "\\", "|", "|", '"', "u", "U", "0", "5", "c", "D", "8", "e", "g", " ", "=", "<", "é", "\n"]
+ESCAPY = st.lists(st.one_of(st.text(st.sampled_from(ESCAPE_PARTS), max_size=8), st.text(max_size=2)), max_size=6).map(
+    "".join
+)
+"""Texts made mostly of backslashes, bars, quotes and `\\uXXXX` pieces, with any character between them."""
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ESCAPY)
+def test_splitting_and_unquoting_read_as_the_character_by_character_reference(text):
+    reference = _reference_split(text)
+    expected = None
+    if reference is not None and reference[0].strip() and reference[1].strip():
+        expected = (reference[0].strip(), reference[1].strip())
+    assert split_relation_filter(text) == expected
+    backtrack = reference is not None and reference[1].strip().lower() == "backtrack"
+    assert split_search_query(text) == ((reference[0].strip(), True) if backtrack else (text.strip(), False))
+    unquoted = _reference_unquote(text)
+    quoted = f'="{text}"'
+    assert read_relation_filter(quoted) == (unquoted if unquoted is not None else quoted[1:].strip())
+
+
+NAME = st.one_of(
+    st.text(st.sampled_from(["\\", "|", '"', " ", "E", "1", "="]), max_size=12), st.text(max_size=12)
+).filter(lambda name: name.strip() and "<" not in name)
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(NAME, RELATION)
+def test_a_filter_written_after_any_name_parses_back_to_its_relation(name, relation):
+    written = relation_filter_text(relation)
+    parsed = parse_trajectory(f"<think> <search>{name} | {written}</search>")
+    [search] = parsed.searches
+    assert not search.is_backtrack
+    assert split_relation_filter(search.query) == (name.strip(), written)
+    assert read_relation_filter(written) == relation
+
+
+SIZES = [1_000, 32_000, 1_000_000]
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_queries_of_a_million_escapes_read_exactly(size):
+    """Each shape at 1 KB to 1 MB reads back to the relation it spells; the tool with no length limit answers
+    the filter in full, and with the default one refuses the query unread."""
+    kg = hub_kg(["r0", "r1"])
+    count = size // 2
+    shapes = [
+        ('="' + "\\|" * count + '"', "|" * count),
+        ('="' + "\\\\" * count + '"', "\\" * count),
+        ('="' + "\\u003c" * (size // 6) + '"', "<" * (size // 6)),
+        ("\\|" * count, "\\|" * count),
+    ]
+    for written, relation in shapes:
+        query = f"Hub | {written}"
+        [search] = parse_trajectory(f"<think> <search>{query}</search>").searches
+        assert search.query == query
+        assert split_relation_filter(search.query) == ("Hub", written)
+        assert read_relation_filter(written) == relation
+        unlimited = KGSearchTool(kg, ToolConfig(max_query_chars=None)).session("q", HUB).call(search.query)
+        echo = relation if len(relation) <= 80 else relation[:79] + "…"
+        assert (unlimited.error, unlimited.text) == (
+            "unknown_relation",
+            f'Hub has no relation "{echo}". Its relations: r1 (2), r0 (1).',
+        )
+        refused = KGSearchTool(kg, ToolConfig()).session("q", HUB).call(search.query)
+        if len(query) > 1000:
+            assert refused.error == "query_too_long"
+        else:
+            assert refused.text == unlimited.text
+    # a name full of escaped bars is one name: the last bare bar starts the filter
+    name = "x\\|" * (size // 3)
+    assert split_relation_filter(f"{name} | r1") == (name, "r1")
+
+
+def test_an_over_long_search_is_answered_with_an_error_naming_the_limit():
+    kg = hub_kg(["r0", "r1"])
+    session = KGSearchTool(kg, ToolConfig(max_query_chars=12)).session("q", HUB)
+    long = session.call("Hub | " + "\\|" * 4)
+    assert (long.error, long.entity, long.edges) == ("query_too_long", None, [])
+    assert long.text == (
+        "Search too long: 14 characters, over the limit of 12. Write one entity between the search tags "
+        "(`NAME`, `NAME | relation` or `NAME | backtrack`)."
+    )
+    assert session.call("Hub | " + "r" * 6).error == "unknown_relation"  # 12 characters: read
+    assert [edge.relation for edge in session.call("Hub | r1").edges] == ["r1", "r1"]
+    default = KGSearchTool(kg, ToolConfig()).session("q", HUB)
+    assert default.call("x" * 1001).error == "query_too_long"
+    assert default.call("x" * 1000).error == "unknown_entity"
+    with pytest.raises(ValueError, match="max_query_chars must be >= 1 or None, got 0"):
+        ToolConfig(max_query_chars=0)

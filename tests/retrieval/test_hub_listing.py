@@ -84,3 +84,53 @@ def test_a_hub_through_a_sparql_endpoint(oxigraph_server, hub_dir):
     assert_capped(results)
     # Tighter caps hold as well.
     assert all(len(r.text) <= 300 for r in calls(kg, max_chars=300, top_k=3))
+
+
+@pytest.fixture(scope="module")
+def every_store(memory_hub, hub_dir, tmp_path_factory, oxigraph_server):
+    store = OxigraphKG.build(hub_dir, tmp_path_factory.mktemp("hub_store") / "store")
+    yield {"memory": memory_hub, "oxigraph": store, "sparql": SparqlKG(oxigraph_server(hub_dir))}
+    store.close()
+
+
+def _page(kg, query, **config):
+    return KGSearchTool(kg, ToolConfig(**config)).session("which relation of the hub", HUB).call(query)
+
+
+@pytest.mark.slow
+def test_every_relation_of_a_hub_is_reachable_by_its_filter_with_one_answer_on_every_store(every_store):
+    """10,000 relations of 10 edges: the first fetch (neighbor_limit, 10,000 edges) holds 1,000 of them, a
+    different 1,000 on each store; a filter reaches any of the 10,000, on each store alike."""
+    for relation in ["r00000", "r00999", "r01000", "r05000", "r09999"]:
+        answers = {}
+        for name, kg in every_store.items():
+            result = _page(kg, f"Hub | {relation}", top_k=4)
+            assert result.error is None, (name, relation, result.text)
+            assert {(e.relation, e.neighbor) for e in result.edges} <= {
+                (relation, f"n{int(relation[1:])}_{i}") for i in range(10)
+            }
+            lines = result.text.split("\n")
+            assert len(lines) == 5 and lines[-1].startswith(f"more: {relation} (6), ")
+            answers[name] = (len(result.edges), result.more[0], result.unlisted + len(result.more))
+        assert set(answers.values()) == {(4, (relation, 6), 10_000)}, answers
+    for name, kg in every_store.items():  # a relation the hub lacks is still unknown
+        assert _page(kg, "Hub | r10000").error == "unknown_relation", name
+
+
+@pytest.mark.slow
+def test_a_listing_counts_a_relation_s_edges_past_the_fetch(every_store):
+    """neighbor_limit 15: the first fetch holds one relation whole and 5 edges of another; the listing
+    (all of it, in a roomy max_chars) counts every relation at its 10 edges, and paging through one by its
+    filter shows all 10."""
+    for name, kg in every_store.items():
+        first = _page(kg, "Hub", top_k=1, neighbor_limit=15, max_chars=10**6)
+        shown = first.edges[0].relation
+        counts = dict(first.more)
+        assert len(counts) == 10_000 and first.unlisted == 0, name
+        assert counts.pop(shown) == 9 and set(counts.values()) == {10}, name
+        session = KGSearchTool(kg, ToolConfig(top_k=3, neighbor_limit=15)).session("q", HUB)
+        second = sorted(first.more)[1][0]
+        pages = [session.call(f"Hub | {second}") for _ in range(5)]
+        neighbours = [e.neighbor for page in pages for e in page.edges]
+        assert sorted(neighbours) == sorted(f"n{int(second[1:])}_{i}" for i in range(10)), name
+        assert [page.error for page in pages] == [None] * 4 + ["exhausted"], name

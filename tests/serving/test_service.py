@@ -355,3 +355,34 @@ def test_prepare_clamps_tiny_temperatures_and_checks_seeds(service, dataset):
         ServeConfig(seed=-(2**63) - 1)
     with pytest.raises(ValueError, match="body_timeout must be > 0"):
         ServeConfig(body_timeout=0)
+
+
+def test_an_upstream_that_writes_a_huge_search_gets_the_tool_s_refusal(synthetic_dir, dataset, openai_server):
+    """A generation server that ignores `max_tokens` and writes a 100,000-character search: the tool refuses
+    the query unread and says why, and the model's next turn still answers."""
+    example = dataset.examples[0]
+    huge = '<think> <search>E1 | ="' + "\\|" * 50_000 + '"'
+
+    turns: list[str] = []
+
+    def completions(request):
+        turns.append(request.body["prompt"])
+        text, stop = (huge, "</search>") if len(turns) == 1 else ("</think>\n<answer>E1", "</answer>")
+        return 200, {"choices": [{"text": text, "finish_reason": "stop", "stop_reason": stop}]}
+
+    stub = openai_server(completions)
+    config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"openai:{stub.base_url}#tiny", "kg": str(synthetic_dir)})
+    service = AnswerService.open(config)
+    try:
+        [answered] = service.answer([service.prepare(example.question, [{"id": example.topic_entities[0].id}])])
+        record = service.record(answered)
+    finally:
+        service.close()
+    [search] = record["searches"]
+    assert search["error"] == "query_too_long" and search["num_triples"] == 0
+    assert search["text"] == (
+        "Search too long: 100008 characters, over the limit of 1000. Write one entity between the search tags "
+        "(`NAME`, `NAME | relation` or `NAME | backtrack`)."
+    )
+    assert search["text"] in turns[1]  # what the model reads next
+    assert record["answers"] == [example.topic_entities[0].name]
