@@ -8,6 +8,8 @@ file, line and field:
 - a NUL byte in any field (an id no one can type, and a C string ends there);
 - a header line (`subject relation object`, `id label`): its words would become nodes and a relation;
 - a relation whose name starts with `^`, which in a gold path means "walked backwards";
+- a literal as a triple's subject (`"1815"<TAB>born_in<TAB>Paris`): RDF has literals as objects only, so no
+  store could hold the triple;
 - a typed literal its datatype cannot hold (`"1815-13-45"^^xsd:date`, see `kgreasoner.kg.xsd`);
 - in names.tsv, an id named twice (the last label would win, so the first no longer resolves).
 """
@@ -76,6 +78,19 @@ def relation_message(relation: str) -> str:
     return (
         f"field 'relation' is {relation!r}: a leading '{INVERSE_PREFIX}' means 'walked backwards' in gold paths, "
         "so no path could name this relation; rename it"
+    )
+
+
+def literal_subject(subjects: Sequence[str]) -> str | None:
+    """The first distinct subject that is a literal, else None."""
+    literals = [s for s in pd.unique(np.asarray(subjects, dtype=object)) if is_literal_id(s)]
+    return literals[0] if literals else None
+
+
+def literal_subject_message(literal: str) -> str:
+    return (
+        f"field 'subject' is the literal {literal}; in RDF only an object can be a literal, so no store can hold "
+        "this triple: make the subject an id, or write the triple the other way round with an inverse relation"
     )
 
 

@@ -39,6 +39,8 @@ from kgreasoner.kg.kb_checks import (
     check_nul,
     literal_message,
     literal_problem,
+    literal_subject,
+    literal_subject_message,
     relation_message,
     repeated_id_message,
 )
@@ -454,7 +456,10 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     relation = bad_relation(relations)
     if relation is not None:
         raise KBFileError(f"{path}:{_line_of(data, relation, 1)}: {relation_message(relation)}")
-    _check_literals(path, data, subjects, objects)
+    subject = literal_subject(subjects)
+    if subject is not None:
+        raise KBFileError(f"{path}:{_line_of(data, subject, 0)}: {literal_subject_message(subject)}")
+    _check_literals(path, data, objects)
     return subjects, relations, objects
 
 
@@ -479,10 +484,10 @@ def _bad_line(path: Path, data: bytes) -> ValueError:
     return ValueError(f"{path}: malformed triples file; expected 'subject<TAB>relation<TAB>object' lines")
 
 
-def _check_literals(path: Path, data: bytes, subjects: np.ndarray, objects: np.ndarray) -> None:
-    """Every literal id must parse as N-Triples, as `kg load` requires, and hold a value of its datatype
-    (each distinct one is parsed once)."""
-    for node in pd.unique(np.concatenate([subjects, objects])):
+def _check_literals(path: Path, data: bytes, objects: np.ndarray) -> None:
+    """Every literal id (an object: `read_tsv_triples` refused literal subjects) must parse as N-Triples, as
+    `kg load` requires, and hold a value of its datatype (each distinct one is parsed once)."""
+    for node in pd.unique(objects):
         if is_literal_id(node):
             try:
                 problem = literal_problem(node)
@@ -490,9 +495,7 @@ def _check_literals(path: Path, data: bytes, subjects: np.ndarray, objects: np.n
                 line = _line_of(data, node)
                 raise ValueError(f"{path}:{line}: {node!r} is not a valid N-Triples literal ({err})") from None
             if problem is not None:
-                line = _line_of(data, node, 2)
-                field = "object" if line else "subject"
-                raise KBFileError(f"{path}:{line or _line_of(data, node, 0)}: {literal_message(field, node, problem)}")
+                raise KBFileError(f"{path}:{_line_of(data, node, 2)}: {literal_message('object', node, problem)}")
 
 
 def _line_of(data: bytes, field: str, column: int | None = None) -> int:

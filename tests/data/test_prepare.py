@@ -145,3 +145,15 @@ def test_an_answer_the_kb_lacks_is_a_warning_in_the_summary_and_an_error_with_st
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "strict"), "--strict"]) == 1
     assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {first} (--strict)\n"
     assert not (tmp_path / "strict").exists()
+
+
+def test_a_literal_as_a_subject_is_refused_naming_file_and_line(tmp_path, capsys):
+    source = _folder(tmp_path / "d")
+    (source / "kb.tsv").write_text(KB + '"1847"\tyear_founded_of\te.slc\n', encoding="utf-8")
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"kgreasoner prepare-data: error: {source / 'kb.tsv'}:3: field 'subject' is the literal \"1847\"; in RDF "
+        "only an object can be a literal, so no store can hold this triple: make the subject an id, or write the "
+        "triple the other way round with an inverse relation\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -139,6 +139,12 @@ BAD_KBS = {
         "names.tsv:1",
         "a header line ('id label') would be loaded as a name; the file has no header: remove the line",
     ),
+    "literal_subject": (
+        {"kb.tsv": 'e.a\tr\te.b\n"1815"\tyear_of\te.w\n'},
+        "kb.tsv:2",
+        "field 'subject' is the literal \"1815\"; in RDF only an object can be a literal, so no store can hold "
+        "this triple: make the subject an id, or write the triple the other way round with an inverse relation",
+    ),
     "inverse_relation": (
         {"kb.tsv": "e.a\tr\te.b\ne.w\t^born_in\te.x\n"},
         "kb.tsv:2",
