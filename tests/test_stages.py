@@ -2,7 +2,9 @@
 
 import json
 
-from kgreasoner.stages import Stage, StageRunner, StageStore
+import pytest
+
+from kgreasoner.stages import Stage, StageRecordError, StageRunner, StageStore, write_json
 
 
 def _stage(calls: list[str], name: str = "sft") -> Stage:
@@ -45,3 +47,36 @@ def test_keyed_stages_are_stored_by_content_key_beside_their_folder(tmp_path, ca
     )
     assert store.finished("sft", "abc") == record and store.finished("sft", "other") is None
     assert runner.run(_stage(calls), "    sft", key="other")[1] and calls == ["sft", "sft"]
+
+
+@pytest.mark.parametrize(
+    ("text", "wrong"),
+    [
+        (
+            '{"stage": "sft", "seconds": 1.0, "commands": [], "res',
+            "not a readable stage record, cut short or not JSON",
+        ),
+        ("", "not a readable stage record, cut short or not JSON"),
+        ('{"stage": "sft", "seconds": 1.0, "commands": []}', "stage record without 'result'"),
+        ('{"stage": "sft", "seconds": 1.0, "commands": [], "result": {}}', "stage record without 'result.line'"),
+        ('["sft"]', "a stage record is a JSON object, not list"),
+    ],
+)
+def test_a_broken_stage_record_is_refused_naming_its_file(text, wrong, tmp_path):
+    store, calls = StageStore(tmp_path / "stages"), []
+    marker = tmp_path / "stages" / "sft.json"
+    marker.parent.mkdir()
+    marker.write_text(text)
+    for read in (lambda: StageRunner(store, threads=1).run(_stage(calls), "sft"), store.records):
+        with pytest.raises(StageRecordError) as refused:
+            read()
+        assert str(refused.value).startswith(f"{marker}: {wrong}")
+        assert str(refused.value).endswith("; delete it and the stage runs again")
+    assert calls == []
+
+
+def test_a_record_is_replaced_whole_or_not_at_all(tmp_path):
+    write_json(tmp_path / "sft.json", {"stage": "sft"})
+    write_json(tmp_path / "sft.json", {"stage": "sft", "seconds": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["sft.json"]
+    assert json.loads((tmp_path / "sft.json").read_text()) == {"stage": "sft", "seconds": 2}
