@@ -24,6 +24,20 @@ class SchemaError(ValueError):
     """A QA record does not follow the schema; the message names the file, line and field."""
 
 
+MAX_LINE_BYTES = 1 << 20
+"""The longest line (1 MiB, without its newline) a questions, trajectories or KB file may hold. Real lines are
+far shorter (a question with hundreds of answers: tens of KB); a longer one is refused before anything reads
+it whole (a tokenizer trained on a 100 MB question grew the demo to 6 GB)."""
+
+
+def line_size_message(size: int) -> str:
+    """What is wrong with a line of `size` bytes over `MAX_LINE_BYTES` (the caller adds `path:line: `)."""
+    return (
+        f"a line of {size:,} bytes, over the limit of {MAX_LINE_BYTES:,} bytes per line; "
+        "no question, trajectory or triple is that long: is the file broken?"
+    )
+
+
 @dataclass(frozen=True)
 class TopicEntity:
     id: str
@@ -213,7 +227,10 @@ def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
     """
     path = Path(path)
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        # at most one byte past the limit is read: a longer line is measured, not held
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw.removesuffix(b"\n")) > MAX_LINE_BYTES:
+                raise SchemaError(f"{path}:{number}: {line_size_message(_rest_of_line(handle, len(raw)))}")
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
@@ -231,6 +248,15 @@ def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
             except RecursionError:
                 raise SchemaError(f"{path}:{number}: JSON nested too deeply") from None
             yield f"{path}:{number}", value
+
+
+def _rest_of_line(handle, read: int) -> int:
+    """The size of a line of which `read` bytes are read, reading on to its newline (not counted)."""
+    while True:
+        chunk = handle.readline(MAX_LINE_BYTES)
+        read += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return read - chunk.endswith(b"\n")
 
 
 def iter_jsonl(path: str | Path) -> Iterator[QAExample]:

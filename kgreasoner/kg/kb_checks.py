@@ -5,6 +5,7 @@
 those readers call these checks, so each case below is refused the same way everywhere, with the
 file, line and field:
 
+- a line longer than `MAX_LINE_BYTES` (1 MiB; a broken or hostile file, refused before it is parsed);
 - a NUL byte in any field (an id no one can type, and a C string ends there);
 - a header line (`subject relation object`, `id label`): its words would become nodes and a relation;
 - a relation whose name starts with `^`, which in a gold path means "walked backwards";
@@ -16,12 +17,14 @@ file, line and field:
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from kgreasoner.data.schema import MAX_LINE_BYTES, line_size_message
 from kgreasoner.kg.base import INVERSE_PREFIX, is_literal_id
 from kgreasoner.kg.rdf import id_to_term
 from kgreasoner.kg.xsd import invalid_reason
@@ -39,6 +42,26 @@ _NAMES_HEADER_WORDS = ({"id", "entity", "node", "mid", "qid", "entity_id"}, {"la
 
 class KBFileError(ValueError):
     """A KB or names file holds something no loader accepts; the message names the file, line and field."""
+
+
+def check_line_sizes(path: Path, data: bytes | mmap.mmap) -> None:
+    """Refuse a line of `data` (the file's bytes, or the file mapped) longer than `MAX_LINE_BYTES`, naming its
+    number and size.
+
+    Only one byte in every `MAX_LINE_BYTES // 2` is a start of a search: a line over the limit holds a whole
+    block of that size with no newline, and each block of an ordinary file has one within its first line.
+    """
+    step = MAX_LINE_BYTES // 2
+    for block in range(0, len(data), step):
+        if data.find(b"\n", block, block + step) >= 0:
+            continue
+        start = data.rfind(b"\n", 0, block) + 1
+        end = data.find(b"\n", block)
+        size = (len(data) if end < 0 else end) - start
+        if size > MAX_LINE_BYTES:
+            chunks = range(0, start, 1 << 24)
+            line = 1 + sum(data[i : min(i + (1 << 24), start)].count(b"\n") for i in chunks)
+            raise KBFileError(f"{path}:{line}: {line_size_message(size)}")
 
 
 def check_header(path: Path, line: int, first_line: Sequence[str], fields: Sequence[str]) -> None:

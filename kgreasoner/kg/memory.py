@@ -36,6 +36,7 @@ from kgreasoner.kg.kb_checks import (
     bad_relation,
     check_header,
     check_id_triples,
+    check_line_sizes,
     check_nul,
     literal_message,
     literal_problem,
@@ -389,6 +390,7 @@ def read_kb_file(
     if not path.exists():
         raise FileNotFoundError(f"KG file not found: {path}")
     if path.suffix == ".nt":
+        _check_nt_line_sizes(path)
         subjects: list[str] = []
         relations: list[str] = []
         objects: list[str] = []
@@ -413,6 +415,17 @@ def read_kb_file(
     return (*columns, names)
 
 
+def _check_nt_line_sizes(path: Path) -> None:
+    """`check_line_sizes` on an N-Triples file, mapped rather than read (it may be Freebase's)."""
+    import mmap
+
+    with open(path, "rb") as handle:
+        if path.stat().st_size == 0:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            check_line_sizes(path, data)
+
+
 def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read a 3-column TSV; a malformed line raises a ValueError naming file and line.
 
@@ -422,6 +435,7 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     empty file is an error too: a KB with no triples is a mistake, not a graph.
     """
     data = read_utf8(path)
+    check_line_sizes(path, data)
     check_nul(path, data, TRIPLE_FIELDS)
     padded = _padded_field(data)
     if padded is not None:
@@ -514,6 +528,7 @@ def read_names(path: Path) -> dict[str, str]:
     names: dict[str, str] = {}
     lines: dict[str, int] = {}
     data = read_utf8(path)
+    check_line_sizes(path, data)
     check_nul(path, data, NAME_FIELDS)
     for number, text in enumerate(data.decode("utf-8").split("\n"), start=1):
         text = text.removesuffix("\r")

@@ -106,6 +106,7 @@ def test_stats_agree_for_memory_and_oxigraph(small_kb, store, capsys):
 DATE = '"1815-13-45"^^<http://www.w3.org/2001/XMLSchema#date>'
 # (files of a dataset folder, the file and line at fault, the rest of the message): each case parses,
 # and each was loaded without a word before.
+LONG = "x" * (3 << 20)  # a 3 MiB value
 BAD_KBS = {
     "nul_in_relation": (
         {"kb.tsv": "e.a\tr\te.b\ne.w\tbo\x00rn\te.x\n"},
@@ -138,6 +139,18 @@ BAD_KBS = {
         {"kb.tsv": "e.a\tr\te.b\n", "names.tsv": "id\tlabel\ne.a\tA\n"},
         "names.tsv:1",
         "a header line ('id label') would be loaded as a name; the file has no header: remove the line",
+    ),
+    "long_line": (
+        {"kb.tsv": f'e.a\tr\te.b\ne.w\tmotto\t"{LONG}"\ne.b\tr\te.a\n'},
+        "kb.tsv:2",
+        f"a line of {len(LONG) + 12:,} bytes, over the limit of 1,048,576 bytes per line; no question, trajectory "
+        "or triple is that long: is the file broken?",
+    ),
+    "long_name": (
+        {"kb.tsv": "e.a\tr\te.b\n", "names.tsv": f"e.a\tA\ne.b\t{LONG}\n"},
+        "names.tsv:2",
+        f"a line of {len(LONG) + 4:,} bytes, over the limit of 1,048,576 bytes per line; no question, trajectory "
+        "or triple is that long: is the file broken?",
     ),
     "literal_subject": (
         {"kb.tsv": 'e.a\tr\te.b\n"1815"\tyear_of\te.w\n'},
@@ -175,6 +188,11 @@ def test_kb_files_that_parse_but_cannot_work_are_refused_naming_file_line_and_fi
             "<http://x/a> <http://kgreasoner.local/relation/%5Eborn_in> <http://x/b> .",
             "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no path could "
             "name this relation; rename it",
+        ),
+        (
+            f'<http://x/a> <http://x/motto> "{LONG}" .',
+            f"a line of {len(LONG) + 34:,} bytes, over the limit of 1,048,576 bytes per line; no question, "
+            "trajectory or triple is that long: is the file broken?",
         ),
         (
             f"<http://x/a> <http://x/born_on> {DATE} .",
