@@ -227,3 +227,22 @@ def test_valid_typed_literals_still_load(value, datatype, tmp_path, capsys):
     path.write_text(f'e.a\tr\t"{value}"^^<http://www.w3.org/2001/XMLSchema#{datatype}>\n', encoding="utf-8")
     assert main(["kg", "stats", str(path)]) == 0
     assert "triples    1" in capsys.readouterr().out
+
+
+def test_stats_and_errors_show_a_label_s_control_characters_as_escapes(tmp_path, capsys):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "kb.tsv").write_text("e.a\tr\te.b\ne.a\tr\te.c\n", encoding="utf-8")
+    (folder / "names.tsv").write_text("e.a\tA\x1b[2J\x1b]0;pwned\x07\ne.b\tB\u202e\ne.c\tC\x9b1m\n", encoding="utf-8")
+    assert main(["kg", "stats", str(folder), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-3:] == [
+        "         2  e.a  (A\\x1b[2J\\x1b]0;pwned\\x07)",
+        "         1  e.b  (B\\u202e)",
+        "         1  e.c  (C\\x9b1m)",
+    ]
+    (folder / "kb.tsv").write_text('e.a\tr\te.b\n"\x1b[2J"\tr\te.c\n', encoding="utf-8")
+    assert main(["kg", "stats", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"kgreasoner kg: error: {folder / 'kb.tsv'}:2: field 'subject' is the literal \"\\x1b[2J\";")
+    assert "\x1b" not in err
