@@ -198,3 +198,17 @@ def test_a_line_over_the_size_limit_is_refused_naming_line_size_and_limit(tmp_pa
     path.write_bytes(over)  # the last line, without a newline
     with pytest.raises(SchemaError, match=f"^{path}:1: a line of {len(over):,} bytes, over the limit"):
         read_jsonl(path)
+
+
+def test_an_object_naming_a_key_twice_is_refused_naming_line_and_key(tmp_path):
+    line = json.dumps(GOOD)
+    twice = line[:-1] + ', "question": "what time zone is france in"}'
+    nested = json.dumps({**GOOD, "answers": "ANSWERS"}).replace('"ANSWERS"', '[{"id": "a", "name": "A", "id": "b"}]')
+    path = tmp_path / "questions.jsonl"
+    for text, key in ((twice, "question"), (nested, "id")):
+        path.write_text(line + "\n" + text + "\n", encoding="utf-8")
+        with pytest.raises(SchemaError) as refused:
+            read_jsonl(path)
+        assert str(refused.value) == (
+            f"{path}:2: key {key!r} appears twice in one object (a JSON reader keeps only the last value)"
+        )
