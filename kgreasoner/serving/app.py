@@ -12,7 +12,10 @@ Endpoints:
   as `trajectory`.
   `max_tokens` above the server's limit is lowered to it; `stream`, `n > 1` and fields it does not
   honour (`tools`, `logprobs`, `response_format`, `stop`, ...: `UNHONOURED_CHAT_FIELDS`) are refused.
-- `GET /v1/models`, `GET|HEAD /health`, `GET /metrics` (Prometheus text).
+- `GET /v1/models`, `GET /metrics` (Prometheus text).
+- `GET|HEAD /health`: 200 `{"status": "ok", ..., "kg": {"status": "ok"}}` while the KG answers a trivial
+  query within `HEALTH_KG_TIMEOUT`; else 503 (with `Retry-After`) and `"status": "degraded"`, the KG's
+  `{"status": "unavailable", "error"}` saying why, as every question would get 503 then.
 
 Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, `param` naming the
 field at fault: 400 bad JSON (not UTF-8, or an object naming a key twice, included), an unsupported
@@ -58,6 +61,8 @@ WAIT_GRACE = 2.0
 """Seconds past a request's deadline the handler waits for the batch that stopped it."""
 RETRY_AFTER_SECONDS = 5
 """Retry-After of every 503: the SPARQL client has already retried for a few seconds by then."""
+HEALTH_KG_TIMEOUT = 2.0
+"""Seconds `/health` waits for the KG's answer to one trivial query before it reports the KG unavailable."""
 MIN_TOP_P = 1e-6
 """Smaller top_p rounds to 0 in float32 and the nucleus then drops every token (NaN probabilities)."""
 
@@ -312,13 +317,26 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> ASGIAp
         return error_response(500, f"internal error ({type(err).__name__}); see the server log", "server_error")
 
     @app.api_route("/health", methods=["GET", "HEAD"])
-    async def health() -> dict:
-        return {
-            "status": "ok",
-            "model": service.model_name,
-            "backend": service.kind,
-            "queue_depth": service.queue_depth,
-        }
+    async def health() -> JSONResponse:
+        # The KG is asked once, briefly: a service whose KG endpoint is down answers every question 503,
+        # and a load balancer reading 200 here would go on sending it questions.
+        try:
+            await run_in_threadpool(service.kg.check, HEALTH_KG_TIMEOUT)
+            kg: dict[str, Any] = {"status": "ok"}
+        except KGError as err:
+            kg = {"status": "unavailable", "error": str(err)}
+        up = kg["status"] == "ok"
+        return JSONResponse(
+            {
+                "status": "ok" if up else "degraded",
+                "model": service.model_name,
+                "backend": service.kind,
+                "queue_depth": service.queue_depth,
+                "kg": kg,
+            },
+            status_code=200 if up else 503,
+            headers=None if up else {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:
