@@ -43,6 +43,7 @@ from kgreasoner.stages import (
     StageStore,
     default_threads,
     log_progress,
+    read_record,
     stage_key,
     write_json,
 )
@@ -50,6 +51,8 @@ from kgreasoner.stages import (
 SEED_FREE_STAGES = ("data", "kg", "ranker")
 """Stages made with `data_seed` in every run, so that every run sees the same questions, KG and ranker."""
 RESULT_FILE = "result.json"
+RUN_FIELDS = ("hits1", "format_valid", "n", "stages")
+"""What the table reads of a run's `RESULT_FILE` (`execute` writes it)."""
 TRAINING_STAGES = ("sft", "grpo")
 """The stages whose CPU seconds a row's training cost sums: SFT and GRPO (its hard cases mined within)."""
 VARIANT_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -313,7 +316,7 @@ def execute(run: Run, out: Path, threads: int) -> tuple[dict[str, Any], bool]:
     """Run (or find finished) every stage of one run; returns its result record and whether it was done earlier."""
     record_path = run.folder / RESULT_FILE
     if record_path.exists():
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        record = read_record(record_path, RUN_FIELDS, "run")
         if record.get("keys") == run.keys:
             return record, True
     (out / "cache").mkdir(parents=True, exist_ok=True)
@@ -509,7 +512,7 @@ def write_outputs(
         for seed in seeds:
             path = out / "runs" / name / f"seed-{seed}" / RESULT_FILE
             if path.exists():
-                records.setdefault(name, {})[seed] = json.loads(path.read_text(encoding="utf-8"))
+                records.setdefault(name, {})[seed] = read_record(path, RUN_FIELDS, "run")
     rows = summarize_results(records, list(config.variants), seeds, config.reference)
     data = (
         f"{demo.source} ({demo.config.split_scheme} split)"

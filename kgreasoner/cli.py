@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from kgreasoner.terminal import printable
+
 COMMANDS: dict[str, tuple[str, str]] = {
     # the stores' own commands, plus `kg embed`, which needs the retrieval layer's encoder
     "kg": ("kgreasoner.retrieval.commands", "build, serve, inspect and embed knowledge-graph stores"),
@@ -61,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (FileNotFoundError, ValueError) as err:
-        print(f"kgreasoner {args.command}: error: {err}", file=sys.stderr)
+        # messages quote the data they refuse (a label, a line): its control characters are escaped
+        print(f"kgreasoner {args.command}: error: {printable(str(err), lines=True)}", file=sys.stderr)
         return 1
 
 

@@ -1,7 +1,8 @@
 """Load a causal LM with its tokenizer, or build a tiny one from scratch for CPU.
 
 - `load_model_and_tokenizer(name_or_path)`: any causal LM by hub name (offline: from the local
-  cache) or local path, with a pad token set (`ensure_pad_token`).
+  cache) or local path, with a pad token set (`ensure_pad_token`); a local checkpoint's weight files
+  are checked first (`check_weights`: empty, truncated or not safetensors is an error naming the file).
 - `build_tiny(config, texts, out_dir)`: trains a tokenizer on the texts (`kgreasoner.tokenizer`),
   builds a seeded Qwen3 or LLaMA from a `TinyModelConfig` and saves a checkpoint that
   `AutoModelForCausalLM` / `AutoTokenizer.from_pretrained(out_dir)` load like any other:
@@ -246,6 +247,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     dtype = _torch_dtype(dtype)
+    check_weights(name_or_path)
     placement: dict[str, Any] = {"device_map": "auto"} if device == "auto" else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype, **placement)
@@ -281,6 +283,61 @@ def _torch_dtype(dtype: str | torch.dtype) -> str | torch.dtype:
             raise ValueError(f"dtype must be one of {list(DTYPES)} or a torch.dtype, got {dtype!r}")
         return dtype if dtype == "auto" else getattr(torch, dtype)
     return dtype
+
+
+class CheckpointError(ValueError):
+    """A checkpoint's weight file is empty, cut short or not safetensors; the message names the file."""
+
+
+def check_weights(name_or_path: str | Path) -> None:
+    """Refuse a local checkpoint whose safetensors weights could not load, naming the file and what is wrong:
+    empty, shorter than its own header says (a copy or save cut short), not safetensors, or a shard its
+    index lists that is missing. Only the headers are read. A hub name is left to transformers.
+    """
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        return
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        import json
+
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise CheckpointError(f"{index}: not a safetensors index ({err!r})") from None
+        missing = sorted(name for name in shards if not (folder / name).is_file())
+        if missing:
+            raise CheckpointError(f"{index}: lists {', '.join(missing)}, which the checkpoint does not hold")
+    for path in sorted(folder.glob("*.safetensors")):
+        _check_safetensors(path)
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file is an 8-byte little-endian header length, a JSON header giving each tensor's byte
+    range, then the tensors' bytes."""
+    import json
+
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"{path}: empty (0 bytes); save or copy the checkpoint again")
+    with path.open("rb") as handle:
+        head = handle.read(8)
+        header_bytes = int.from_bytes(head, "little") if len(head) == 8 else None
+        if header_bytes is None or header_bytes > size - 8:
+            raise CheckpointError(
+                f"{path}: truncated or not safetensors: {size:,} bytes, too few for its own header; "
+                "save or copy the checkpoint again"
+            )
+        try:
+            header = json.loads(handle.read(header_bytes))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            raise CheckpointError(f"{path}: not a safetensors file (its header is not one)") from None
+    if 8 + header_bytes + end > size:
+        raise CheckpointError(
+            f"{path}: truncated: {size:,} bytes where its header describes {8 + header_bytes + end:,}; "
+            "save or copy the checkpoint again"
+        )
 
 
 def _not_found(name_or_path: str | Path, err: OSError) -> str:

@@ -64,8 +64,45 @@ class StageInput(Generic[C]):
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON through a temporary file renamed onto `path`: a run killed while writing leaves
+    the previous file or none, never a cut one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+class StageRecordError(ValueError):
+    """A record of a finished stage or run that cannot be read; the message names the file and what is wrong."""
+
+
+STAGE_FIELDS = ("stage", "seconds", "commands", "result")
+"""What a stage record holds (`StageRunner.run` writes it); `result` holds at least the stage's `line`."""
+
+
+def read_record(path: Path, fields: Sequence[str], what: str = "stage") -> dict[str, Any]:
+    """The JSON object in `path` holding every one of `fields`; anything else is a StageRecordError saying to
+    delete the file, so the `what` it records runs again."""
+    again = f"delete it and the {what} runs again"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise StageRecordError(
+            f"{path}: not a readable {what} record, cut short or not JSON ({err}); {again}"
+        ) from None
+    if not isinstance(record, dict):
+        raise StageRecordError(f"{path}: a {what} record is a JSON object, not {type(record).__name__}; {again}")
+    missing = [f"'{name}'" for name in fields if name not in record]
+    result = record.get("result")
+    if (
+        "result" in fields
+        and result is not None
+        and not (isinstance(result, dict) and isinstance(result.get("line"), str))
+    ):
+        missing.append("'result.line'")
+    if missing:
+        raise StageRecordError(f"{path}: {what} record without {', '.join(missing)}; {again}")
+    return record
 
 
 def default_threads() -> int:
@@ -127,13 +164,13 @@ class StageStore:
     def finished(self, name: str, key: str | None = None) -> dict[str, Any] | None:
         """The record of the finished stage, None when it has not finished."""
         marker = self.marker(name, key)
-        return json.loads(marker.read_text(encoding="utf-8")) if marker.exists() else None
+        return read_record(marker, STAGE_FIELDS) if marker.exists() else None
 
     def records(self) -> dict[str, dict[str, Any]]:
         """Every finished stage's record by stage name (the by-name markers)."""
         records = {}
         for path in sorted(self.root.glob("*.json")):
-            record = json.loads(path.read_text(encoding="utf-8"))
+            record = read_record(path, STAGE_FIELDS)
             records[record["stage"]] = record
         return records
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 import shlex
 import time
 from pathlib import Path
@@ -386,6 +387,23 @@ def test_the_table_gives_hits1_by_hop_count_and_training_cpu_seconds_from_the_re
     assert saved["full"]["training_cpu_seconds"] == {"0": 410.0, "1": 442.0}
     assert saved["full"]["training_cpu_mean"] == 426.0
     assert saved["no_hard_cases"]["training_cpu_seconds"] == {"0": None, "1": 6.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "wrong"),
+    [
+        ('{"variant": "full", "hits1": 0.5, "form', "not a readable run record, cut short or not JSON"),
+        ('{"variant": "full", "format_valid": 1.0, "n": 30, "stages": {}}', "run record without 'hits1'"),
+    ],
+)
+def test_a_broken_result_file_is_refused_naming_it(text, wrong, tmp_path):
+    config = load_config(AblationConfig, QUICK)
+    reference = make_demo(config, resolve_recipe(config.demo), "full", 0, tmp_path / "runs/full/seed-0")
+    path = tmp_path / "runs" / "full" / "seed-0" / "result.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: {wrong}.*; delete it and the run runs again$"):
+        write_outputs(config, str(QUICK), reference, tmp_path, [0])
 
 
 def test_a_run_records_hits1_by_hop_count_and_the_cpu_seconds_of_each_stage(tmp_path):

@@ -358,8 +358,11 @@ def test_the_data_stage_summary_counts_the_warnings_of_its_questions(tmp_path):
     (folder / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8")
     demo = Demo(load_config(DemoConfig, ROOT / "configs/demo/quick.yaml", [f"data={folder}"]), tmp_path / "out")
     result = demo.run_data()
-    assert result["warnings"] == {"answers_not_in_kb": 1}
-    assert result["line"] == "3 questions (train/dev/test 1/1/1), 3 with gold paths; warnings: 1 answers not in kb"
+    assert result["warnings"] == {"answers_not_in_kb": 1, "gold_paths_missing_answers": 1}
+    assert result["line"] == (
+        "3 questions (train/dev/test 1/1/1), 3 with gold paths; "
+        "warnings: 1 answers not in kb, 1 gold paths missing answers"
+    )
 
 
 def test_the_turn_budget_is_the_oracles_99th_percentile_plus_one_and_never_lower():

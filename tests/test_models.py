@@ -250,3 +250,79 @@ def test_generation_stops_right_after_answer_close(saved):
         prompt, logits_processor=LogitsProcessorList([Forced()]), max_new_tokens=8, do_sample=False
     )
     assert tok.decode(generated[0, prompt.shape[1] :]) == "<answer>E3</answer>"
+
+
+def _broken_copy(saved_dir: Path, to: Path, damage: str) -> Path:
+    import shutil
+
+    shutil.copytree(saved_dir, to)
+    weights = to / "model.safetensors"
+    data = weights.read_bytes()
+    if damage == "empty":
+        weights.write_bytes(b"")
+    elif damage == "truncated":
+        weights.write_bytes(data[: len(data) // 2])
+    elif damage == "not_safetensors":
+        weights.write_bytes(b"<html>404</html>" + data)
+    return to
+
+
+BROKEN_WEIGHTS = {
+    "empty": "empty (0 bytes); save or copy the checkpoint again",
+    "truncated": "truncated: {half:,} bytes where its header describes {whole:,}; save or copy the checkpoint again",
+    "not_safetensors": "truncated or not safetensors: {bad:,} bytes, too few for its own header; "
+    "save or copy the checkpoint again",
+}
+
+
+@pytest.mark.parametrize("damage", list(BROKEN_WEIGHTS))
+@pytest.mark.parametrize("command", ["eval", "serve", "answer", "export"])
+def test_a_broken_weight_file_is_refused_naming_it_by_every_command(
+    command, damage, saved, synthetic_dir, tmp_path, capsys
+):
+    from kgreasoner.cli import main as cli
+
+    whole = (saved[0] / "model.safetensors").stat().st_size
+    model = _broken_copy(saved[0], tmp_path / "final", damage)
+    args = {
+        "eval": ["--methods", "kgreasoner", "--dataset", str(synthetic_dir), "--llm", f"hf:{model}"],
+        "serve": ["--llm", f"hf:{model}", "--kg", str(synthetic_dir), "--port", "0"],
+        "answer": [
+            "--model",
+            str(model),
+            "--kg",
+            str(synthetic_dir),
+            "--question",
+            "where is utah",
+            "--topic",
+            "Utah",
+        ],
+        "export": [str(model)],
+    }[command]
+    out = ["--out", str(tmp_path / "out")] if command in ("eval", "export") else []
+    assert cli([command, *args, *out]) == 1
+    what = BROKEN_WEIGHTS[damage].format(half=whole // 2, whole=whole, bad=whole + 16)
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == f"kgreasoner {command}: error: {model / 'model.safetensors'}: {what}"
+    )
+
+
+def test_a_sharded_checkpoint_missing_a_shard_is_refused_naming_it(saved, tmp_path):
+    import json
+
+    from kgreasoner.models import CheckpointError, check_weights
+
+    model = _broken_copy(saved[0], tmp_path / "sharded", "none")
+    (model / "model.safetensors").rename(model / "model-00001-of-00002.safetensors")
+    index = model / "model.safetensors.index.json"
+    shards = {
+        "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+        "lm_head.weight": "model-00002-of-00002.safetensors",
+    }
+    index.write_text(json.dumps({"weight_map": shards}))
+    with pytest.raises(
+        CheckpointError, match=f"^{index}: lists model-00002-of-00002.safetensors, which the checkpoint"
+    ):
+        check_weights(model)
+    check_weights(saved[0])  # a whole checkpoint passes

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from kgreasoner.stages import Stage, StageRunner, StageStore, default_threads
+from kgreasoner.stages import Stage, StageRecordError, StageRunner, StageStore, default_threads, write_json
 
 
 def _stage(calls: list[str], name: str = "sft") -> Stage:
@@ -88,3 +88,36 @@ def test_the_default_thread_count_is_omp_num_threads_else_the_usable_cores_whate
         monkeypatch.setenv("OMP_NUM_THREADS", bad)
         with pytest.raises(ValueError, match=f"OMP_NUM_THREADS must be a positive integer .*got '{bad}'"):
             default_threads()
+
+
+@pytest.mark.parametrize(
+    ("text", "wrong"),
+    [
+        (
+            '{"stage": "sft", "seconds": 1.0, "commands": [], "res',
+            "not a readable stage record, cut short or not JSON",
+        ),
+        ("", "not a readable stage record, cut short or not JSON"),
+        ('{"stage": "sft", "seconds": 1.0, "commands": []}', "stage record without 'result'"),
+        ('{"stage": "sft", "seconds": 1.0, "commands": [], "result": {}}', "stage record without 'result.line'"),
+        ('["sft"]', "a stage record is a JSON object, not list"),
+    ],
+)
+def test_a_broken_stage_record_is_refused_naming_its_file(text, wrong, tmp_path):
+    store, calls = StageStore(tmp_path / "stages"), []
+    marker = tmp_path / "stages" / "sft.json"
+    marker.parent.mkdir()
+    marker.write_text(text)
+    for read in (lambda: StageRunner(store, threads=1).run(_stage(calls), "sft"), store.records):
+        with pytest.raises(StageRecordError) as refused:
+            read()
+        assert str(refused.value).startswith(f"{marker}: {wrong}")
+        assert str(refused.value).endswith("; delete it and the stage runs again")
+    assert calls == []
+
+
+def test_a_record_is_replaced_whole_or_not_at_all(tmp_path):
+    write_json(tmp_path / "sft.json", {"stage": "sft"})
+    write_json(tmp_path / "sft.json", {"stage": "sft", "seconds": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["sft.json"]
+    assert json.loads((tmp_path / "sft.json").read_text()) == {"stage": "sft", "seconds": 2}

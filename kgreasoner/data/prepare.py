@@ -31,6 +31,7 @@ from kgreasoner.data.schema import write_jsonl
 from kgreasoner.data.splits import SCHEMES, assign_splits
 from kgreasoner.kg.base import INVERSE_PREFIX
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.terminal import printable
 
 PATHQUESTION_PREFIX = "pathquestion:"
 DEFAULT_SEARCH = PathSearch()
@@ -107,7 +108,8 @@ def prepare_dataset(
     }
     for message in warnings.first.values():
         print(
-            f"prepare-data: warning: {message} (and any others counted in {SUMMARY_FILE}; --strict refuses them)",
+            f"prepare-data: warning: {printable(message)} "
+            f"(and any others counted in {SUMMARY_FILE}; --strict refuses them)",
             file=sys.stderr,
         )
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

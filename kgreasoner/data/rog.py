@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kgreasoner.data.hops import subgraph_hops
-from kgreasoner.data.schema import Answer, QAExample, SchemaError, TopicEntity
+from kgreasoner.data.schema import Answer, DuplicateKeyError, QAExample, SchemaError, TopicEntity, loads_json
 from kgreasoner.data.webqsp_cwq import split_from_filename
 
 ROG_SUFFIXES = (".parquet", ".jsonl")
@@ -170,9 +170,11 @@ def _read_jsonl(path: Path, names: list[str]) -> tuple[pa.Table, list[int]]:
                 continue
             where = f"{path}:{number}"
             try:
-                record = json.loads(text)
+                record = loads_json(text)
             except json.JSONDecodeError as err:
                 raise SchemaError(f"{where}: not valid JSON ({err.msg})") from err
+            except DuplicateKeyError as err:
+                raise SchemaError(f"{where}: {err}") from None
             if not isinstance(record, dict):
                 raise SchemaError(f"{where}: expected a JSON object, got {type(record).__name__}")
             for name in names:

@@ -24,6 +24,47 @@ class SchemaError(ValueError):
     """A QA record does not follow the schema; the message names the file, line and field."""
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice; `json.loads` would keep the last value without a word."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"key {key!r} appears twice in one object (a JSON reader keeps only the last value)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise DuplicateKeyError(key)
+        record[key] = value
+    return record
+
+
+def loads_json(text: str | bytes) -> Any:
+    """`json.loads`, refusing an object that names a key twice (`DuplicateKeyError`)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
+def load_json(handle) -> Any:
+    """`json.load` of an open file, refusing an object that names a key twice (`DuplicateKeyError`)."""
+    return json.load(handle, object_pairs_hook=_unique_keys)
+
+
+MAX_LINE_BYTES = 1 << 20
+"""The longest line (1 MiB, without its newline) a questions, trajectories or KB file may hold. Real lines are
+far shorter (a question with hundreds of answers: tens of KB); a longer one is refused before anything reads
+it whole (a tokenizer trained on a 100 MB question grew the demo to 6 GB)."""
+
+
+def line_size_message(size: int) -> str:
+    """What is wrong with a line of `size` bytes over `MAX_LINE_BYTES` (the caller adds `path:line: `)."""
+    return (
+        f"a line of {size:,} bytes, over the limit of {MAX_LINE_BYTES:,} bytes per line; "
+        "no question, trajectory or triple is that long: is the file broken?"
+    )
+
+
 @dataclass(frozen=True)
 class TopicEntity:
     id: str
@@ -208,12 +249,16 @@ def read_jsonl(path: str | Path) -> list[QAExample]:
 def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
     """`(where, value)` per non-blank line of a JSONL file; `where` is `path:line` for error messages.
 
-    A UTF-8 byte-order mark is skipped; bytes that are not UTF-8, invalid JSON and JSON nested
-    past Python's recursion limit raise SchemaError naming the line.
+    A UTF-8 byte-order mark is skipped; bytes that are not UTF-8, invalid JSON, an object naming a key
+    twice, JSON nested past Python's recursion limit and a line over `MAX_LINE_BYTES` raise SchemaError
+    naming the line.
     """
     path = Path(path)
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        # at most one byte past the limit is read: a longer line is measured, not held
+        for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw.removesuffix(b"\n")) > MAX_LINE_BYTES:
+                raise SchemaError(f"{path}:{number}: {line_size_message(_rest_of_line(handle, len(raw)))}")
             if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
                 raw = raw[3:]
             try:
@@ -225,12 +270,23 @@ def iter_json_lines(path: str | Path) -> Iterator[tuple[str, Any]]:
             if not line.strip():
                 continue
             try:
-                value = json.loads(line)
+                value = loads_json(line)
             except json.JSONDecodeError as err:
                 raise SchemaError(f"{path}:{number}: not valid JSON ({err.msg})") from err
+            except DuplicateKeyError as err:
+                raise SchemaError(f"{path}:{number}: {err}") from None
             except RecursionError:
                 raise SchemaError(f"{path}:{number}: JSON nested too deeply") from None
             yield f"{path}:{number}", value
+
+
+def _rest_of_line(handle, read: int) -> int:
+    """The size of a line of which `read` bytes are read, reading on to its newline (not counted)."""
+    while True:
+        chunk = handle.readline(MAX_LINE_BYTES)
+        read += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return read - chunk.endswith(b"\n")
 
 
 def iter_jsonl(path: str | Path) -> Iterator[QAExample]:

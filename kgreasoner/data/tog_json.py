@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.data.schema import Answer, QAExample, SchemaError, TopicEntity
+from kgreasoner.data.schema import Answer, DuplicateKeyError, QAExample, SchemaError, TopicEntity, load_json
 from kgreasoner.kg.base import make_literal
 
 logger = logging.getLogger(__name__)
@@ -110,9 +110,11 @@ def load_tog_json(path: str | Path, fmt: str | None = None, split: str = "test")
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            data = load_json(handle)
     except json.JSONDecodeError as err:
         raise SchemaError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    except DuplicateKeyError as err:
+        raise SchemaError(f"{path}: {err}") from None
     if isinstance(data, dict) and isinstance(data.get("Questions"), list):
         data = data["Questions"]
     if not isinstance(data, list):

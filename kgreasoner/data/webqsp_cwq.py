@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.data.schema import QAExample, SchemaError, TopicEntity
+from kgreasoner.data.schema import DuplicateKeyError, QAExample, SchemaError, TopicEntity, load_json
 from kgreasoner.data.tog_json import cwq_answers, record_field, webqsp_answers
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,11 @@ def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+            return load_json(handle)
     except json.JSONDecodeError as err:
         raise SchemaError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from err
+    except DuplicateKeyError as err:
+        raise SchemaError(f"{path}: {err}") from None
 
 
 def load_webqsp(path: str | Path, split: str | None = None, data: Any = None) -> list[QAExample]:

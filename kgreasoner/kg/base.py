@@ -197,6 +197,10 @@ class KnowledgeGraph(abc.ABC):
         backends (`subgraph`), which return the question's own view."""
         return self
 
+    def check(self, timeout: float) -> None:  # noqa: B027 (optional: a store in this process is always up)
+        """Raise `KGError` when the graph cannot answer a query now, within `timeout` seconds (a remote
+        endpoint that is down or refusing); the default, a store in this process, always can."""
+
     def close(self) -> None:  # noqa: B027 (optional: a store without files or connections keeps it)
         """Release files or connections; the default has none."""
 

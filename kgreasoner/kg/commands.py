@@ -15,6 +15,7 @@ from kgreasoner.kg.open import open_kg
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.rdf import RDFS_LABEL, term_to_id
 from kgreasoner.kg.server import LOOPBACK, start_oxigraph_server
+from kgreasoner.terminal import printable
 
 DEFAULT_PORT = 7878  # oxigraph's own default
 
@@ -125,7 +126,7 @@ def run_stats(args: argparse.Namespace) -> int:
     print(f"relations  {stats['relations']}")
     print(f"top {len(stats['top'])} nodes by degree:")
     for node, degree, label in stats["top"]:
-        print(f"  {degree:>8}  {node}" + (f"  ({label})" if label != node else ""))
+        print(f"  {degree:>8}  {printable(node)}" + (f"  ({printable(label)})" if label != node else ""))
     return 0
 
 

@@ -5,9 +5,12 @@
 those readers call these checks, so each case below is refused the same way everywhere, with the
 file, line and field:
 
+- a line longer than `MAX_LINE_BYTES` (1 MiB; a broken or hostile file, refused before it is parsed);
 - a NUL byte in any field (an id no one can type, and a C string ends there);
 - a header line (`subject relation object`, `id label`): its words would become nodes and a relation;
 - a relation whose name starts with `^`, which in a gold path means "walked backwards";
+- a literal as a triple's subject (`"1815"<TAB>born_in<TAB>Paris`): RDF has literals as objects only, so no
+  store could hold the triple;
 - a typed literal its datatype cannot hold (`"1815-13-45"^^xsd:date`, see `kgreasoner.kg.xsd`);
 - in names.tsv, an id named twice (the last label would win, so the first no longer resolves).
 
@@ -19,6 +22,7 @@ handle or id, and a topic given by name takes the first.
 from __future__ import annotations
 
 import logging
+import mmap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kgreasoner.data.schema import MAX_LINE_BYTES, line_size_message
 from kgreasoner.kg.base import INVERSE_PREFIX, is_literal_id
 from kgreasoner.kg.rdf import id_to_term
 from kgreasoner.kg.xsd import invalid_reason
@@ -46,6 +51,26 @@ _NAMES_HEADER_WORDS = ({"id", "entity", "node", "mid", "qid", "entity_id"}, {"la
 
 class KBFileError(ValueError):
     """A KB or names file holds something no loader accepts; the message names the file, line and field."""
+
+
+def check_line_sizes(path: Path, data: bytes | mmap.mmap) -> None:
+    """Refuse a line of `data` (the file's bytes, or the file mapped) longer than `MAX_LINE_BYTES`, naming its
+    number and size.
+
+    Only one byte in every `MAX_LINE_BYTES // 2` is a start of a search: a line over the limit holds a whole
+    block of that size with no newline, and each block of an ordinary file has one within its first line.
+    """
+    step = MAX_LINE_BYTES // 2
+    for block in range(0, len(data), step):
+        if data.find(b"\n", block, block + step) >= 0:
+            continue
+        start = data.rfind(b"\n", 0, block) + 1
+        end = data.find(b"\n", block)
+        size = (len(data) if end < 0 else end) - start
+        if size > MAX_LINE_BYTES:
+            chunks = range(0, start, 1 << 24)
+            line = 1 + sum(data[i : min(i + (1 << 24), start)].count(b"\n") for i in chunks)
+            raise KBFileError(f"{path}:{line}: {line_size_message(size)}")
 
 
 def check_header(path: Path, line: int, first_line: Sequence[str], fields: Sequence[str]) -> None:
@@ -85,6 +110,19 @@ def relation_message(relation: str) -> str:
     return (
         f"field 'relation' is {relation!r}: a leading '{INVERSE_PREFIX}' means 'walked backwards' in gold paths, "
         "so no path could name this relation; rename it"
+    )
+
+
+def literal_subject(subjects: Sequence[str]) -> str | None:
+    """The first distinct subject that is a literal, else None."""
+    literals = [s for s in pd.unique(np.asarray(subjects, dtype=object)) if is_literal_id(s)]
+    return literals[0] if literals else None
+
+
+def literal_subject_message(literal: str) -> str:
+    return (
+        f"field 'subject' is the literal {literal}; in RDF only an object can be a literal, so no store can hold "
+        "this triple: make the subject an id, or write the triple the other way round with an inverse relation"
     )
 
 

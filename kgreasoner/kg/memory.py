@@ -36,9 +36,12 @@ from kgreasoner.kg.kb_checks import (
     bad_relation,
     check_header,
     check_id_triples,
+    check_line_sizes,
     check_nul,
     literal_message,
     literal_problem,
+    literal_subject,
+    literal_subject_message,
     relation_message,
     repeated_id_message,
     warn_shared_labels,
@@ -388,6 +391,7 @@ def read_kb_file(
     if not path.exists():
         raise FileNotFoundError(f"KG file not found: {path}")
     if path.suffix == ".nt":
+        _check_nt_line_sizes(path)
         subjects: list[str] = []
         relations: list[str] = []
         objects: list[str] = []
@@ -415,6 +419,17 @@ def read_kb_file(
     return (*columns, names)
 
 
+def _check_nt_line_sizes(path: Path) -> None:
+    """`check_line_sizes` on an N-Triples file, mapped rather than read (it may be Freebase's)."""
+    import mmap
+
+    with open(path, "rb") as handle:
+        if path.stat().st_size == 0:
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            check_line_sizes(path, data)
+
+
 def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read a 3-column TSV; a malformed line raises a ValueError naming file and line.
 
@@ -424,6 +439,7 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     empty file is an error too: a KB with no triples is a mistake, not a graph.
     """
     data = read_utf8(path)
+    check_line_sizes(path, data)
     check_nul(path, data, TRIPLE_FIELDS)
     padded = _padded_field(data)
     if padded is not None:
@@ -458,7 +474,10 @@ def read_tsv_triples(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     relation = bad_relation(relations)
     if relation is not None:
         raise KBFileError(f"{path}:{_line_of(data, relation, 1)}: {relation_message(relation)}")
-    _check_literals(path, data, subjects, objects)
+    subject = literal_subject(subjects)
+    if subject is not None:
+        raise KBFileError(f"{path}:{_line_of(data, subject, 0)}: {literal_subject_message(subject)}")
+    _check_literals(path, data, objects)
     return subjects, relations, objects
 
 
@@ -483,10 +502,10 @@ def _bad_line(path: Path, data: bytes) -> ValueError:
     return ValueError(f"{path}: malformed triples file; expected 'subject<TAB>relation<TAB>object' lines")
 
 
-def _check_literals(path: Path, data: bytes, subjects: np.ndarray, objects: np.ndarray) -> None:
-    """Every literal id must parse as N-Triples, as `kg load` requires, and hold a value of its datatype
-    (each distinct one is parsed once)."""
-    for node in pd.unique(np.concatenate([subjects, objects])):
+def _check_literals(path: Path, data: bytes, objects: np.ndarray) -> None:
+    """Every literal id (an object: `read_tsv_triples` refused literal subjects) must parse as N-Triples, as
+    `kg load` requires, and hold a value of its datatype (each distinct one is parsed once)."""
+    for node in pd.unique(objects):
         if is_literal_id(node):
             try:
                 problem = literal_problem(node)
@@ -494,9 +513,7 @@ def _check_literals(path: Path, data: bytes, subjects: np.ndarray, objects: np.n
                 line = _line_of(data, node)
                 raise ValueError(f"{path}:{line}: {node!r} is not a valid N-Triples literal ({err})") from None
             if problem is not None:
-                line = _line_of(data, node, 2)
-                field = "object" if line else "subject"
-                raise KBFileError(f"{path}:{line or _line_of(data, node, 0)}: {literal_message(field, node, problem)}")
+                raise KBFileError(f"{path}:{_line_of(data, node, 2)}: {literal_message('object', node, problem)}")
 
 
 def _line_of(data: bytes, field: str, column: int | None = None) -> int:
@@ -515,6 +532,7 @@ def read_names(path: Path) -> dict[str, str]:
     names: dict[str, str] = {}
     lines: dict[str, int] = {}
     data = read_utf8(path)
+    check_line_sizes(path, data)
     check_nul(path, data, NAME_FIELDS)
     for number, text in enumerate(data.decode("utf-8").split("\n"), start=1):
         text = text.removesuffix("\r")

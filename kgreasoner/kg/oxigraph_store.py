@@ -17,6 +17,8 @@ direction differs (store index order instead of file order).
 from __future__ import annotations
 
 import io
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -35,6 +37,7 @@ from kgreasoner.kg.base import (
     is_literal_id,
     literal_value,
 )
+from kgreasoner.kg.kb_checks import KBFileError, literal_subject, literal_subject_message
 from kgreasoner.kg.memory import IdColumn, read_kb_file, read_names
 from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, term_to_id, to_iri
 
@@ -127,24 +130,26 @@ class OxigraphKG(KnowledgeGraph):
         `names` is a `names.tsv` path or an id -> label dict; for a TSV without it, a
         `names.tsv` beside the file is used, as `MemoryKG.from_file` does. `progress`: a tqdm bar
         of the triples handed to the store.
+
+        The load is atomic: the store is written to a hidden folder beside `store_dir` and renamed to it once
+        complete, so a load that fails (or is killed) leaves no store that opens as a whole one.
         """
         store_dir = Path(store_dir)
         if store_dir.exists() and (not store_dir.is_dir() or any(store_dir.iterdir())):
             raise ValueError(f"{store_dir}: store directory exists and is not empty; remove it or choose another")
         source, subjects, relations, objects, names = _read_input(triples, names)
-        store_dir.mkdir(parents=True, exist_ok=True)
-        store = ox.Store(str(store_dir))
-        with tqdm(total=len(subjects), desc="kg load", unit="triple", unit_scale=True, disable=not progress) as bar:
-            store.bulk_load(
-                input=io.BufferedReader(
-                    _ChunkReader(_nquads(source, subjects, relations, objects, names, bar.update))
-                ),
-                format=ox.RdfFormat.N_QUADS,
-                lenient=True,  # every term was built and validated by pyoxigraph already
-            )
-        store.flush()
-        store.optimize()
-        kg = cls._from_store(store, store_dir)
+        store_dir.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{store_dir.name}.", suffix=".partial", dir=store_dir.parent))
+        try:
+            with tqdm(
+                total=len(subjects), desc="kg load", unit="triple", unit_scale=True, disable=not progress
+            ) as bar:
+                _write_store(partial, _nquads(source, subjects, relations, objects, names, bar.update))
+            partial.replace(store_dir)  # onto an empty folder too (POSIX rename)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        kg = cls._from_store(ox.Store(str(store_dir)), store_dir)
         kg.num_triples_loaded = len(subjects)
         return kg
 
@@ -342,6 +347,22 @@ def _relation_iri(relation: str) -> str | None:
         return None
 
 
+def _write_store(folder: Path, chunks: Iterator[bytes]) -> None:
+    """Bulk-load N-Quads `chunks` into a new store in `folder` and close it (it is renamed next: an open store
+    would go on writing under the old name)."""
+    store = ox.Store(str(folder))
+    try:
+        store.bulk_load(
+            input=io.BufferedReader(_ChunkReader(chunks)),
+            format=ox.RdfFormat.N_QUADS,
+            lenient=True,  # every term was built and validated by pyoxigraph already
+        )
+        store.flush()
+        store.optimize()
+    finally:
+        del store  # the last reference: pyoxigraph closes the store (a traceback would keep it open otherwise)
+
+
 def _read_input(
     triples: str | Path | Iterable[tuple[str, str, str]], names: str | Path | dict[str, str] | None
 ) -> tuple[str, IdColumn, IdColumn, IdColumn, dict[str, str] | None]:
@@ -356,6 +377,9 @@ def _read_input(
         return (str(path), *read_kb_file(path, names))
     rows = list(triples)
     subjects, relations, objects = (list(col) for col in zip(*rows)) if rows else ([], [], [])
+    literal = literal_subject(subjects)
+    if literal is not None:
+        raise KBFileError(f"triple {subjects.index(literal) + 1}: {literal_subject_message(literal)}")
     if isinstance(names, (str, Path)):
         names = read_names(Path(names))
     return "triples", subjects, relations, objects, names

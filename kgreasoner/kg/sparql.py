@@ -714,16 +714,24 @@ class SparqlKG(KnowledgeGraph):
                 f"SPARQL endpoint {self.endpoint} failed after {self.retries + 1} attempts: {_short(err)}"
             ) from err
 
-    def _query_once(self, query: str) -> tuple[dict, int | None]:
-        """One request; a transient failure is raised as it came (one of `_TRANSIENT`), a refusal or a
-        malformed reply as a KGError."""
+    def check(self, timeout: float) -> None:
+        """One trivial query (`SELECT (1 AS ?up) WHERE {}`), tried once within `timeout` seconds: a KGError
+        when the endpoint does not answer it (unreachable, timed out, refusing)."""
+        try:
+            self._query_once("SELECT (1 AS ?up) WHERE {}", timeout)
+        except _TRANSIENT as err:
+            raise KGError(f"SPARQL endpoint {self.endpoint} did not answer: {_short(err)}") from err
+
+    def _query_once(self, query: str, timeout: float | None = None) -> tuple[dict, int | None]:
+        """One request (within `timeout` seconds, default the KG's); a transient failure is raised as it came
+        (one of `_TRANSIENT`), a refusal or a malformed reply as a KGError."""
         wrapper = SPARQLWrapper(self.endpoint)
         wrapper.setQuery(query)
         wrapper.setReturnFormat(JSON)
         if len(urllib.parse.quote(query)) > MAX_GET_QUERY_BYTES:
             wrapper.setMethod(POST)  # a form-encoded body, which SPARQL 1.1 endpoints must accept
         # setTimeout() truncates to int (0.5 s would mean "no timeout"); urlopen takes floats.
-        wrapper.timeout = self.timeout  # type: ignore[assignment]  # typed int, read as a float
+        wrapper.timeout = timeout or self.timeout  # type: ignore[assignment]  # typed int, read as a float
         self.queries_sent += 1
         try:
             response = wrapper.query()

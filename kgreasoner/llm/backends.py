@@ -112,8 +112,12 @@ def rollout_backend(llm: Any, tokenizer: str | None = None) -> Any:
 
 
 def _require_checkpoint(path: str) -> None:
+    """A checkpoint directory whose weight files load (`models.check_weights`), before an engine reads it."""
+    from kgreasoner.models import check_weights
+
     if not Path(path).is_dir():
         raise FileNotFoundError(f"{path} is not a checkpoint directory")
+    check_weights(path)
 
 
 def _nothing() -> None:

@@ -16,7 +16,6 @@ the triples the tool returned, backtracks, the answer), or with `--json` one JSO
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -36,6 +35,7 @@ from kgreasoner.protocol import (
     TRIPLES_CLOSE,
     TRIPLES_OPEN,
 )
+from kgreasoner.terminal import json_line, printable
 
 MAX_BLOCK_LINES = 12
 """Tool-block lines printed per search in the trace (the rest is counted)."""
@@ -62,13 +62,14 @@ class _Style:
 def render_trace(record: dict[str, Any], color: bool = False) -> str:
     """A terminal view of one answer record (see `AnswerService.record`)."""
     style = _Style(color)
+    # every text of the record is data (question, labels, model output): `printable` before it is styled
     topics = ", ".join(
-        f"{t['name']} ({t['id']})" if t["name"] != t["id"] else t["id"] for t in record["topic_entities"]
+        printable(f"{t['name']} ({t['id']})" if t["name"] != t["id"] else t["id"]) for t in record["topic_entities"]
     )
-    lines = [style(f"Q {record['id']}: {record['question']}", "1"), f"  topic: {topics}"]
+    lines = [style(f"Q {printable(str(record['id']))}: {printable(record['question'])}", "1"), f"  topic: {topics}"]
     text = record.get("trajectory")
     if text is None:
-        lines.append(style(f"  error: {record.get('error')}", "31"))
+        lines.append(style(f"  error: {printable(str(record.get('error')))}", "31"))
         return "\n".join(lines)
     searches = list(record.get("searches") or [])
     calls = iter(searches)
@@ -79,14 +80,15 @@ def render_trace(record: dict[str, Any], color: bool = False) -> str:
         block = match.group(0)
         if match.group(1):
             call = next(calls, None)
-            query = block[len(SEARCH_OPEN) : -len(SEARCH_CLOSE)].strip()
+            query = printable(block[len(SEARCH_OPEN) : -len(SEARCH_CLOSE)].strip())
             if call is None:
                 lines.append(style(f"  search   {query}", "36") + "  (not run: turn limit)")
                 continue
             verb = "backtrack" if call["backtrack"] else "search   "
-            target = f" -> {call['label']}" if call.get("label") and call["label"] != query else ""
+            label = printable(call.get("label") or "")
+            target = f" -> {label}" if label and label != query else ""
             outcome = (
-                style(f"[{call['error']}]", "31")
+                style(f"[{printable(call['error'])}]", "31")
                 if call["error"]
                 else f"[{call['num_triples']} triples{', cut' if call['truncated'] else ''}]"
             )
@@ -94,18 +96,18 @@ def render_trace(record: dict[str, Any], color: bool = False) -> str:
         elif match.group(2):
             body = block[len(TRIPLES_OPEN) : -len(TRIPLES_CLOSE)].strip("\n").split("\n")
             shown = body[:MAX_BLOCK_LINES]
-            lines.extend(style(f"           {line}", "2") for line in shown)
+            lines.extend(style(f"           {printable(line)}", "2") for line in shown)
             if len(body) > len(shown):
                 lines.append(style(f"           ... {len(body) - len(shown)} more lines", "2"))
         else:
-            raw = block[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)].strip()
-            resolved = " | ".join(record.get("answers") or [])
+            raw = printable(block[len(ANSWER_OPEN) : -len(ANSWER_CLOSE)].strip())
+            resolved = printable(" | ".join(record.get("answers") or []))
             answer = raw if resolved == raw or not resolved else f"{raw} = {resolved}"
             lines.append(style(f"  answer   {answer}", "1;32"))
     _thought(lines, text[position:])
     usage = record.get("usage") or {}
     facts = [
-        f"finish: {record['finish_reason']}",
+        f"finish: {printable(str(record['finish_reason']))}",
         f"{usage.get('searches', 0)} searches",
         f"{usage.get('backtracks', 0)} backtracks",
     ]
@@ -113,10 +115,10 @@ def render_trace(record: dict[str, Any], color: bool = False) -> str:
         facts.append(f"{usage['completion_tokens']} model tokens")
     facts.append(f"{usage.get('seconds', 0):.2f} s")
     if record.get("error"):
-        facts.append(style(f"error: {record['error']}", "31"))
+        facts.append(style(f"error: {printable(str(record['error']))}", "31"))
     if "hit" in record:
         verdict = style("correct", "32") if record["hit"] else style("wrong", "31")
-        facts.append(f"{verdict} (gold: {' | '.join(record['gold'])})")
+        facts.append(f"{verdict} (gold: {printable(' | '.join(record['gold']))})")
     lines.append("  " + "; ".join(facts))
     return "\n".join(lines)
 
@@ -124,7 +126,7 @@ def render_trace(record: dict[str, Any], color: bool = False) -> str:
 def _thought(lines: list[str], text: str) -> None:
     text = " ".join(text.replace(THINK_OPEN, " ").replace(THINK_CLOSE, " ").split())
     if text:
-        lines.append(f"  think    {text}")
+        lines.append(f"  think    {printable(text)}")
 
 
 # --------------------------------------------------------------------------- the command
@@ -233,7 +235,7 @@ def _write(service: Any, items: list, requests: list, args: argparse.Namespace, 
                 record["hit"] = bool(hits_at_1(record["answers"], gold))
                 hits.append(record["hit"])
             if args.json:
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                out.write(json_line(record) + "\n")
             else:
                 out.write(render_trace(record, color) + "\n\n")
             out.flush()

@@ -12,21 +12,27 @@ Endpoints:
   as `trajectory`.
   `max_tokens` above the server's limit is lowered to it; `stream`, `n > 1` and fields it does not
   honour (`tools`, `logprobs`, `response_format`, `stop`, ...: `UNHONOURED_CHAT_FIELDS`) are refused.
-- `GET /v1/models`, `GET|HEAD /health`, `GET /metrics` (Prometheus text).
+- `GET /v1/models`, `GET /metrics` (Prometheus text).
+- `GET|HEAD /health`: 200 `{"status": "ok", ..., "kg": {"status": "ok"}}` while the KG answers a trivial
+  query within `HEALTH_KG_TIMEOUT`; else 503 (with `Retry-After`) and `"status": "degraded"`, the KG's
+  `{"status": "unavailable", "error"}` saying why, as every question would get 503 then.
 
-Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, `param`
-naming the field at fault: 400 bad JSON or unsupported option, 404 unknown model or path, 408
-body not received within `body_timeout` (the connection is closed), 413 body over
-`max_body_bytes`, 422 a field that fails validation (text that is not valid Unicode included) or
-a topic entity the KG does not have, 502 the generation backend failed or the KG endpoint refused
-a query, 503 queue full or KG unreachable (with `Retry-After`), 504 the request timeout passed,
-500 anything else (logged on the server; the client gets the exception's type, never a stack trace).
+Errors are JSON in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, `param` naming the
+field at fault: 400 bad JSON (not UTF-8, or an object naming a key twice, included), an unsupported
+option, or both Content-Length and Transfer-Encoding (the connection is closed), 404 unknown model or
+path, 408 body not received within `body_timeout` (the connection is closed), 413 body over
+`max_body_bytes`, 415 a `charset` other than UTF-8, 422 a field that fails validation (text that is not
+valid Unicode included) or a topic entity the KG does not have, 502 the generation backend failed or the
+KG endpoint refused a query, 503 queue full or KG unreachable (with `Retry-After`), 504 the request
+timeout passed, 500 anything else (logged on the server; the client gets the exception's type, never a
+stack trace).
 Each request is validated and tokenised on its own, so a bad one fails alone, never its batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any, Literal
@@ -39,6 +45,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kgreasoner.data.schema import DuplicateKeyError, loads_json
 from kgreasoner.kg.base import KGError
 from kgreasoner.protocol import TOPIC_MARKER, TOPIC_SEPARATOR, split_user_turn
 from kgreasoner.serving.batching import ServiceBusy
@@ -54,6 +61,8 @@ WAIT_GRACE = 2.0
 """Seconds past a request's deadline the handler waits for the batch that stopped it."""
 RETRY_AFTER_SECONDS = 5
 """Retry-After of every 503: the SPARQL client has already retried for a few seconds by then."""
+HEALTH_KG_TIMEOUT = 2.0
+"""Seconds `/health` waits for the KG's answer to one trivial query before it reports the KG unavailable."""
 MIN_TOP_P = 1e-6
 """Smaller top_p rounds to 0 in float32 and the nucleus then drops every token (NaN probabilities)."""
 
@@ -158,6 +167,17 @@ class _Guard:
             await send(message)
 
         try:
+            headers = dict(scope.get("headers") or [])
+            if b"content-length" in headers and b"transfer-encoding" in headers:
+                # A proxy that frames the body by its length and this server, which reads the chunks, would
+                # disagree on where the request ends: what follows the chunks would be answered as a request
+                # of its own (smuggled past the proxy). Refused, and the connection closed with what is unread.
+                response = error_response(
+                    400, "the request has both Content-Length and Transfer-Encoding; send one of them", param="headers"
+                )
+                response.headers["Connection"] = "close"
+                await response(scope, receive, record_send)
+                return
             try:
                 # One deadline for the whole body: a per-chunk timeout would let a client that
                 # trickles a byte at a time hold its connection forever.
@@ -180,6 +200,11 @@ class _Guard:
                 )
                 response.headers["Connection"] = "close"
                 await response(scope, receive, record_send)
+                return
+
+            refused = _refused_body(headers, body)
+            if refused is not None:
+                await refused(scope, receive, record_send)
                 return
 
             async def replay() -> Message:
@@ -212,6 +237,43 @@ class _Guard:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def _refused_body(headers: dict[bytes, bytes], body: bytes) -> JSONResponse | None:
+    """The error for a JSON body FastAPI would read other than as sent, else None: a `charset` other than UTF-8
+    (415; JSON is UTF-8, and FastAPI decodes it so whatever the header says), bytes that are not UTF-8 (which
+    FastAPI would decode as UTF-16 or UTF-32 when they look like it), an object naming a key twice (FastAPI
+    keeps the last value). Bodies FastAPI does not read as JSON (another media type) are left to it."""
+    media, _, parameters = headers.get(b"content-type", b"").decode("latin-1").partition(";")
+    media = media.strip().lower()
+    if not body or not (media in ("", "application/json") or media.endswith("+json")):
+        return None
+    for parameter in parameters.split(";"):
+        name, _, value = parameter.partition("=")
+        charset = value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            return error_response(
+                415,
+                f"charset {charset!r} is not supported: a JSON body is UTF-8 (charset=utf-8, or none)",
+                param="body",
+            )
+    try:
+        text = body.decode("utf-8-sig")  # a byte-order mark is allowed, as FastAPI allows it
+    except UnicodeDecodeError as err:
+        return error_response(
+            400,
+            f"body: not UTF-8 (byte 0x{body[err.start]:02x} at offset {err.start}); a JSON body is UTF-8",
+            param="body",
+        )
+    try:
+        loads_json(text)
+    except DuplicateKeyError as err:
+        return error_response(400, f"body: {err}", param="body")
+    except json.JSONDecodeError:
+        return error_response(400, "body: not valid JSON", param="body")
+    except RecursionError:
+        return None  # FastAPI says so itself (400)
+    return None
 
 
 def create_app(service: AnswerService, metrics: Metrics | None = None) -> ASGIApp:
@@ -255,13 +317,26 @@ def create_app(service: AnswerService, metrics: Metrics | None = None) -> ASGIAp
         return error_response(500, f"internal error ({type(err).__name__}); see the server log", "server_error")
 
     @app.api_route("/health", methods=["GET", "HEAD"])
-    async def health() -> dict:
-        return {
-            "status": "ok",
-            "model": service.model_name,
-            "backend": service.kind,
-            "queue_depth": service.queue_depth,
-        }
+    async def health() -> JSONResponse:
+        # The KG is asked once, briefly: a service whose KG endpoint is down answers every question 503,
+        # and a load balancer reading 200 here would go on sending it questions.
+        try:
+            await run_in_threadpool(service.kg.check, HEALTH_KG_TIMEOUT)
+            kg: dict[str, Any] = {"status": "ok"}
+        except KGError as err:
+            kg = {"status": "unavailable", "error": str(err)}
+        up = kg["status"] == "ok"
+        return JSONResponse(
+            {
+                "status": "ok" if up else "degraded",
+                "model": service.model_name,
+                "backend": service.kind,
+                "queue_depth": service.queue_depth,
+                "kg": kg,
+            },
+            status_code=200 if up else 503,
+            headers=None if up else {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
     @app.get("/metrics")
     async def prometheus() -> PlainTextResponse:

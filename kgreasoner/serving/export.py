@@ -44,11 +44,12 @@ def export_checkpoint(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-    from kgreasoner.models import ensure_pad_token
+    from kgreasoner.models import check_weights, ensure_pad_token
 
     source, out = Path(source), Path(out)
     if not source.is_dir():
         raise FileNotFoundError(f"{source} is not a checkpoint directory")
+    check_weights(source)  # an adapter's weights, or the model's
     if out.exists() and any(out.iterdir()):
         raise ValueError(f"{out} exists and is not empty; choose a new --out")
     torch_dtype = getattr(torch, dtype)
@@ -62,6 +63,7 @@ def export_checkpoint(
         base_path = str(base) if base is not None else recorded
         if not base_path:
             raise ValueError(f"{source / ADAPTER_CONFIG} names no base model; pass --base")
+        check_weights(base_path)
         try:  # a directory, or a hub name (an adapter trained from `Qwen/Qwen3-8B` records that)
             base_model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch_dtype)
         except OSError as err:

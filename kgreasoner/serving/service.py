@@ -391,6 +391,7 @@ class AnswerService:
             "question": request.question,
             "topic_entities": [{"id": t.id, "name": t.name} for t in request.topic_entities],
             "model": self.model_name,
+            "warnings": list(request.warnings),
         }
         if trajectory is None:
             error = (

@@ -60,6 +60,8 @@ class AnswerRequest:
     deadline: float | None = None
     """`time.monotonic()` past which generation stops (None: no timeout)."""
     arrived: float = field(default_factory=time.monotonic)
+    warnings: tuple[str, ...] = ()
+    """What the request said that was not used, e.g. a topic name the KG contradicts (the answer lists them)."""
 
     @property
     def batch_key(self) -> tuple:
@@ -108,7 +110,8 @@ class RequestValidator:
             )
         except ValueError as err:
             raise RequestError("options", str(err)) from err
-        topics = self.resolve_topics(topic_entities)  # last: it may query a remote KG
+        warnings: list[str] = []
+        topics = self.resolve_topics(topic_entities, warnings)  # last: it may query a remote KG
         now = time.monotonic()
         return AnswerRequest(
             id=request_id or f"q{next(self._ids)}",
@@ -118,14 +121,17 @@ class RequestValidator:
             sampling=sampling,
             deadline=now + config.request_timeout,
             arrived=now,
+            warnings=tuple(warnings),
         )
 
-    def resolve_topics(self, items: Any) -> tuple[TopicEntity, ...]:
+    def resolve_topics(self, items: Any, warnings: list[str] | None = None) -> tuple[TopicEntity, ...]:
         """Topic entities given as names/ids (strings) or `{"id", "name"}` objects, checked in the KG.
 
-        A string or a name-only object is looked up by label (then id); an object with an id must
-        name an entity of the KG and keeps its own name when it gives one. Among namesakes the
-        KG's first match is taken.
+        A string or a name-only object is looked up by label (then id). An object with an id must
+        name an entity of the KG, and the prompt shows the KG's label: a `name` that is not one of the
+        entity's names (a client's "France" for Utah's id) is not used, and a line saying so joins
+        `warnings`. Only an entity the KG labels with its id alone takes the request's name. Among
+        namesakes the KG's first match is taken.
         """
         if not isinstance(items, (list, tuple)):
             raise RequestError("topic_entities", f"must be a list, got {type(items).__name__}")
@@ -163,7 +169,7 @@ class RequestValidator:
                             f"{entity_id!r} is not an entity of the knowledge graph",
                             kind="unknown_entity",
                         )
-                    topics.append(TopicEntity(entity_id, (name or "").strip() or self.kg.label(entity_id)))
+                    topics.append(TopicEntity(entity_id, self._topic_name(where, entity_id, name, warnings)))
                     continue
                 if name is None:
                     raise RequestError(where, "needs an 'id' or a 'name'")
@@ -176,6 +182,21 @@ class RequestValidator:
                 )
             topics.append(TopicEntity(hits[0], name.strip()))
         return tuple(topics)
+
+    def _topic_name(self, where: str, entity_id: str, name: str | None, warnings: list[str] | None) -> str:
+        """The name a topic given by id is shown with: the KG's label (see `resolve_topics`)."""
+        label = self.kg.label(entity_id)
+        given = (name or "").strip()
+        if not given or given == label:
+            return label
+        if label == entity_id:  # no label beyond the id: the request's name contradicts nothing
+            return given
+        if entity_id not in self.kg.resolve(given) and warnings is not None:
+            warnings.append(
+                f"{where}.name: {given!r} is not a name of {entity_id!r} in the knowledge graph; "
+                f"its label {label!r} is used"
+            )
+        return label
 
 
 def kg_failure(param: str | None, err: KGError) -> RequestError:

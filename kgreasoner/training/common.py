@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
+from transformers import TrainerCallback
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -185,6 +187,24 @@ class LoraSettings:
             target_modules=list(self.target_modules),
             task_type="CAUSAL_LM",
         )
+
+
+class SamplerEpoch(TrainerCallback):
+    """Give `trainer.train_sampler` (a train order seeded with the seed plus the epoch, or None) its epoch as
+    each epoch begins.
+
+    The trainer's own `set_epoch` reaches the sampler through accelerate's wrappers, except on a run resumed
+    mid-epoch over several processes, where it is wrapped once more (the skip of the trained batches over the
+    split between processes). The state's epoch always has the epoch as its whole part: a resumed run starts
+    from the checkpoint's (1.5: the second epoch), and each epoch ends on a whole number.
+    """
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        if self.trainer.train_sampler is not None:
+            self.trainer.train_sampler.set_epoch(math.floor(state.epoch))
 
 
 def ddp_backend() -> str | None:

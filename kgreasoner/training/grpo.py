@@ -887,6 +887,7 @@ def build_trainer(
     from transformers import AutoTokenizer
 
     from kgreasoner.data.gold_chains import GoldChains
+    from kgreasoner.models import check_weights
     from kgreasoner.rewards import reward_functions
     from kgreasoner.training.trl_internals import (
         colocated_engine_args,
@@ -897,6 +898,7 @@ def build_trainer(
 
     root = Path(recipe.run_dir)
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
+    check_weights(model_path)  # TRL loads the model by its path
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     chains = GoldChains(tool.kg) if recipe.search_reward == "path" else None
     per_batch = args.generation_batch_size // args.num_generations

@@ -4,20 +4,26 @@ TRL's `SFTTrainer` on pre-tokenised trajectories: `input_ids` plus `assistant_ma
 loss covers only model-written tokens (the prompt and every `<triples>` block are masked). TRL
 builds labels from the mask. On Triton devices its fused LM head scores only labelled positions;
 elsewhere `labelled_head` makes it do the same (on CPU the full-sequence projection dominated a step).
+
+The training order is a function of the seed and the epoch (`EpochSeededLengthSampler`), so a run resumed
+from a checkpoint half way through an epoch meets the same batches as one that was never stopped.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from accelerate.logging import get_logger
+from torch.utils.data import Sampler
 
 from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.training.common import (
     POLICY_DTYPE_HELP,
     LoraSettings,
+    SamplerEpoch,
     TrainerFields,
     TrainerPassthrough,
     ddp_backend,
@@ -172,11 +178,61 @@ def _has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+class EpochSeededLengthSampler(Sampler[int]):
+    """transformers' `group_by_length` order (`get_length_grouped_indices`), drawn from a generator seeded with
+    `seed + epoch`.
+
+    transformers' own `LengthGroupedSampler` draws the train order from torch's global RNG when the epoch's
+    iteration starts. The trainer restores that RNG from a checkpoint only after skipping the epoch's trained
+    batches, so a run resumed mid-epoch read that epoch in another order than the run it continues.
+    """
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int) -> None:
+        self.lengths, self.batch_size, self.seed, self.epoch = lengths, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self) -> Iterator[int]:
+        import torch
+        from transformers.trainer_pt_utils import get_length_grouped_indices
+
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+
+def _sft_trainer(**kwargs):
+    """TRL's `SFTTrainer` whose `group_by_length` train order is an `EpochSeededLengthSampler`."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+    from trl import SFTTrainer
+
+    class SeededOrderSFTTrainer(SFTTrainer):
+        train_sampler = None  # the EpochSeededLengthSampler, once the train dataloader is built
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.add_callback(SamplerEpoch(self))
+
+        def _get_train_sampler(self, train_dataset=None):
+            # transformers' override point. The `random` strategy's sampler becomes accelerate's seedable one,
+            # already seeded per epoch; `sequential` has no randomness.
+            sampler = super()._get_train_sampler(train_dataset)
+            if not isinstance(sampler, LengthGroupedSampler):
+                return sampler
+            seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+            self.train_sampler = EpochSeededLengthSampler(sampler.lengths, sampler.batch_size, seed)
+            return self.train_sampler
+
+    return SeededOrderSFTTrainer(**kwargs)
+
+
 def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
     """Run the warm-up; returns the directory of the final (best on dev) model. `callbacks`: further
     `TrainerCallback`s (a benchmark's clocks)."""
     from transformers import EarlyStoppingCallback
-    from trl import SFTTrainer
 
     from kgreasoner.models import load_model, load_tokenizer
 
@@ -191,7 +247,7 @@ def train_sft(recipe: SFTRecipe, resume: bool = False, callbacks=()) -> Path:
     callbacks = list(callbacks)
     if args.load_best_model_at_end and recipe.early_stopping_patience > 0:
         callbacks.append(EarlyStoppingCallback(early_stopping_patience=recipe.early_stopping_patience))
-    trainer = SFTTrainer(
+    trainer = _sft_trainer(
         model=model,
         args=args,
         train_dataset=train_set,

@@ -7,6 +7,8 @@ reaches anything else through this module, so a TRL upgrade is checked here, and
 refuses a TRL outside `TESTED_TRL` with an error naming that range (`pyproject.toml` pins the same).
 
 What is here:
+- `EpochSeededRepeatSampler`: TRL's `RepeatSampler` (`trainer.utils`), its shuffle seeded per epoch, which
+  `scoring_trainer_class` trains on (its `_get_train_sampler`), so a resumed run reads the epoch it resumes in.
 - `scoring_trainer_class`: `GRPOTrainer` with `_compute_loss` and `_get_per_token_logps_and_entropies`
   overridden to score only where the loss reads, in length chunks (`length_chunks`), through TRL's
   fused LM head with its `_use_triton` device test patched; its `create_optimizer` / `create_scheduler`
@@ -58,10 +60,13 @@ check_trl_version()
 
 from trl.kernels.chunked_logprob import TOKEN_CHUNK_SIZE  # noqa: E402  (after the version check)
 from trl.trainer.utils import _CHUNKED_LOGPROB_CHUNK_SIZE as CHUNKED_LOGPROB_CHUNK_SIZE  # noqa: E402
-from trl.trainer.utils import FusedCausalLMOutput, add_fused_lm_head  # noqa: E402
+from trl.trainer.utils import FusedCausalLMOutput, RepeatSampler, add_fused_lm_head  # noqa: E402
+
+from kgreasoner.training.common import SamplerEpoch  # noqa: E402
 
 __all__ = [
     "CHUNKED_LOGPROB_CHUNK_SIZE",
+    "EpochSeededRepeatSampler",
     "FusedCausalLMOutput",
     "IMPORTANCE_SAMPLING_MODES",
     "TESTED_TRL",
@@ -292,6 +297,24 @@ def importance_sampling_counts(old, sampling, mask, mode: str, clip_min: float |
     ).float()
 
 
+class EpochSeededRepeatSampler(RepeatSampler):
+    """TRL's `RepeatSampler` whose shuffle is drawn from `seed + epoch` (given by `set_epoch`).
+
+    TRL's draws each epoch's order in turn from one generator seeded when the sampler is built. A run resumed
+    mid-epoch builds it anew, so its first epoch read the first epoch's order whatever epoch it resumed in.
+    """
+
+    epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        if self.shuffle and self.seed is not None:
+            self.generator.manual_seed(self.seed + self.epoch)
+        return super().__iter__()
+
+
 def scoring_trainer_class():
     """TRL's GRPOTrainer, projecting through the vocabulary only where the loss reads.
 
@@ -326,6 +349,24 @@ def scoring_trainer_class():
         _unscored = None  # what the log-probabilities are where that mask is 0: its old ones, when it has them
         length_chunk_rows = 4
         run_schedule = None  # kgreasoner.training.episode_schedule.RunSchedule: the episode's place in the run
+        train_sampler = None
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.add_callback(SamplerEpoch(self))
+
+        def _get_train_sampler(self, dataset=None):
+            # transformers' override point; TRL's sampler as an `EpochSeededRepeatSampler`
+            stock = super()._get_train_sampler(dataset)
+            self.train_sampler = EpochSeededRepeatSampler(
+                stock.data_source,
+                stock.mini_repeat_count,
+                stock.batch_size,
+                stock.repeat_count,
+                stock.shuffle,
+                stock.seed,
+            )
+            return self.train_sampler
 
         def create_optimizer(self, model=None):
             # transformers' override point; with a run schedule, episode k > 1 continues episode k - 1's AdamW state

@@ -138,10 +138,51 @@ def test_an_answer_the_kb_lacks_is_a_warning_in_the_summary_and_an_error_with_st
     first = f"{source / 'questions.jsonl'}:2: field 'answers[1].id': 'e.ogden' is not a node of {source / 'kb.tsv'}"
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 0
     captured = capsys.readouterr()
-    assert json.loads((tmp_path / "out" / "prepare.json").read_text())["warnings"] == {"answers_not_in_kb": 2}
+    assert json.loads((tmp_path / "out" / "prepare.json").read_text())["warnings"] == {
+        "answers_not_in_kb": 2,
+        "gold_paths_missing_answers": 0,  # q3's answer has no id, but its name is the label the path reaches
+    }
     assert captured.err == (
         f"prepare-data: warning: {first} (and any others counted in prepare.json; --strict refuses them)\n"
     )
     assert main(["prepare-data", str(source), "--out", str(tmp_path / "strict"), "--strict"]) == 1
     assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {first} (--strict)\n"
     assert not (tmp_path / "strict").exists()
+
+
+def test_a_literal_as_a_subject_is_refused_naming_file_and_line(tmp_path, capsys):
+    source = _folder(tmp_path / "d")
+    (source / "kb.tsv").write_text(KB + '"1847"\tyear_founded_of\te.slc\n', encoding="utf-8")
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (
+        f"kgreasoner prepare-data: error: {source / 'kb.tsv'}:3: field 'subject' is the literal \"1847\"; in RDF "
+        "only an object can be a literal, so no store can hold this triple: make the subject an id, or write the "
+        "triple the other way round with an inverse relation\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gold_path_that_reaches_no_answer_is_a_warning_and_an_error_with_strict(tmp_path, capsys):
+    source = _write(
+        tmp_path / "d",
+        # asks for the state, but the path walks to the capital
+        _record("q2", answers=[{"id": "e.utah", "name": "Utah"}]),
+        _record("q3", answers=[{"id": "e.utah", "name": "Utah"}], gold_paths=[["capital", "contained_by"]]),
+        _record(
+            "q4", answers=[{"id": "e.utah", "name": "Utah"}], gold_paths=[["capital", "contained_by"], ["capital"]]
+        ),
+    )
+    first = (
+        f"{source / 'questions.jsonl'}:2: field 'gold_paths[0]': capital from e.utah reaches 1 node(s): "
+        "'Salt Lake City', none of them an answer ('Utah')"
+    )
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "out")]) == 0
+    assert json.loads((tmp_path / "out" / "prepare.json").read_text())["warnings"] == {
+        "answers_not_in_kb": 0,
+        "gold_paths_missing_answers": 2,  # q2, and q4's second path
+    }
+    assert capsys.readouterr().err == (
+        f"prepare-data: warning: {first} (and any others counted in prepare.json; --strict refuses them)\n"
+    )
+    assert main(["prepare-data", str(source), "--out", str(tmp_path / "strict"), "--strict"]) == 1
+    assert capsys.readouterr().err == f"kgreasoner prepare-data: error: {first} (--strict)\n"

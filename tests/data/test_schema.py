@@ -173,3 +173,42 @@ def test_warm_up_records_go_through_the_one_jsonl_writer(tmp_path):
     assert path == tmp_path / "new" / "warmup.jsonl"
     assert "Gödel" in path.read_text(encoding="utf-8")  # written as it is, not \u-escaped
     assert read_warmup(path) == [record]
+
+
+def test_a_line_over_the_size_limit_is_refused_naming_line_size_and_limit(tmp_path):
+    from kgreasoner.data.schema import MAX_LINE_BYTES
+
+    def line(qid: str, question_bytes: int) -> bytes:
+        return json.dumps({**GOOD, "id": qid, "question": "x" * question_bytes}).encode()
+
+    room = MAX_LINE_BYTES - len(line("q1", 0))
+    at_limit = [line("q1", room), line("q2", room)]
+    assert [len(x) for x in at_limit] == [MAX_LINE_BYTES] * 2
+    path = tmp_path / "questions.jsonl"
+    path.write_bytes(b"\n".join(at_limit))
+    assert [len(e.question) for e in read_jsonl(path)] == [room, room]
+    over = line("q3", 100 * MAX_LINE_BYTES)
+    path.write_bytes(at_limit[0] + b"\n" + over + b"\n" + at_limit[1])
+    with pytest.raises(SchemaError) as refused:
+        read_jsonl(path)
+    assert str(refused.value) == (
+        f"{path}:2: a line of {len(over):,} bytes, over the limit of 1,048,576 bytes per line; "
+        "no question, trajectory or triple is that long: is the file broken?"
+    )
+    path.write_bytes(over)  # the last line, without a newline
+    with pytest.raises(SchemaError, match=f"^{path}:1: a line of {len(over):,} bytes, over the limit"):
+        read_jsonl(path)
+
+
+def test_an_object_naming_a_key_twice_is_refused_naming_line_and_key(tmp_path):
+    line = json.dumps(GOOD)
+    twice = line[:-1] + ', "question": "what time zone is france in"}'
+    nested = json.dumps({**GOOD, "answers": "ANSWERS"}).replace('"ANSWERS"', '[{"id": "a", "name": "A", "id": "b"}]')
+    path = tmp_path / "questions.jsonl"
+    for text, key in ((twice, "question"), (nested, "id")):
+        path.write_text(line + "\n" + text + "\n", encoding="utf-8")
+        with pytest.raises(SchemaError) as refused:
+            read_jsonl(path)
+        assert str(refused.value) == (
+            f"{path}:2: key {key!r} appears twice in one object (a JSON reader keeps only the last value)"
+        )

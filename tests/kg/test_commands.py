@@ -106,6 +106,7 @@ def test_stats_agree_for_memory_and_oxigraph(small_kb, store, capsys):
 DATE = '"1815-13-45"^^<http://www.w3.org/2001/XMLSchema#date>'
 # (files of a dataset folder, the file and line at fault, the rest of the message): each case parses,
 # and each was loaded without a word before.
+LONG = "x" * (3 << 20)  # a 3 MiB value
 BAD_KBS = {
     "nul_in_relation": (
         {"kb.tsv": "e.a\tr\te.b\ne.w\tbo\x00rn\te.x\n"},
@@ -139,6 +140,24 @@ BAD_KBS = {
         "names.tsv:1",
         "a header line ('id label') would be loaded as a name; the file has no header: remove the line",
     ),
+    "long_line": (
+        {"kb.tsv": f'e.a\tr\te.b\ne.w\tmotto\t"{LONG}"\ne.b\tr\te.a\n'},
+        "kb.tsv:2",
+        f"a line of {len(LONG) + 12:,} bytes, over the limit of 1,048,576 bytes per line; no question, trajectory "
+        "or triple is that long: is the file broken?",
+    ),
+    "long_name": (
+        {"kb.tsv": "e.a\tr\te.b\n", "names.tsv": f"e.a\tA\ne.b\t{LONG}\n"},
+        "names.tsv:2",
+        f"a line of {len(LONG) + 4:,} bytes, over the limit of 1,048,576 bytes per line; no question, trajectory "
+        "or triple is that long: is the file broken?",
+    ),
+    "literal_subject": (
+        {"kb.tsv": 'e.a\tr\te.b\n"1815"\tyear_of\te.w\n'},
+        "kb.tsv:2",
+        "field 'subject' is the literal \"1815\"; in RDF only an object can be a literal, so no store can hold "
+        "this triple: make the subject an id, or write the triple the other way round with an inverse relation",
+    ),
     "inverse_relation": (
         {"kb.tsv": "e.a\tr\te.b\ne.w\t^born_in\te.x\n"},
         "kb.tsv:2",
@@ -169,6 +188,11 @@ def test_kb_files_that_parse_but_cannot_work_are_refused_naming_file_line_and_fi
             "<http://x/a> <http://kgreasoner.local/relation/%5Eborn_in> <http://x/b> .",
             "field 'relation' is '^born_in': a leading '^' means 'walked backwards' in gold paths, so no path could "
             "name this relation; rename it",
+        ),
+        (
+            f'<http://x/a> <http://x/motto> "{LONG}" .',
+            f"a line of {len(LONG) + 34:,} bytes, over the limit of 1,048,576 bytes per line; no question, "
+            "trajectory or triple is that long: is the file broken?",
         ),
         (
             f"<http://x/a> <http://x/born_on> {DATE} .",
@@ -203,3 +227,22 @@ def test_valid_typed_literals_still_load(value, datatype, tmp_path, capsys):
     path.write_text(f'e.a\tr\t"{value}"^^<http://www.w3.org/2001/XMLSchema#{datatype}>\n', encoding="utf-8")
     assert main(["kg", "stats", str(path)]) == 0
     assert "triples    1" in capsys.readouterr().out
+
+
+def test_stats_and_errors_show_a_label_s_control_characters_as_escapes(tmp_path, capsys):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "kb.tsv").write_text("e.a\tr\te.b\ne.a\tr\te.c\n", encoding="utf-8")
+    (folder / "names.tsv").write_text("e.a\tA\x1b[2J\x1b]0;pwned\x07\ne.b\tB\u202e\ne.c\tC\x9b1m\n", encoding="utf-8")
+    assert main(["kg", "stats", str(folder), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-3:] == [
+        "         2  e.a  (A\\x1b[2J\\x1b]0;pwned\\x07)",
+        "         1  e.b  (B\\u202e)",
+        "         1  e.c  (C\\x9b1m)",
+    ]
+    (folder / "kb.tsv").write_text('e.a\tr\te.b\n"\x1b[2J"\tr\te.c\n', encoding="utf-8")
+    assert main(["kg", "stats", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"kgreasoner kg: error: {folder / 'kb.tsv'}:2: field 'subject' is the literal \"\\x1b[2J\";")
+    assert "\x1b" not in err

@@ -88,6 +88,24 @@ def test_bad_input_errors_name_the_source(tmp_path):
         OxigraphKG.build(tmp_path / "empty", tmp_path / "t")
 
 
+def test_a_load_that_fails_half_way_leaves_no_store(small_kb, tmp_path):
+    """A malformed literal among id triples (which no file reader checked) fails in the middle of the bulk load:
+    nothing is left in the folder, neither the store nor its unfinished copy; a folder that was empty stays so."""
+    broken = [*small_kb.triples, ("e.utah", "motto", '"Industry')]
+    new = tmp_path / "new" / "store"
+    with pytest.raises(ValueError, match="triples: cannot store node '\"Industry'"):
+        OxigraphKG.build(broken, new)
+    assert list(new.parent.iterdir()) == []
+    empty = tmp_path / "empty" / "store"
+    empty.mkdir(parents=True)
+    with pytest.raises(ValueError, match="triples: cannot store node '\"Industry'"):
+        OxigraphKG.build(broken, empty)
+    assert list(empty.parent.iterdir()) == [empty] and list(empty.iterdir()) == []
+    with pytest.raises(ValueError, match="^triple 1: field 'subject' is the literal \"1815\"; in RDF only an object"):
+        OxigraphKG.build([('"1815"', "year_of", "e.utah")], tmp_path / "lit")
+    assert not (tmp_path / "lit").exists()
+
+
 def test_hostile_ids_find_nothing(kg):
     for hostile in ['"', '"x"^^<bad iri>', "e.utah> <x", "_:bad id", "} ; DROP ALL"]:
         assert kg.neighbors(hostile, "both") == []

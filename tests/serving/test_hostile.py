@@ -155,3 +155,115 @@ def test_a_client_trickling_its_body_gets_408_and_loses_its_connection(server):
     )
     # The server is fine and serves the next client.
     assert httpx.get(f"{server}/health", timeout=10).status_code == 200
+
+
+def _exchange(server: str, raw: bytes, wait: float = 20) -> bytes:
+    """Send `raw` on one connection and read what comes back until the server closes it (or `wait` passes)."""
+    address = urlparse(server)
+    received = b""
+    with socket.create_connection((address.hostname, address.port), timeout=wait) as sock:
+        sock.sendall(raw)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            received += chunk
+    return received
+
+
+def test_a_body_framed_by_both_content_length_and_chunks_is_refused_and_the_request_behind_it_is_not_answered(
+    server, dataset
+):
+    """The smuggling shape: a proxy that frames by Content-Length and a server that reads the chunks disagree on
+    where the request ends, so the bytes after the chunks' end would be answered as a second request."""
+    [example] = _questions(dataset, 1)
+    body = json.dumps({**_body(example), "options": {"max_turns": 0}}).encode()
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    chunks = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) + smuggled
+    head = (
+        b"POST /v1/answer HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\ntransfer-encoding: chunked\r\n\r\n" % len(chunks)
+    )
+    received = _exchange(server, head + chunks)
+    assert received.count(b"HTTP/1.1 ") == 1, received  # one answer: the smuggled request got none
+    status, _, rest = received.partition(b"\r\n")
+    assert status == b"HTTP/1.1 400 Bad Request", received
+    headers, _, reply = rest.partition(b"\r\n\r\n")
+    assert b"connection: close" in headers.lower()
+    assert json.loads(reply)["error"] == {
+        "message": "the request has both Content-Length and Transfer-Encoding; send one of them",
+        "type": "invalid_request_error",
+        "param": "headers",
+        "code": 400,
+    }
+    assert httpx.get(f"{server}/health", timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("content_type", "encoding", "status", "message"),
+    [
+        (
+            "application/json; charset=latin-1",
+            "utf-8",
+            415,
+            "charset 'latin-1' is not supported: a JSON body is UTF-8 (charset=utf-8, or none)",
+        ),
+        (
+            'application/json; charset="UTF-16"',
+            "utf-16",
+            415,
+            "charset 'utf-16' is not supported: a JSON body is UTF-8 (charset=utf-8, or none)",
+        ),
+        ("application/json; charset=utf-8", "latin-1", 400, "body: not UTF-8 (byte 0xfc at offset "),
+        # what FastAPI alone would detect as UTF-16 and read: with a byte-order mark, and without one
+        ("application/json", "utf-16", 400, "body: not UTF-8 (byte 0xff at offset 0); a JSON body is UTF-8"),
+        ("application/json", "utf-16-le", 400, "body: not UTF-8 (byte 0xfc at offset "),
+    ],
+)
+def test_a_body_in_another_charset_than_utf8_is_refused(server, dataset, content_type, encoding, status, message):
+    [example] = _questions(dataset, 1)
+    body = {**_body(example), "question": "Zürich " + example.question, "options": {"max_turns": 0}}
+    reply = httpx.post(
+        f"{server}/v1/answer",
+        content=json.dumps(body, ensure_ascii=False).encode(encoding),
+        headers={"content-type": content_type},
+        timeout=60,
+    )
+    error = _error(reply, status)
+    assert error["message"].startswith(message) and error["param"] == "body"
+    # the same body in UTF-8, its charset said or not, is answered
+    for header in ("application/json; charset=utf-8", "application/json"):
+        ok = httpx.post(
+            f"{server}/v1/answer", content=json.dumps(body).encode(), headers={"content-type": header}, timeout=60
+        )
+        assert ok.status_code == 200 and ok.json()["question"] == body["question"]
+
+
+def test_an_ascii_body_in_utf16_is_refused_as_the_json_it_is_not(server, dataset):
+    """UTF-16 of ASCII is valid UTF-8 (every other byte a NUL), which FastAPI alone would detect and decode."""
+    [example] = _questions(dataset, 1)
+    body = json.dumps({**_body(example), "options": {"max_turns": 0}}).encode("utf-16-le")
+    reply = httpx.post(f"{server}/v1/answer", content=body, headers={"content-type": "application/json"}, timeout=60)
+    assert _error(reply, 400)["message"] == "body: not valid JSON"
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "key"),
+    [
+        ("/v1/answer", '{"question": "a?", "topic_entities": ["X"], "question": "b?"}', "question"),
+        ("/v1/answer", '{"question": "a?", "topic_entities": [{"id": "x", "id": "y"}]}', "id"),
+        ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "q", "role": "system"}]}', "role"),
+    ],
+)
+def test_a_body_naming_a_key_twice_is_refused(server, path, text, key):
+    reply = httpx.post(f"{server}{path}", content=text.encode(), headers={"content-type": "application/json"})
+    assert _error(reply, 400) == {
+        "message": f"body: key {key!r} appears twice in one object (a JSON reader keeps only the last value)",
+        "type": "invalid_request_error",
+        "param": "body",
+        "code": 400,
+    }

@@ -67,8 +67,9 @@ def test_answer_endpoint_returns_the_trajectory_with_searches_run_by_the_server(
         "trajectory",
         "searches",
         "usage",
+        "warnings",
     }
-    assert record["id"] == "my-q" and record["question"] == example.question
+    assert record["id"] == "my-q" and record["question"] == example.question and record["warnings"] == []
     topic = example.topic_entities[0]
     assert record["topic_entities"] == [{"id": topic.id, "name": topic.name}]
     assert record["trajectory"].startswith("<think><search>E1</search>")
@@ -92,6 +93,24 @@ def test_topic_entities_by_name_and_options(server, dataset):
     assert record["topic_entities"] == [{"id": topic.id, "name": topic.name}]
     # No tool call allowed: the first </search> ends the trajectory and the tool never runs.
     assert record["finish_reason"] == "max_turns" and record["searches"] == []
+
+
+def test_a_topic_name_the_kg_contradicts_is_replaced_by_its_label_with_a_warning(server, dataset):
+    [first, second] = _questions(dataset, 2)
+    topic, other = first.topic_entities[0], second.topic_entities[0]
+    body = {
+        "question": first.question,
+        "topic_entities": [{"id": topic.id, "name": other.name}],
+        "options": {"max_turns": 0},
+    }
+    record = httpx.post(f"{server}/v1/answer", json=body, timeout=60).json()
+    assert record["topic_entities"] == [{"id": topic.id, "name": topic.name}]
+    assert record["warnings"] == [
+        f"topic_entities[0].name: {other.name!r} is not a name of {topic.id!r} in the knowledge graph; "
+        f"its label {topic.name!r} is used"
+    ]
+    body["topic_entities"] = [{"id": topic.id, "name": topic.name}]  # its own name: nothing to say
+    assert httpx.post(f"{server}/v1/answer", json=body, timeout=60).json()["warnings"] == []
 
 
 def test_chat_completions_resolves_searches_on_the_server(server, dataset, tool):

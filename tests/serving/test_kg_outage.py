@@ -98,6 +98,27 @@ def test_both_endpoints_answer_503_with_retry_after_during_an_outage(sparql_serv
         thread.join(timeout=10)
 
 
+def test_health_says_degraded_with_503_while_the_kg_endpoint_is_down(sparql_service, endpoint):
+    server, thread, url = _serve_in_thread(create_app(sparql_service))
+    try:
+        reply = httpx.get(f"{url}/health", timeout=30)
+        assert reply.status_code == 200 and reply.json()["status"] == "ok" and reply.json()["kg"] == {"status": "ok"}
+        endpoint.kill()
+        try:
+            reply = httpx.get(f"{url}/health", timeout=30)
+            assert reply.status_code == 503 and reply.headers["retry-after"] == str(RETRY_AFTER_SECONDS)
+            body = reply.json()
+            assert body["status"] == "degraded" and body["kg"]["status"] == "unavailable"
+            assert body["kg"]["error"].startswith(f"SPARQL endpoint {endpoint.url} did not answer: ")
+            assert httpx.head(f"{url}/health", timeout=30).status_code == 503
+        finally:
+            endpoint.start()
+        assert httpx.get(f"{url}/health", timeout=30).json()["status"] == "ok"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
 def test_a_trajectory_finished_before_the_kg_died_is_kept_whole(sparql_service, endpoint, dataset):
     examples = _questions(dataset, 4)
     requests = [sparql_service.prepare(e.question, [{"id": e.topic_entities[0].id}]) for e in examples]
@@ -190,6 +211,10 @@ def test_an_endpoint_that_refuses_queries_is_a_502_not_an_outage(checkpoint, end
             f"{refusing} rejected a query: HTTP 403"
         )
         assert kg.queries_sent == 1  # not retried
+        health = httpx.get(f"{url}/health", timeout=30)
+        assert health.status_code == 503 and health.json()["kg"]["error"].startswith(
+            f"SPARQL endpoint {refusing} rejected a query: HTTP 403"
+        )
     finally:
         server.should_exit = True
         thread.join(timeout=10)

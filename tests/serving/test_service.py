@@ -190,6 +190,50 @@ def test_render_trace_shows_searches_backtracks_and_the_answer():
     assert "\033[" in render_trace(record, color=True)
 
 
+def test_render_trace_escapes_the_control_characters_of_every_text_it_shows():
+    """Question, topic, model text, tool lines, labels, answers and error come from users, the KB and the model:
+    an ANSI escape or a newline among them is shown as an escape, never sent to the terminal."""
+    clear, csi, rtl = "\x1b[2J", "\x9b31m", "\u202e"
+    record = {
+        "id": f"q{clear}",
+        "question": f"capital{clear} of utah\nQ forged",
+        "topic_entities": [{"id": f"m.utah{csi}", "name": f"Utah{rtl}"}],
+        "answers": [f"Salt{clear} Lake City"],
+        "finish_reason": "answer",
+        "error": f"late{clear}",
+        "trajectory": f"<think> first{csi} Utah. <search>E1{clear}</search>\n<triples>\n(E1 Utah, motto, {clear})\n"
+        f"</triples>\n</think>\n<answer>E2{csi}</answer>",
+        "searches": [
+            {
+                "query": "E1",
+                "label": f"Utah{clear}",
+                "backtrack": False,
+                "error": None,
+                "num_triples": 1,
+                "truncated": False,
+            }
+        ],
+        "usage": {"searches": 1, "backtracks": 0, "seconds": 0.5},
+        "gold": [f"Salt Lake City{clear}"],
+        "hit": False,
+    }
+    assert render_trace(record) == "\n".join(
+        [
+            "Q q\\x1b[2J: capital\\x1b[2J of utah\\nQ forged",
+            "  topic: Utah\\u202e (m.utah\\x9b31m)",
+            "  think    first\\x9b31m Utah.",
+            "  search    E1\\x1b[2J -> Utah\\x1b[2J  [1 triples]",
+            "           (E1 Utah, motto, \\x1b[2J)",
+            "  answer   E2\\x9b31m = Salt\\x1b[2J Lake City",
+            "  finish: answer; 1 searches; 0 backtracks; 0.50 s; error: late\\x1b[2J; "
+            "wrong (gold: Salt Lake City\\x1b[2J)",
+        ]
+    )
+    colored = render_trace(record, color=True)
+    assert "\x9b" not in colored and "\u202e" not in colored
+    assert all(part.startswith(("[0m", "[1m", "[36m", "[2m", "[1;32m", "[31m")) for part in colored.split("\x1b")[1:])
+
+
 def test_metrics_text_format():
     from prometheus_client.parser import text_string_to_metric_families
 

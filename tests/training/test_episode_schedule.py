@@ -1,5 +1,7 @@
-"""A GRPO run's episodes share one AdamW state and one learning-rate schedule."""
+"""A GRPO run's episodes share one AdamW state and one learning-rate schedule; a resumed run goes on exactly."""
 
+import dataclasses
+import json
 import shutil
 
 import pytest
@@ -125,3 +127,37 @@ def test_a_recipe_whose_episodes_cannot_share_the_schedule_says_what_to_set():
     with pytest.raises(ConfigError, match="not done under DeepSpeed.*set episode_carry: false"):
         load_config(GRPORecipe, None, base + ["trainer.deepspeed=configs/deepspeed/zero2.json"])
     load_config(GRPORecipe, None, base + ["trainer.deepspeed=configs/deepspeed/zero2.json", "episode_carry=false"])
+
+
+@pytest.mark.parametrize("order", ["stratified", "shuffled"])
+def test_a_run_killed_mid_epoch_resumes_with_the_same_samples_and_losses(
+    order, tiny_checkpoint, synthetic_dir, gold_file, tmp_path
+):
+    """Two questions a step, 8 questions: an epoch is 4 steps. The run is cut after its step-5 checkpoint (half way
+    through the second epoch, whose shuffled order is not the first's) and resumed: every later step trains the
+    same questions, samples the same rollouts and logs the same loss as the run that was never stopped."""
+    recipe = dataclasses.replace(
+        _recipe(tiny_checkpoint, synthetic_dir, gold_file, tmp_path / "run"),
+        episodes=[Episode("all", max_steps=6)],
+        max_questions=8,
+        order=order,
+    )
+    recipe.trainer.update(save_total_limit=None, warmup_steps=0)
+    train_grpo(recipe)
+    episode = tmp_path / "run" / "episode-1"
+
+    def logged() -> tuple[list, list, list]:
+        state = json.loads((episode / "checkpoint-6" / "trainer_state.json").read_text())
+        losses = [(row["step"], row["loss"]) for row in state["log_history"] if "loss" in row]
+        steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+        groups = [json.loads(line) for line in (episode / "groups.jsonl").read_text().splitlines()]
+        # the rollouts' lengths, rewards and answers; not the clocks
+        return losses, [{k: v for k, v in row.items() if "time" not in k} for row in steps], groups
+
+    whole = logged()
+    assert [step for step, _ in whole[0]] == list(range(1, 7))
+    # killed after checkpoint-5: what the kill leaves on disk (the logs keep rows past it; the resume drops them)
+    shutil.rmtree(episode / "final")
+    shutil.rmtree(episode / "checkpoint-6")
+    train_grpo(recipe, resume=True)
+    assert logged() == whole

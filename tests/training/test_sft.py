@@ -9,6 +9,7 @@ import pytest
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.data.trajectories import write_warmup
 from kgreasoner.models import load_model_and_tokenizer
+from kgreasoner.training.common import last_complete_checkpoint
 from kgreasoner.training.sft import SFTRecipe, build_datasets, train_sft
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,11 +50,12 @@ def test_labels_are_minus_100_outside_model_spans(tiny_checkpoint, records, tmp_
 
 
 def test_sft_learns_the_trajectories_and_saves_a_loadable_model(tiny_checkpoint, records, tmp_path):
-    recipe = _recipe(tmp_path, tiny_checkpoint, records)
+    # 24 steps: at lr 1e-2 the loss spikes at step 4, and at step 12 it has halved or not by the batches' order
+    recipe = _recipe(tmp_path, tiny_checkpoint, records, trainer={"max_steps": 24})
     final = train_sft(recipe)
-    state = json.loads((Path(recipe.run_dir) / "checkpoint-12" / "trainer_state.json").read_text())
+    state = json.loads((Path(recipe.run_dir) / "checkpoint-24" / "trainer_state.json").read_text())
     losses = [row["loss"] for row in state["log_history"] if "loss" in row]
-    assert len(losses) == 12 and losses[-1] < 0.5 * losses[0]
+    assert len(losses) == 24 and losses[-1] < 0.5 * losses[0]
     model, tokenizer = load_model_and_tokenizer(final)
     assert tokenizer.convert_tokens_to_ids("</answer>") in model.generation_config.eos_token_id
 
@@ -157,3 +159,36 @@ def test_a_short_warm_up_writes_the_format_on_held_out_questions(warm_policy):
     assert len(test) >= 30
     assert valid >= 0.8, f"format-valid {valid:.2f} on {len(test)} test questions"
     assert all(t.num_searches >= 1 for t in trajectories if check_format(t.text).valid)
+
+
+class _KilledAfterSave(Exception):
+    pass
+
+
+def test_a_run_killed_mid_epoch_resumes_with_the_uninterrupted_run_s_losses(tiny_checkpoint, records, tmp_path):
+    """Killed right after the step-6 checkpoint (half way through the second epoch of 4 steps) and resumed, the
+    run logs the same loss at every later step as a run that was never stopped: same batches, same dropout."""
+    from transformers import TrainerCallback
+
+    class KillAfterSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == 6:
+                raise _KilledAfterSave
+
+    def losses(recipe) -> dict[int, float]:
+        state = json.loads((Path(recipe.run_dir) / "checkpoint-12" / "trainer_state.json").read_text())
+        return {row["step"]: row["loss"] for row in state["log_history"] if "loss" in row}
+
+    trainer = {"save_steps": 3, "train_sampling_strategy": "group_by_length"}
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "killed").mkdir()
+    whole = _recipe(tmp_path / "whole", tiny_checkpoint, records, trainer=trainer)
+    train_sft(whole)
+    killed = _recipe(tmp_path / "killed", tiny_checkpoint, records, trainer=trainer)
+    with pytest.raises(_KilledAfterSave):
+        train_sft(killed, callbacks=[KillAfterSave()])
+    assert last_complete_checkpoint(killed.run_dir).endswith("checkpoint-6")
+    train_sft(killed, resume=True)
+    expected, resumed = losses(whole), losses(killed)
+    assert sorted(resumed) == list(range(1, 13))
+    assert {s: resumed[s] for s in range(7, 13)} == {s: expected[s] for s in range(7, 13)}
