@@ -79,12 +79,16 @@ class RunSchedule:
         """The run's total optimiser steps given this episode's `steps` (what is known of it without later ones)."""
         return self.first_step + steps + (self.later_steps or 0)
 
-    def load_optimizer(self, optimizer, device) -> None:
-        """Continue from the previous episode's AdamW state: moments, step counts and hyperparameters."""
+    def load_optimizer(self, optimizer) -> None:
+        """Continue from the previous episode's AdamW state: moments, step counts and hyperparameters.
+
+        Read onto the CPU: `load_state_dict` moves each state to its parameter's device itself, and torch.load
+        cannot map onto a device string such as `cpu:0` (the trainer's device once a process group exists).
+        """
         import torch
 
         if self.carry_from is not None:
-            optimizer.load_state_dict(torch.load(self.carry_from, map_location=device, weights_only=True))
+            optimizer.load_state_dict(torch.load(self.carry_from, map_location="cpu", weights_only=True))
 
     def scheduler(self, optimizer, args, steps: int):
         """A LambdaLR over this episode's `steps` whose step s has the run's lr at step first_step + s."""

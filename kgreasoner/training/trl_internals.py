@@ -372,7 +372,7 @@ def scoring_trainer_class():
             # transformers' override point; with a run schedule, episode k > 1 continues episode k - 1's AdamW state
             optimizer = super().create_optimizer(model)
             if self.run_schedule is not None:
-                self.run_schedule.load_optimizer(optimizer, self.args.device)
+                self.run_schedule.load_optimizer(optimizer)
             return optimizer
 
         def create_scheduler(self, num_training_steps, optimizer=None):

@@ -161,3 +161,22 @@ def test_a_run_killed_mid_epoch_resumes_with_the_same_samples_and_losses(
     shutil.rmtree(episode / "checkpoint-6")
     train_grpo(recipe, resume=True)
     assert logged() == whole
+
+
+def test_the_carried_adamw_state_loads_whatever_device_the_trainer_names(tmp_path):
+    """A trainer's device is `cpu:0` once a process group exists; torch.load cannot map onto that name, so
+    the previous episode's state is read onto the CPU and placed by `load_state_dict`."""
+    import torch
+
+    from kgreasoner.training.episode_schedule import RunSchedule
+
+    weight = torch.nn.Parameter(torch.ones(3, device=torch.device("cpu", 0)))
+    before = torch.optim.AdamW([weight], lr=0.1)
+    weight.grad = torch.tensor([1.0, -2.0, 3.0])
+    before.step()
+    torch.save(before.state_dict(), tmp_path / "optimizer.pt")
+    after = torch.optim.AdamW([weight], lr=0.5)
+    RunSchedule(first_step=1, later_steps=None, carry_from=tmp_path / "optimizer.pt").load_optimizer(after)
+    [state] = after.state.values()
+    assert torch.equal(state["exp_avg"], torch.tensor([0.1, -0.2, 0.3])) and int(state["step"]) == 1
+    assert after.param_groups[0]["lr"] == 0.1

@@ -271,11 +271,6 @@ def test_trls_sampler_hands_the_hard_episode_its_batches(order, tiny_checkpoint,
 def guided_run(tiny_checkpoint, synthetic_dir, tmp_path_factory):
     """Two episodes of the untrained tiny model (it answers nothing) with guided groups: every group of
     episode 1 trains on a gold row, which answers right."""
-    # accelerate's state outlives the test that made it: one built for another device (cpu:0) would save
-    # this run's checkpoints under a location torch.load does not know
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(True)
     from data_gen.warmup import WarmupConfig, run
     from kgreasoner.training.grpo import train_grpo
 
