@@ -219,9 +219,11 @@ class GRPORecipe(TrainerPassthrough):
     search_reward: str = field(
         default="paper",
         metadata={
-            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
-            "the question's hop count); correct (paid only with a right answer); correct_hops (both); path "
-            "(0.8 x the share of the gold path the searches walked in order, or 0.8 once the answer is shown)"
+            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS), n the searches that returned triples, "
+            "h the question's hop count: paper min(0.5 n, 0.8); hops 0.8 min(n, h) / h (each search up to the hop "
+            "count earns a share; unknown h: paper's); correct (paper's, paid only with a right answer); "
+            "correct_hops (hops', paid only with a right answer); path (0.8 x the share of the gold path the "
+            "searches walked in order, or 0.8 once the answer is shown)"
         },
     )
     order: str = field(
