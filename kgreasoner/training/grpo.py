@@ -16,7 +16,9 @@ so every batch of a few questions holds multi-hop questions and short chains ali
 Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
 answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
 with exact ids and masks; the groups are planned whole over every rank's rows. With `guidance: gold_prefix`
-that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them).
+that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them). A guided
+row trains with the fixed advantage `gold_advantage` when it answers right (0 when not), and stays out of its
+group's mean and std (`trl_internals.GuidedRowAdvantages`).
 
 What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
@@ -200,6 +202,15 @@ class GRPORecipe(TrainerPassthrough):
             "with no loss, so the model takes the last hop itself; 1-hop questions are left as they are)"
         },
     )
+    gold_advantage: float = field(
+        default=1.0,
+        metadata={
+            "help": "advantage of a guided row with a right answer (gold rows; a rollout after a gold prefix that "
+            "answered right; one that missed gets 0), fixed rather than std-scaled: left to the group's std, one gold "
+            "row among 8 got ~2.47 whatever the reward gap. Guided rows stay out of their group's mean and std, so "
+            "the policy's rows get the advantages of their own rows alone; 0 turns the gold rows' loss off"
+        },
+    )
     guidance_trajectories: str | None = field(
         default=None,
         metadata={
@@ -319,6 +330,8 @@ class GRPORecipe(TrainerPassthrough):
                 f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
                 "(or hard_case_trajectories) to the warm-up records, data_gen.warmup's all.jsonl"
             )
+        if not 0.0 <= self.gold_advantage < float("inf"):
+            raise ValueError(f"gold_advantage must be a finite number >= 0, got {self.gold_advantage}")
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if not 0.0 <= self.frontier_replay < 1.0:
@@ -421,7 +434,7 @@ class KGRollout:
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from kgreasoner.rewards import answer_reward
         from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
-        from kgreasoner.training.trl_internals import log_metric
+        from kgreasoner.training.trl_internals import GUIDED_COLUMN, log_metric
 
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
@@ -447,7 +460,10 @@ class KGRollout:
         figures = self.figures(trajectories, examples, correct, elapsed, tool_seconds) | group_figures
         for name, value in figures.items():
             log_metric(trainer, name, value)
-        return trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+        output = trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+        if self.gold is not None:  # the trainer's GuidedRowAdvantages reads it
+            output[GUIDED_COLUMN] = [row is not first for row, first in zip(rows, trajectories)]
+        return output
 
     def generate(self, prompts, examples, sampling, trainer, prefixes=None) -> list:
         """The engine's rollouts of `prompts` in fresh sessions on the trainer's current weights
@@ -809,7 +825,12 @@ def build_trainer(
 
     from kgreasoner.data.gold_chains import GoldChains
     from kgreasoner.rewards import reward_functions
-    from kgreasoner.training.trl_internals import reusing_vllm_engine, scoring_trainer_class, send_unfused_experts
+    from kgreasoner.training.trl_internals import (
+        guided_trainer_class,
+        reusing_vllm_engine,
+        scoring_trainer_class,
+        send_unfused_experts,
+    )
 
     root = Path(recipe.run_dir)
     args = grpo_config(recipe, root / f"episode-{number}", episode)  # sets up the process state the logger reads
@@ -848,7 +869,7 @@ def build_trainer(
         keeper = BestKeeper(root, number, model_path, dev_split, tool, recipe.rollout, step_log)
         callbacks.append(keeper)
     with reusing_vllm_engine(engine_from):
-        trainer = scoring_trainer_class()(
+        trainer = guided_trainer_class(scoring_trainer_class())(
             model=model_path,
             reward_funcs=reward_functions(search_form=recipe.search_reward),
             args=args,
@@ -866,6 +887,7 @@ def build_trainer(
     if keeper is not None:
         keeper.trainer = trainer
     trainer.length_chunk_rows = recipe.length_chunk_rows
+    trainer.gold_advantage = recipe.gold_advantage
     return trainer
 
 
