@@ -20,7 +20,8 @@ that row is rolled out again from the gold trajectory's first h - 1 search turns
 row trains with the fixed advantage `gold_advantage` when it answers right (0 when not), and stays out of its
 group's mean and std (`trl_internals.GuidedRowAdvantages`).
 
-What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
+What shows learning, beside TRL's own `reward`, `rewards/<name>/mean` (the policy's own rows: guided rows are
+logged apart, `guidance/gold_rows` and `guidance/gold_<name>`), `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
 per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
 answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,

@@ -13,7 +13,7 @@ What is here:
   follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`).
 - `GuidedRowAdvantages` (`guided_trainer_class`): `_calculate_rewards` and `_generate_and_score_completions`
   overridden so guided rows train with the recipe's `gold_advantage`, out of their group's mean and std and of
-  TRL's reward figures.
+  TRL's reward figures (`_metrics`, `_logs`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
   `sync_vllm_weights`: the engine given the current weights outside TRL's generation (`_last_loaded_step`).
@@ -324,7 +324,10 @@ class GuidedRowAdvantages:
     - a guided row with a right answer (a gold row, whose record answers right; a rollout that answered right
       after its gold prefix) gets `gold_advantage`; one without gets 0: a wrong continuation after a prefix
       the policy did not choose is nothing to imitate, and pushing it down would punish the prefix's context;
-    - TRL's `reward`, `reward_std` and `rewards/<name>/mean|std` are the policy's rows' (nanmean).
+    - TRL's `reward`, `reward_std` and `rewards/<name>/mean|std` are the policy's rows' (nanmean), and the
+      guided rows' are logged apart: `guidance/gold_rows` (their number in the generation batch, every rank's)
+      and `guidance/gold_<reward name>` (their mean, in a batch that has some). The completions table
+      (`log_completions`) gets their real rewards and advantages back.
 
     A batch without the `guided` column (guidance off) is left to TRL as it is.
     """
@@ -361,6 +364,19 @@ class GuidedRowAdvantages:
         mine = slice(rank * len(inputs), (rank + 1) * len(inputs))
         local = output["advantages"]
         output["advantages"] = torch.where(guided[mine], advantages[mine].to(local.dtype), local)
+
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["guidance/gold_rows"].append(float(guided.sum()))
+        if guided.any():
+            for i, name in enumerate(self.reward_func_names):
+                metrics[f"guidance/gold_{name}"].append(their_rewards[:, i].mean().item())
+        # TRL's completions table ends with this batch's rows: guided ones were logged with NaN rewards, advantage 0
+        positions = guided.nonzero().flatten().tolist()
+        for j, position in enumerate(positions):
+            back = position - guided.numel()
+            for i, name in enumerate(self.reward_func_names):
+                self._logs["rewards"][name][back] = their_rewards[j, i].item()
+            self._logs["advantages"][back] = theirs[j].item()
         return output
 
 

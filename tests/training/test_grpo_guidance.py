@@ -270,7 +270,8 @@ def test_a_gold_prefix_row_starts_with_the_records_first_h_minus_1_turns_as_sft_
 def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint, synthetic_dir, warmup_file, tmp_path):
     """The demo's recipe (guidance on) with the untrained tiny model, which answers nothing: every group of the
     step is guided, and the ids TRL scores the loss on hold each group's gold row, exactly, with the recipe's
-    gold_advantage as its advantage. Switching guided groups off in the demo's recipe fails this test."""
+    gold_advantage as its advantage. The logged answer reward is the policy's own (0), the gold rows' apart.
+    Switching guided groups off in the demo's recipe fails this test."""
     from kgreasoner.demo import Demo, DemoConfig
     from kgreasoner.protocol import build_prompt
     from kgreasoner.training.grpo import build_trainer
@@ -304,6 +305,8 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     trained = _train_recording(trainer)
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 1.0 and logged["rollout/answer_tied"] == 1.0
+    assert logged["rewards/answer_reward/mean"] == 0.0  # the policy's rows: none answers
+    assert logged["guidance/gold_rows"] == 2 and logged["guidance/gold_answer_reward"] == 1.0  # the step's 2 groups
     [batch] = trained
     by_question = {build_prompt(e.question, list(e.topic_entities), trainer.processing_class): e for e in examples}
     rows = []
@@ -328,7 +331,8 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
     """A real GRPO step from the warm policy on 1- and 3-hop questions, so some groups hold a right answer and
     others are guided. Each row's rewards are recomputed here from the columns TRL gave the reward functions:
     a gold row's advantage is gold_advantage exactly; a policy row's is TRL's group advantage over the policy's
-    rows of its group, (r - mean) / (std + 1e-4) with Bessel's std."""
+    rows of its group, (r - mean) / (std + 1e-4) with Bessel's std; the logged reward figures are the policy
+    rows' means and the gold rows' are logged apart."""
     from kgreasoner.data import load_dataset, open_dataset_kg
     from kgreasoner.data.sampling import hop_count
     from kgreasoner.retrieval.tool import KGSearchTool
@@ -390,6 +394,20 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
         "the step needs guided groups and policy rows with a reward signal"
     )
     assert [a for a, g in zip(advantages, guided) if g] == [1.25] * sum(guided)
+
+    [logged] = [row for row in trainer.state.log_history if "guidance/gold_rows" in row]
+    policy = [i for i, g in enumerate(guided) if not g]
+    assert logged["guidance/gold_rows"] == sum(guided)
+    for name, values in rewards.items():
+        assert logged[f"rewards/{name}/mean"] == pytest.approx(sum(values[i] for i in policy) / len(policy))
+        assert logged[f"guidance/gold_{name}"] == pytest.approx(
+            sum(v for v, g in zip(values, guided) if g) / sum(guided)
+        )
+    assert logged["reward"] == pytest.approx(sum(total[i] for i in policy) / len(policy))
+    # the completions table (TRL's `log_completions`) shows every row's own rewards and advantage
+    for name, values in rewards.items():
+        assert list(trainer._logs["rewards"][name]) == pytest.approx(values)
+    assert list(trainer._logs["advantages"]) == pytest.approx(advantages)
 
 
 @pytest.mark.slow
