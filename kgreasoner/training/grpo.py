@@ -110,7 +110,9 @@ class Episode:
 class RewardWeights:
     """Weights of the summed reward R = w_s R_search + w_f R_format + w_a R_answer (paper: all 1)."""
 
-    search: float = field(default=1.0, metadata={"help": "weight of min(0.5 n, 0.8)"})
+    search: float = field(
+        default=1.0, metadata={"help": "weight of the search reward (its form: the recipe's search_reward)"}
+    )
     format: float = field(default=1.0, metadata={"help": "weight of the 0.5 format reward"})
     answer: float = field(default=1.0, metadata={"help": "weight of the 1.0 answer reward"})
 
