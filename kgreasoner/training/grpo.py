@@ -210,8 +210,9 @@ class GRPORecipe(TrainerPassthrough):
         metadata={
             "help": "advantage of a guided row with a right answer (gold rows; a rollout after a gold prefix that "
             "answered right; one that missed gets 0), fixed rather than std-scaled: left to the group's std, one gold "
-            "row among 8 got ~2.47 whatever the reward gap. Guided rows stay out of their group's mean and std, so "
-            "the policy's rows get the advantages of their own rows alone; 0 turns the gold rows' loss off"
+            "row beside 7 tied rows got 7/sqrt(8) ~ 2.47 whatever the reward gap. Guided rows stay out of their "
+            "group's mean and std, so the policy's rows get the advantages of their own rows alone; 0 turns the gold "
+            "rows' loss off"
         },
     )
     guidance_trajectories: str | None = field(

@@ -319,8 +319,8 @@ class GuidedRowAdvantages:
     - the policy's rows get exactly the advantages TRL gives the group of the policy's rows alone (scale_rewards
       group, batch or none alike). Left in, one gold row would set them: it moves the group mean by 1/8 of its
       reward gap and, as the group's outlier, most of its std, so every policy row of a failed group is pushed
-      down alike and their search and format differences shrink; its own advantage came out ~7/sqrt(8) = 2.47
-      in a group of 8 whatever the gap. A gold row's weight is then the recipe's, and nothing else's;
+      down alike and their search and format differences shrink; its own advantage came out 7/sqrt(8) ~ 2.47
+      beside 7 tied rows whatever the gap. A gold row's weight is then the recipe's, and nothing else's;
     - a guided row with a right answer (a gold row, whose record answers right; a rollout that answered right
       after its gold prefix) gets `gold_advantage`; one without gets 0: a wrong continuation after a prefix
       the policy did not choose is nothing to imitate, and pushing it down would punish the prefix's context;
