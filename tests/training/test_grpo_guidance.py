@@ -326,7 +326,7 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
 
 @pytest.mark.slow
 def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_advantages_over_their_own(
-    warm_policy, tmp_path
+    warm_policy, warm_policy_records, tmp_path
 ):
     """A real GRPO step from the warm policy on 1- and 3-hop questions, so some groups hold a right answer and
     others are guided. Each row's rewards are recomputed here from the columns TRL gave the reward functions:
@@ -340,7 +340,7 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
     from kgreasoner.training.grpo import build_trainer
 
     model, data, tool_config = warm_policy
-    warmup = model.parents[1] / "warmup.jsonl"  # the warm-up records the warm policy was trained on
+    warmup = warm_policy_records
     group = 8
     recipe = GRPORecipe(
         model=str(model),
