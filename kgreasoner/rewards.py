@@ -2,7 +2,8 @@
 
 Each function has TRL's signature `f(completions, **kwargs) -> list[float]`:
 
-- `search_reward`: `min(0.5 * n, 0.8)` with n the retrieval actions that returned triples.
+- `search_reward`: `min(0.5 * n, 0.8)` with n the retrieval actions that returned triples (the paper's
+  form; `shaped_search_reward` gives the others of `SEARCH_FORMS`, such as `0.8 * min(n, h) / h`).
   A failed search (unknown or empty name, nothing left to backtrack to, no neighbours) does not
   count: rewarding it would pay the policy for spamming names it has not seen. n comes from the
   rollout's `num_searches` column when present (the engine counts calls whose result had no error
@@ -123,7 +124,17 @@ def search_reward(
         if num_searches is not None
         else [count_searches(t, _spans(tool_spans, i)) for i, t in enumerate(texts)]
     )
-    return [min(SEARCH_STEP * int(n), SEARCH_CAP) for n in counts]
+    return [paper_value(int(n)) for n in counts]
+
+
+def paper_value(searches: int) -> float:
+    """The paper's search reward for `searches` successful searches: `min(0.5 n, 0.8)`."""
+    return min(SEARCH_STEP * searches, SEARCH_CAP)
+
+
+def hop_share(searches: int, hops: int) -> float:
+    """The `hops` form's value: `0.8 * min(n, h) / h`, the cap shared out over the question's h searches."""
+    return SEARCH_CAP * (min(searches, hops) / hops)  # the share first: all h searches pay the cap exactly
 
 
 def format_reward(
@@ -213,11 +224,13 @@ SEARCH_FORMS = ("paper", "hops", "correct", "correct_hops", "path")
 - `paper`: `min(0.5 n, 0.8)` whatever the question needs. It pays a second search on a 1-hop
   question, and a policy trained on it learned exactly that (searches per question 1.5 -> 3.4, 2-hop
   answers lost).
-- `hops`: n counted only up to the question's hop count (the `hops` column; unknown hops: uncapped),
-  so a needless search earns nothing.
+- `hops`: `0.8 * min(n, h) / h` with h the question's hop count (the `hops` column): each search up
+  to the hop count earns an equal share of the cap, so a 3-hop question pays its third search
+  (0.267, 0.533, 0.8) and a 1-hop question its first (0.8), while a needless search earns nothing.
+  A question of unknown hops (0, or no `hops` column) is paid the paper's form.
 - `correct`: the paper's value, paid only when the answer is right, so searching is rewarded as the
   way to a right answer rather than for itself.
-- `correct_hops`: both.
+- `correct_hops`: the `hops` value, paid only when the answer is right.
 - `path`: progress along the gold path, `SEARCH_CAP * depth / h` (`path_search_reward`): a rollout that
   searched its way along the whole path, or was shown the answer, gets what the paper's form pays
   at its cap; one that searched the topic entity of a 3-hop question a third of it.
@@ -252,8 +265,9 @@ def shaped_search_reward(form: str = "paper") -> Callable[..., list[float]]:
             else [count_searches(t, s) for t, s in zip(texts, spans)]
         )
         if form in ("hops", "correct_hops") and hops is not None:
-            counts = [min(n, int(h)) if h else n for n, h in zip(counts, hops)]
-        values = [min(SEARCH_STEP * n, SEARCH_CAP) for n in counts]
+            values = [hop_share(n, int(h)) if h else paper_value(n) for n, h in zip(counts, hops)]
+        else:
+            values = [paper_value(n) for n in counts]
         if form in ("correct", "correct_hops"):
             right = answer_reward(completions, answers, answer_aliases, resolved_answers, completion_text, tool_spans)
             values = [v if r > 0 else 0.0 for v, r in zip(values, right)]

@@ -167,9 +167,9 @@ def test_without_a_gold_path_the_hops_form_scores_instead():
     unknown = question([], hops=2)
     assert GoldChains(KG)(unknown) == "[]"
     assert chain_progress("[]", []) is None
-    # one successful search of a 2-hop question: min(0.5 * min(1, 2), 0.8), as the hops form pays
-    assert path_reward(unknown, "Zorro", "Ada | father") == 0.5
-    assert path_reward(question([], hops=1), "Ada | father", "Byron") == 0.5
+    # one successful search of a 2-hop question: 0.8 * min(1, 2) / 2, as the hops form pays
+    assert path_reward(unknown, "Zorro", "Ada | father") == pytest.approx(0.4)
+    assert path_reward(question([], hops=1), "Ada | father", "Byron") == pytest.approx(0.8)
 
 
 def test_a_level_keeps_at_most_max_level_entities():

@@ -18,9 +18,12 @@ so every batch of a few questions holds multi-hop questions and short chains ali
 Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
 answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
 with exact ids and masks; the groups are planned whole over every rank's rows. With `guidance: gold_prefix`
-that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them).
+that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them). A guided
+row trains with the fixed advantage `gold_advantage` when it answers right (0 when not), and stays out of its
+group's mean and std (`trl_internals.GuidedRowAdvantages`).
 
-What shows learning, beside TRL's own `reward`, `rewards/<name>/mean`, `frac_reward_zero_std`
+What shows learning, beside TRL's own `reward`, `rewards/<name>/mean` (the policy's own rows: guided rows are
+logged apart, `guidance/gold_rows` and `guidance/gold_<name>`), `frac_reward_zero_std`
 (groups whose rollouts all got one reward: no gradient) and `entropy`: searches and correct answers
 per rollout by hop count (`rollout/searches_hop<h>`, `rollout/correct_hop<h>`), the share of groups whose
 answers all got one reward and of groups guided, by hop count (`rollout/answer_tied_hop<h>`,
@@ -133,7 +136,9 @@ class Episode:
 class RewardWeights:
     """Weights of the summed reward R = w_s R_search + w_f R_format + w_a R_answer (paper: all 1)."""
 
-    search: float = field(default=1.0, metadata={"help": "weight of min(0.5 n, 0.8)"})
+    search: float = field(
+        default=1.0, metadata={"help": "weight of the search reward (its form: the recipe's search_reward)"}
+    )
     format: float = field(default=1.0, metadata={"help": "weight of the 0.5 format reward"})
     answer: float = field(default=1.0, metadata={"help": "weight of the 1.0 answer reward"})
 
@@ -245,6 +250,16 @@ class GRPORecipe(TrainerPassthrough):
             "with no loss, so the model takes the last hop itself; 1-hop questions are left as they are)"
         },
     )
+    gold_advantage: float = field(
+        default=1.0,
+        metadata={
+            "help": "advantage of a guided row with a right answer (gold rows; a rollout after a gold prefix that "
+            "answered right; one that missed gets 0), fixed rather than std-scaled: left to the group's std, one gold "
+            "row beside 7 tied rows got 7/sqrt(8) ~ 2.47 whatever the reward gap. Guided rows stay out of their "
+            "group's mean and std, so the policy's rows get the advantages of their own rows alone; 0 turns the gold "
+            "rows' loss off"
+        },
+    )
     guidance_trajectories: str | None = field(
         default=None,
         metadata={
@@ -264,9 +279,11 @@ class GRPORecipe(TrainerPassthrough):
     search_reward: str = field(
         default="paper",
         metadata={
-            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS): paper min(0.5 n, 0.8); hops (n capped at "
-            "the question's hop count); correct (paid only with a right answer); correct_hops (both); path "
-            "(0.8 x the share of the gold path the searches walked in order, or 0.8 once the answer is shown)"
+            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS), n the searches that returned triples, "
+            "h the question's hop count: paper min(0.5 n, 0.8); hops 0.8 min(n, h) / h (each search up to the hop "
+            "count earns a share; unknown h: paper's); correct (paper's, paid only with a right answer); "
+            "correct_hops (hops', paid only with a right answer); path (0.8 x the share of the gold path the "
+            "searches walked in order, or 0.8 once the answer is shown)"
         },
     )
     order: str = field(
@@ -387,6 +404,8 @@ class GRPORecipe(TrainerPassthrough):
                 f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
                 "to the warm-up records, data_gen.warmup's all.jsonl"
             )
+        if not 0.0 <= self.gold_advantage < float("inf"):
+            raise ValueError(f"gold_advantage must be a finite number >= 0, got {self.gold_advantage}")
         if self.order not in ("stratified", "shuffled"):
             raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
         if not 0.0 < self.hard_threshold <= 1.0:
@@ -493,7 +512,7 @@ class KGRollout:
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from kgreasoner.rewards import answer_reward
         from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
-        from kgreasoner.training.trl_internals import log_metric
+        from kgreasoner.training.trl_internals import GUIDED_COLUMN, log_metric
 
         started = time.perf_counter()
         examples = [self.examples_by_prompt[p] for p in prompts]
@@ -519,7 +538,10 @@ class KGRollout:
         figures = self.figures(trajectories, examples, correct, elapsed, tool_seconds) | group_figures
         for name, value in figures.items():
             log_metric(trainer, name, value)
-        return trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+        output = trl_rollout_output(rows, trainer.processing_class.eos_token_id)
+        if self.gold is not None:  # the trainer's GuidedRowAdvantages reads it
+            output[GUIDED_COLUMN] = [row is not first for row, first in zip(rows, trajectories)]
+        return output
 
     def generate(self, prompts, examples, sampling, trainer, prefixes=None) -> list:
         """The engine's rollouts of `prompts` in fresh sessions on the trainer's current weights
@@ -891,6 +913,7 @@ def build_trainer(
     from kgreasoner.rewards import reward_functions
     from kgreasoner.training.trl_internals import (
         colocated_engine_args,
+        guided_trainer_class,
         reusing_vllm_engine,
         scoring_trainer_class,
         send_unfused_experts,
@@ -945,7 +968,7 @@ def build_trainer(
         keeper = BestKeeper(root, number, model_path, dev_split, tool, recipe.rollout, step_log)
         callbacks.append(keeper)
     with reusing_vllm_engine(engine_from), colocated_engine_args():
-        trainer = scoring_trainer_class()(
+        trainer = guided_trainer_class(scoring_trainer_class())(
             model=model_path,
             reward_funcs=reward_functions(search_form=recipe.search_reward),
             args=args,
@@ -963,6 +986,7 @@ def build_trainer(
     if keeper is not None:
         keeper.trainer = trainer
     trainer.length_chunk_rows = recipe.length_chunk_rows
+    trainer.gold_advantage = recipe.gold_advantage
     return trainer
 
 

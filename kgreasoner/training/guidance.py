@@ -4,7 +4,10 @@ GRPO learns only from differences within a group. A question the policy never an
 group of wrong answers, whose search and format parts alone set the advantages. With `guidance:
 gold` such a group's last row is replaced by the question's warm-up trajectory (LUFFY, arXiv
 2504.14945: an off-policy expert sample mixed into failing groups), so the group holds one right
-answer and its advantage points at it. At most one row a group is replaced.
+answer and its advantage points at it. At most one row a group is replaced. The row trains with the recipe's
+fixed `gold_advantage` and stays out of its group's mean and std (`trl_internals.GuidedRowAdvantages`, which
+reads the rollout's `guided` column): left to std scaling, one gold row beside 7 tied rows got 7/sqrt(8) ~ 2.47
+whatever the reward gap.
 
 The gold row is the warm-up record exactly as SFT tokenises it (`warmup_data.encode_record`): its
 completion ids are what follows the group's own prompt ids, each segment tokenised alone, ending

@@ -15,6 +15,9 @@ What is here:
   follow the run's one schedule (`episode_schedule.RunSchedule`, set transformers' `_created_lr_scheduler`);
   its `_generate_and_score_completions` logs what TRL's importance-sampling correction of vLLM rollouts
   dropped or capped (`importance_sampling_counts`, TRL's ratio recomputed; `IMPORTANCE_SAMPLING_MODES`).
+- `GuidedRowAdvantages` (`guided_trainer_class`): `_calculate_rewards` and `_generate_and_score_completions`
+  overridden so guided rows train with the recipe's `gold_advantage`, out of their group's mean and std and of
+  TRL's reward figures (`_metrics`, `_logs`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
   `sync_vllm_weights`: the engine given the current weights outside TRL's generation (`_last_loaded_step`).
@@ -68,6 +71,8 @@ __all__ = [
     "CHUNKED_LOGPROB_CHUNK_SIZE",
     "EpochSeededRepeatSampler",
     "FusedCausalLMOutput",
+    "GUIDED_COLUMN",
+    "GuidedRowAdvantages",
     "IMPORTANCE_SAMPLING_MODES",
     "TESTED_TRL",
     "TOKEN_CHUNK_SIZE",
@@ -75,6 +80,7 @@ __all__ = [
     "add_metric",
     "check_trl_version",
     "colocated_engine_args",
+    "guided_trainer_class",
     "importance_sampling_counts",
     "length_chunks",
     "log_metric",
@@ -468,3 +474,86 @@ def scoring_trainer_class():
             return logps, entropies, None
 
     return ScoringGRPOTrainer
+
+
+GUIDED_COLUMN = "guided"
+"""The rollout's column that marks a guided row (`kgreasoner.training.guidance`): a gold row, or a rollout after a
+gold prefix."""
+
+
+class GuidedRowAdvantages:
+    """A mixin before `GRPOTrainer` (TRL 1.16): guided rows get an advantage set by the recipe, not by std scaling,
+    and TRL's reward figures count the policy's own rows only.
+
+    TRL computes the advantages inline in `_generate_and_score_completions`, right after `_calculate_rewards`
+    hands it every rank's rewards: `(r - group mean) / (std + 1e-4)`, with nan-aware means and stds that leave
+    out a row whose every reward is NaN (and give that row advantage 0). Here `_calculate_rewards` marks the
+    rows of the rollout's `guided` column NaN, so:
+
+    - the policy's rows get exactly the advantages TRL gives the group of the policy's rows alone (scale_rewards
+      group, batch or none alike). Left in, one gold row would set them: it moves the group mean by 1/8 of its
+      reward gap and, as the group's outlier, most of its std, so every policy row of a failed group is pushed
+      down alike and their search and format differences shrink; its own advantage came out 7/sqrt(8) ~ 2.47
+      beside 7 tied rows whatever the gap. A gold row's weight is then the recipe's, and nothing else's;
+    - a guided row with a right answer (a gold row, whose record answers right; a rollout that answered right
+      after its gold prefix) gets `gold_advantage`; one without gets 0: a wrong continuation after a prefix
+      the policy did not choose is nothing to imitate, and pushing it down would punish the prefix's context;
+    - TRL's `reward`, `reward_std` and `rewards/<name>/mean|std` are the policy's rows' (nanmean), and the
+      guided rows' are logged apart: `guidance/gold_rows` (their number in the generation batch, every rank's)
+      and `guidance/gold_<reward name>` (their mean, in a batch that has some). The completions table
+      (`log_completions`) gets their real rewards and advantages back.
+
+    A batch without the `guided` column (guidance off) is left to TRL as it is.
+    """
+
+    gold_advantage = 1.0
+    _guided_rows = None  # every rank's guided marks and rewards, from _calculate_rewards to the advantages
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        import torch
+        from accelerate.utils import gather
+
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if GUIDED_COLUMN not in inputs[0]:
+            return rewards
+        local = torch.tensor([float(x[GUIDED_COLUMN]) for x in inputs], device=rewards.device)
+        guided = gather(local).bool()  # a collective, as TRL's gather of the rewards just before
+        self._guided_rows = (guided, rewards[guided].clone())
+        rewards[guided] = torch.nan  # out of the group's mean and std, and of TRL's reward figures
+        return rewards
+
+    def _generate_and_score_completions(self, inputs):
+        import torch
+
+        output = super()._generate_and_score_completions(inputs)
+        if self._guided_rows is None:
+            return output
+        guided, their_rewards = self._guided_rows
+        self._guided_rows = None
+        right = their_rewards[:, self.reward_func_names.index("answer_reward")] > 0
+        theirs = right.float() * self.gold_advantage  # one a guided row, in batch order
+        advantages = torch.zeros(guided.numel(), device=guided.device)
+        advantages[guided] = theirs
+        rank = self.accelerator.process_index  # TRL's own slice of this rank's rows
+        mine = slice(rank * len(inputs), (rank + 1) * len(inputs))
+        local = output["advantages"]
+        output["advantages"] = torch.where(guided[mine], advantages[mine].to(local.dtype), local)
+
+        metrics = self._metrics["train" if self.model.training else "eval"]
+        metrics["guidance/gold_rows"].append(float(guided.sum()))
+        if guided.any():
+            for i, name in enumerate(self.reward_func_names):
+                metrics[f"guidance/gold_{name}"].append(their_rewards[:, i].mean().item())
+        # TRL's completions table ends with this batch's rows: guided ones were logged with NaN rewards, advantage 0
+        positions = guided.nonzero().flatten().tolist()
+        for j, position in enumerate(positions):
+            back = position - guided.numel()
+            for i, name in enumerate(self.reward_func_names):
+                self._logs["rewards"][name][back] = their_rewards[j, i].item()
+            self._logs["advantages"][back] = theirs[j].item()
+        return output
+
+
+def guided_trainer_class(base):
+    """`base` (a `GRPOTrainer` class) with `GuidedRowAdvantages` before it."""
+    return type(base.__name__, (GuidedRowAdvantages, base), {})

@@ -103,3 +103,9 @@ def warm_policy(tmp_path_factory):
         )
     )
     return final, data, tool
+
+
+@pytest.fixture(scope="session")
+def warm_policy_records(warm_policy):
+    """The warm-up records (`data_gen.warmup`'s JSONL) the warm policy was trained on."""
+    return warm_policy[0].parents[1] / "warmup.jsonl"

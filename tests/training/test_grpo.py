@@ -157,8 +157,9 @@ def test_torchrun_two_processes_run_two_steps(grpo_world, tmp_path):
 def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
     """Four rollouts a question on two ranks of two rows: each group is rows 0-1 of rank 0 and rows 0-1 of
     rank 1. The untrained model answers nothing, so every group is guided, and only its last row (rank 1's
-    second) becomes the gold one: one right answer in four. A rank that planned alone would guide its own
-    last row too (two in four), or none."""
+    second) becomes the gold one: one gold row a step, which answers right, and the policy's three rows none
+    (the guided marks are gathered from both ranks as the rewards are). A rank that planned alone would guide
+    its own last row too (two gold rows), or none."""
     from data_gen.warmup import WarmupConfig, run
     from kgreasoner.retrieval.tool import ToolConfig
 
@@ -188,7 +189,8 @@ def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
     rows = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
-        assert row["rewards/answer_reward/mean"] == 0.25
+        assert row["guidance/gold_rows"] == 1 and row["guidance/gold_answer_reward"] == 1.0
+        assert row["rewards/answer_reward/mean"] == 0.0
         assert row["rollout/guided"] == 1.0 and row["rollout/answer_tied"] == 1.0
         assert any(key.startswith("rollout/guided_hop") for key in row)
 

@@ -68,6 +68,14 @@ def test_guidance_options_are_checked_with_what_to_do():
     assert load_config(GRPORecipe, None, [*base, "guidance=gold", "guidance_trajectories=g.jsonl"]).guidance == "gold"
 
 
+def test_gold_advantage_is_a_finite_number_at_least_zero():
+    base = ["model=m", "dataset=d", "run_dir=o"]
+    assert load_config(GRPORecipe, None, base).gold_advantage == 1.0
+    for bad in ("-0.5", ".inf"):
+        with pytest.raises(ConfigError, match="gold_advantage must be a finite number >= 0, got"):
+            load_config(GRPORecipe, None, [*base, f"gold_advantage={bad}"])
+
+
 def test_a_missing_trajectory_file_is_named(tmp_path):
     with pytest.raises(ValueError, match=f"guidance_trajectories: {tmp_path / 'none.jsonl'} is not a file"):
         GoldTrajectories(tmp_path / "none.jsonl")
@@ -256,8 +264,9 @@ def test_a_gold_prefix_row_starts_with_the_records_first_h_minus_1_turns_as_sft_
 @pytest.mark.slow
 def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint, synthetic_dir, warmup_file, tmp_path):
     """The demo's recipe (guidance on) with the untrained tiny model, which answers nothing: every group of the
-    step is guided, and the ids TRL scores the loss on hold each group's gold row, exactly, with a positive
-    advantage. Switching guided groups off in the demo's recipe fails this test."""
+    step is guided, and the ids TRL scores the loss on hold each group's gold row, exactly, with the recipe's
+    gold_advantage as its advantage. The logged answer reward is the policy's own (0), the gold rows' apart.
+    Switching guided groups off in the demo's recipe fails this test."""
     from kgreasoner.demo import Demo, DemoConfig
     from kgreasoner.protocol import build_prompt
     from kgreasoner.training.grpo import build_trainer
@@ -275,6 +284,7 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         search_reward=demo.search_reward,
         guidance=demo.guidance,
         guidance_trajectories=str(warmup_file),
+        gold_advantage=0.75,  # not the default: the row's advantage is this setting, whatever the group
         trainer={
             "num_generations": group,
             "per_device_train_batch_size": 2 * group,
@@ -290,7 +300,8 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
     trained = _train_recording(trainer)
     logged = trainer.state.log_history[0]
     assert logged["rollout/guided"] == 1.0 and logged["rollout/answer_tied"] == 1.0
-    assert logged["rewards/answer_reward/mean"] == pytest.approx(1 / group)
+    assert logged["rewards/answer_reward/mean"] == 0.0  # the policy's rows: none answers
+    assert logged["guidance/gold_rows"] == 2 and logged["guidance/gold_answer_reward"] == 1.0  # the step's 2 groups
     [batch] = trained
     by_question = {build_prompt(e.question, list(e.topic_entities), trainer.processing_class): e for e in examples}
     rows = []
@@ -305,7 +316,93 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         golds.append((encoded["input_ids"], encoded["assistant_masks"]))
     guided = [(p + c, [0] * len(p) + m) for p, c, m, _ in rows if (p + c, [0] * len(p) + m) in golds]
     assert len(guided) == len(rows) // group  # one gold row a group
-    assert all(a > 0 for p, c, m, a in rows if (p + c, [0] * len(p) + m) in golds)
+    assert [a for p, c, m, a in rows if (p + c, [0] * len(p) + m) in golds] == [0.75] * len(guided)
+
+
+@pytest.mark.slow
+def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_advantages_over_their_own(
+    warm_policy, warm_policy_records, tmp_path
+):
+    """A real GRPO step from the warm policy on 1- and 3-hop questions, so some groups hold a right answer and
+    others are guided. Each row's rewards are recomputed here from the columns TRL gave the reward functions:
+    a gold row's advantage is gold_advantage exactly; a policy row's is TRL's group advantage over the policy's
+    rows of its group, (r - mean) / (std + 1e-4) with Bessel's std; the logged reward figures are the policy
+    rows' means and the gold rows' are logged apart."""
+    from kgreasoner.data import load_dataset, open_dataset_kg
+    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.retrieval.tool import KGSearchTool
+    from kgreasoner.rewards import reward_functions
+    from kgreasoner.training.grpo import build_trainer
+
+    model, data, tool_config = warm_policy
+    warmup = warm_policy_records
+    group = 8
+    recipe = GRPORecipe(
+        model=str(model),
+        dataset=str(data),
+        run_dir=str(tmp_path / "run"),
+        tool=tool_config,
+        rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
+        episodes=[Episode("all", max_steps=1)],
+        search_reward="hops",
+        guidance="gold",
+        guidance_trajectories=str(warmup),
+        gold_advantage=1.25,
+        trainer={
+            "num_generations": group,
+            "per_device_train_batch_size": 4 * group,
+            "learning_rate": 1e-4,
+            "report_to": [],
+            "beta": 0.0,
+        },
+    )
+    dataset = load_dataset(str(data), scheme=recipe.split_scheme, seed=recipe.split_seed)
+    tool = KGSearchTool(open_dataset_kg(dataset), tool_config)
+    gold = GoldTrajectories(warmup)
+    train = [e for e in dataset.split("train") if e.id in gold]
+    examples = [e for e in train if hop_count(e) == 1][:2] + [e for e in train if hop_count(e) == 3][:2]
+    trainer = build_trainer(recipe, 1, recipe.episodes[0], examples, str(model), tool)
+    scored = []
+    generate = trainer._generate_and_score_completions
+
+    def recording(inputs):
+        output = generate(inputs)  # TRL merges the rollout's columns into `inputs` for the reward functions
+        scored.append((inputs, output["advantages"].tolist()))
+        return output
+
+    with mock.patch.object(trainer, "_generate_and_score_completions", recording):
+        trainer.train()
+    [(rows, advantages)] = scored
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+    rewards = {f.__name__: f(columns["completion_text"], **columns) for f in reward_functions("hops")}
+    total = [sum(parts) for parts in zip(*rewards.values())]  # the recipe's reward weights are all 1
+    guided = columns["guided"]
+    expected = []
+    for start in range(0, len(rows), group):
+        own = [total[i] for i in range(start, start + group) if not guided[i]]
+        mean = sum(own) / len(own)
+        std = math.sqrt(sum((r - mean) ** 2 for r in own) / (len(own) - 1))
+        for i in range(start, start + group):
+            expected.append(1.25 * rewards["answer_reward"][i] if guided[i] else (total[i] - mean) / (std + 1e-4))
+    assert advantages == pytest.approx(expected, abs=2e-3)  # float32 group means against float64 ones
+    assert any(guided) and any(a != 0 for a, g in zip(advantages, guided) if not g), (
+        "the step needs guided groups and policy rows with a reward signal"
+    )
+    assert [a for a, g in zip(advantages, guided) if g] == [1.25] * sum(guided)
+
+    [logged] = [row for row in trainer.state.log_history if "guidance/gold_rows" in row]
+    policy = [i for i, g in enumerate(guided) if not g]
+    assert logged["guidance/gold_rows"] == sum(guided)
+    for name, values in rewards.items():
+        assert logged[f"rewards/{name}/mean"] == pytest.approx(sum(values[i] for i in policy) / len(policy))
+        assert logged[f"guidance/gold_{name}"] == pytest.approx(
+            sum(v for v, g in zip(values, guided) if g) / sum(guided)
+        )
+    assert logged["reward"] == pytest.approx(sum(total[i] for i in policy) / len(policy))
+    # the completions table (TRL's `log_completions`) shows every row's own rewards and advantage
+    for name, values in rewards.items():
+        assert list(trainer._logs["rewards"][name]) == pytest.approx(values)
+    assert list(trainer._logs["advantages"]) == pytest.approx(advantages)
 
 
 @pytest.mark.slow
