@@ -297,8 +297,10 @@ def test_a_real_episode_one_mines_the_questions_its_policy_rollouts_missed_not_i
     first = [r for r in steps if r["episode"] == 1 and "loss" in r]
     # every group of episode 1 trained on a gold row, right by construction ...
     assert len(first) == 2 and all(r["rollout/guided"] == 1.0 for r in first)
-    assert all(r["rewards/answer_reward/mean"] == 0.25 for r in first)
-    # ... and the groups recorded the policy's own rollouts: none right
+    # the gold rows are logged apart from the policy's, whose answer reward is its own: none right
+    assert all(r["guidance/gold_answer_reward"] == 1.0 for r in first)
+    assert all(r["rewards/answer_reward/mean"] == 0.0 for r in first)
+    # ... and the groups recorded the policy's own rollouts
     groups = _rows(run / "episode-1" / "groups.jsonl")
     assert len(groups) == 8 and all(g["right"] == 0 for g in groups)
     hard = _rows(run / "episode-2" / "hard_cases.jsonl")
