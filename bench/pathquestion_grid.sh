@@ -51,7 +51,7 @@ TOOL=(--set tool.ranking=gat --set tool.ranker_path="$OUT/ranker" --set tool.ent
 SPLIT=(--set split_scheme="$SCHEME" --set split_seed=0)
 
 stage ranker "$OUT/ranker/ranker.json" "${PY[@]}" train/ranker.py --config configs/ranker.yaml \
-    --set data="$SET" --set scheme="$SCHEME" --set split_seed=0 --set seed=0 --set out_dir="$OUT/ranker"
+    --set data="$SET" --set split_scheme="$SCHEME" --set split_seed=0 --set seed=0 --set out_dir="$OUT/ranker"
 stage warmup "$OUT/warmup.jsonl" "${KG[@]}" warmup --config configs/tiny-cpu/warmup.yaml --set dataset="$SET" \
     "${SPLIT[@]}" --set seed=0 --set output="$OUT/warmup.jsonl" --set templates=configs/tiny-cpu/templates-line.yaml \
     --set progress=false "${TOOL[@]}"
@@ -76,7 +76,7 @@ for model in sft grpo; do
             quotes) decoding=(--set rollout.constrained_decoding=true --set rollout.constrained_quotes=true) ;;
         esac
         stage "$prefix-$mode" "$OUT/$prefix-$mode/summary.json" "${KG[@]}" eval --methods kgreasoner \
-            --dataset "$SET" --scheme "$SCHEME" --split test --llm hf:"$checkpoint" --out "$OUT/$prefix-$mode" \
+            --dataset "$SET" --split-scheme "$SCHEME" --split test --llm hf:"$checkpoint" --out "$OUT/$prefix-$mode" \
             --no-progress "${TOOL[@]}" "${decoding[@]}"
     done
 done

@@ -66,7 +66,7 @@ for METHOD in $METHODS; do
         --set trainer.max_steps="$STEPS" --set trainer.eval_steps=50 --set trainer.save_steps=50 \
         --set trainer.max_length=1024 --set 'trainer.report_to=[]' \
         "${SFT_EXTRA[@]}"
-    stage eval "${KG[@]}" eval --methods "$METHOD" --dataset "$SET" --scheme grouped --split test \
+    stage eval "${KG[@]}" eval --methods "$METHOD" --dataset "$SET" --split-scheme grouped --split test \
         --llm hf:"$DIR/sft/final" --out "$DIR/eval" --no-progress "${SETTINGS[@]}"
 done
 

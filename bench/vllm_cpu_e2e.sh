@@ -66,7 +66,7 @@ done
 say "vLLM is up after $(( $(date +%s) - START )) s"
 
 ANSWER=("$KG" -m kgreasoner.cli answer --config "$SERVE_CONFIG" --dataset "$DATASET" --split test
-        --scheme "$SCHEME" --limit "$N" --temperature 0 --json)
+        --split-scheme "$SCHEME" --limit "$N" --temperature 0 --json)
 # Two ways to drive the same vLLM server: token ids in and out (the rollout engine's vLLM backend, what
 # GRPO would use), and text in and out through /v1/completions (any OpenAI-compatible server). Both
 # render the prompt with the checkpoint's chat template, as the hf backend does.

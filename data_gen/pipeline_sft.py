@@ -48,6 +48,7 @@ from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.config import add_config_arguments, config_command_main, count_or_all, describe, load_config
 from kgreasoner.data.schema import QAExample
+from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
@@ -55,7 +56,6 @@ from kgreasoner.llm import Completion, ScriptedLLM
 from kgreasoner.training.warmup_data import encode_record
 
 PIPELINE_METHODS = ("tog", "sog")
-SPLIT_SCHEMES = ("random", "grouped")
 NO_RULE = "\x00no rule"
 """What the scripted client returns where the teacher has no rule; never written as a reply."""
 TEACHER_MAX_TOKENS = 1 << 20
@@ -75,10 +75,7 @@ class PipelineSFTConfig:
         default=None,
         metadata={"help": "data root for named benchmarks (default: $KGREASONER_DATA, then ../shared/data)"},
     )
-    split_scheme: str = field(
-        default="random",
-        metadata={"help": "split of datasets that have none: random or grouped (must match training and evaluation)"},
-    )
+    split_scheme: str = field(default=DEFAULT_SPLIT_SCHEME, metadata={"help": SPLIT_SCHEME_HELP})
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
     num_examples: int | str | None = field(
         default="all",
@@ -120,8 +117,8 @@ class PipelineSFTConfig:
     def __post_init__(self) -> None:
         if self.method not in PIPELINE_METHODS:
             raise ValueError(f"method must be one of {PIPELINE_METHODS}, got {self.method!r}")
-        if self.split_scheme not in SPLIT_SCHEMES:
-            raise ValueError(f"split_scheme must be one of {SPLIT_SCHEMES}, got {self.split_scheme!r}")
+        if self.split_scheme not in SCHEMES:
+            raise ValueError(f"split_scheme must be one of {SCHEMES}, got {self.split_scheme!r}")
         if self.sog_frontier_cap < 1:
             raise ValueError(f"sog_frontier_cap must be >= 1, got {self.sog_frontier_cap}")
         if self.max_length < 16:

@@ -48,6 +48,7 @@ import yaml
 
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config, resolve_recipe
 from kgreasoner.data.path_search import PathSearch
+from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.stages import (
     Stage,
     StageInput,
@@ -124,7 +125,7 @@ class DemoConfig:
         metadata={"help": "synthetic, a PathQuestion set (PQ-2H, pathquestion:PQ-3H) or a dataset folder"},
     )
     synthetic: SyntheticSize = field(default_factory=SyntheticSize, metadata={"help": "size of the synthetic world"})
-    split_scheme: str = field(default="grouped", metadata={"help": "split of sources without one: random or grouped"})
+    split_scheme: str = field(default=DEFAULT_SPLIT_SCHEME, metadata={"help": SPLIT_SCHEME_HELP})
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
     paths: PathSearch = field(
         default_factory=PathSearch, metadata={"help": "gold-path search for questions without paths"}
@@ -236,8 +237,8 @@ class DemoConfig:
         return None
 
     def __post_init__(self) -> None:
-        if self.split_scheme not in ("random", "grouped"):
-            raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
+        if self.split_scheme not in SCHEMES:
+            raise ValueError(f"split_scheme must be one of {SCHEMES}, got {self.split_scheme!r}")
         if not self.rl and not self.sft_warmup:
             raise ValueError("rl: false evaluates the SFT model: sft_warmup must stay true")
         if self.warmup_examples is not None and self.warmup_examples < 1:
@@ -376,7 +377,7 @@ class Demo:
             "ranker",
             {
                 "data": o["data"],
-                "scheme": config.split_scheme,
+                "split_scheme": config.split_scheme,
                 "split_seed": config.split_seed,
                 "seed": seed,
                 "out_dir": o["ranker"],
@@ -615,7 +616,7 @@ class Demo:
             self.source,
             "--out",
             self.paths["data"],
-            "--scheme",
+            "--split-scheme",
             c.split_scheme,
             "--seed",
             c.split_seed,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from data_gen.augment import AugmentConfig
 from kgreasoner.config import count_or_all
+from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.retrieval.tool import ToolConfig
 
 ANSWER_MODES = ("first", "all")
-SPLIT_SCHEMES = ("random", "grouped")
 PICKS = ("witness", "first_shown")
 HANDLE_NUMBERS = ("appearance", "random")
 
@@ -83,10 +83,7 @@ class WarmupConfig:
         default=None,
         metadata={"help": "data root for named benchmarks (default: $KGREASONER_DATA, then ../shared/data)"},
     )
-    split_scheme: str = field(
-        default="random",
-        metadata={"help": "split of datasets that have none: random or grouped (must match training and evaluation)"},
-    )
+    split_scheme: str = field(default=DEFAULT_SPLIT_SCHEME, metadata={"help": SPLIT_SCHEME_HELP})
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
     tool: ToolConfig = field(
         default_factory=ToolConfig,
@@ -241,8 +238,8 @@ class WarmupConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self) -> None:
-        if self.split_scheme not in SPLIT_SCHEMES:
-            raise ValueError(f"split_scheme must be one of {SPLIT_SCHEMES}, got {self.split_scheme!r}")
+        if self.split_scheme not in SCHEMES:
+            raise ValueError(f"split_scheme must be one of {SCHEMES}, got {self.split_scheme!r}")
         if self.answer_mode not in ANSWER_MODES:
             raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
         if not 0.0 <= self.correction_share <= 1.0:

@@ -15,8 +15,8 @@
 - a JSONL file in our schema or with RoG's records, a RoG `.parquet` file, or a `.json` file of
   ToG's or of the official WebQSP / CWQ releases (told apart by their shape).
 
-Examples without a split get a seeded 80/10/10 one (`scheme` random or grouped); examples that
-have one keep it, and the Dataset says `split_scheme="given"`.
+Examples without a split get a seeded 80/10/10 one (`scheme` grouped, the default, or random);
+examples that have one keep it, and the Dataset says `split_scheme="given"`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS, load_pathquestion, pathquestion_set_name
 from kgreasoner.data.paths import find_data_dir
 from kgreasoner.data.schema import QAExample, SchemaError, read_jsonl
-from kgreasoner.data.splits import SCHEMES, SPLIT_NAMES, assign_splits
+from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_NAMES, assign_splits
 from kgreasoner.data.tog_json import TOG_FILES, TOG_FORMATS, load_tog_json
 from kgreasoner.data.webqsp_cwq import is_cwq_release, is_webqsp_release, load_cwq, load_webqsp, read_json
 
@@ -93,7 +93,7 @@ class Dataset:
 def load_dataset(
     name_or_path: str | Path,
     split: str | None = None,
-    scheme: str = "random",
+    scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     root: str | Path | None = None,
 ) -> Dataset:
@@ -122,7 +122,7 @@ def load_dataset(
 def load_datasets(
     name_or_path: str | Path,
     split: str | None = None,
-    scheme: str = "random",
+    scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     root: str | Path | None = None,
 ) -> list[Dataset]:

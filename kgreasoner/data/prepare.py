@@ -28,7 +28,7 @@ from kgreasoner.data.path_search import PathSearch, add_gold_paths
 from kgreasoner.data.pathquestion import PATHQUESTION_SETS
 from kgreasoner.data.question_checks import check_questions
 from kgreasoner.data.schema import write_jsonl
-from kgreasoner.data.splits import SCHEMES, assign_splits
+from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, add_split_scheme_argument, assign_splits
 from kgreasoner.kg.base import INVERSE_PREFIX
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.terminal import printable
@@ -56,7 +56,7 @@ def source_name(source: str) -> str:
 def prepare_dataset(
     source: str,
     out_dir: str | Path,
-    scheme: str = "grouped",
+    scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     root: str | Path | None = None,
     search: PathSearch = DEFAULT_SEARCH,
@@ -138,7 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("source", help="PathQuestion set (PQ-2H or pathquestion:PQ-2H) or dataset folder")
     parser.add_argument("--out", required=True, type=Path, help="dataset folder to write")
-    parser.add_argument("--scheme", default="grouped", choices=SCHEMES, help="split scheme where the source has none")
+    add_split_scheme_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of that split")
     parser.add_argument(
         "--data-root", default=None, help="data root for named benchmarks (default: $KGREASONER_DATA, ../shared/data)"
@@ -167,7 +167,7 @@ def run_command(args: argparse.Namespace) -> int:
     summary = prepare_dataset(
         args.source,
         args.out,
-        args.scheme,
+        args.split_scheme,
         args.seed,
         args.data_root,
         PathSearch(max_hops=args.max_hops, max_paths=args.max_paths, max_branch=args.max_branch),

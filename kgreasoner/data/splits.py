@@ -3,10 +3,15 @@
 `random` shuffles lines, as published PathQuestion numbers did. `grouped` keeps every
 (topic entity, relation path) group on one side, so no paraphrase of a test question is seen in
 training. Every report names the scheme and states the overlap `overlap_stats` measures.
+
+`DEFAULT_SPLIT_SCHEME` is the default of every stage, config (`split_scheme`) and command
+(`--split-scheme`) that splits a dataset, so stages run by hand on an unsplit dataset agree on its
+test questions.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 from collections import defaultdict
@@ -16,6 +21,11 @@ from dataclasses import dataclass
 from kgreasoner.data.schema import QAExample
 
 SCHEMES = ("random", "grouped")
+DEFAULT_SPLIT_SCHEME = "grouped"
+SPLIT_SCHEME_HELP = (
+    "how a dataset without a split is split 80/10/10: grouped (no (topic, path) group on two sides) or random; "
+    "every stage (ranker, warm-up, GRPO, eval, serving) must use the same"
+)
 SPLIT_NAMES = ("train", "dev", "test")
 
 
@@ -29,7 +39,7 @@ def group_key(example: QAExample) -> tuple[Hashable, ...]:
 
 def assign_splits(
     examples: Sequence[QAExample],
-    scheme: str = "random",
+    scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     ratios: tuple[float, float, float] = (0.8, 0.1, 0.1),
 ) -> list[QAExample]:
@@ -69,6 +79,23 @@ def assign_splits(
                 labels[i] = split
             start += len(members)
     return [example.with_split(label) for example, label in zip(examples, labels)]
+
+
+def add_split_scheme_argument(parser: argparse.ArgumentParser) -> None:
+    """`--split-scheme` (default `DEFAULT_SPLIT_SCHEME`), and a refusal of the old `--scheme` that names it."""
+    parser.add_argument("--split-scheme", default=DEFAULT_SPLIT_SCHEME, choices=SCHEMES, help=SPLIT_SCHEME_HELP)
+    parser.add_argument("--scheme", action=_RenamedFlag, help=argparse.SUPPRESS)
+
+
+class _RenamedFlag(argparse.Action):
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        parser.error(f"{option_string} was renamed --split-scheme")
 
 
 def _check_ratios(ratios: Sequence[float]) -> None:

@@ -17,6 +17,7 @@ from kgreasoner.llm.spec import CLIENT_FORMS, describe_forms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from kgreasoner.data.splits import add_split_scheme_argument
     from kgreasoner.evaluation.methods import METHODS, EvalConfig
 
     parser = subparsers.add_parser(
@@ -29,12 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--methods", required=True, help=f"comma-separated, from: {', '.join(METHODS)}")
     parser.add_argument("--dataset", required=True, help="dataset name or path (see kgreasoner.data.load_dataset)")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"), help="split to evaluate")
-    parser.add_argument(
-        "--scheme",
-        default="random",
-        choices=("random", "grouped"),
-        help="split scheme for datasets without given splits",
-    )
+    add_split_scheme_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the split scheme")
     parser.add_argument("--llm", default=None, help=f"{describe_forms(CLIENT_FORMS)} (not needed by oracle)")
     parser.add_argument(
@@ -63,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
         raise ValueError("--methods names no method")
-    datasets = load_datasets(args.dataset, split=args.split, scheme=args.scheme, seed=args.seed)
+    datasets = load_datasets(args.dataset, split=args.split, scheme=args.split_scheme, seed=args.seed)
     if len(datasets) > 1 and args.kg:
         raise ValueError(f"--dataset {args.dataset} holds {len(datasets)} sets with their own KBs; drop --kg")
     llm = open_llm(args.llm, config.max_tokens, config.batch_size, config.workers or 8) if args.llm else None

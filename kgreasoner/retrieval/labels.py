@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample, write_jsonl
+from kgreasoner.data.splits import add_split_scheme_argument
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import Candidate, gather_candidates
 
@@ -147,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, help="dataset name (PQ-3H, ...) or folder (kb.tsv + questions.jsonl)")
     parser.add_argument("--split", default="train", choices=("train", "dev", "test"))
-    parser.add_argument("--scheme", default="random", choices=("random", "grouped"))
+    add_split_scheme_argument(parser)
     parser.add_argument("--negative-ratio", type=float, default=4.0, help="negatives per positive; < 0 keeps all")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    dataset = load_dataset(args.data, split=args.split, scheme=args.scheme, seed=args.seed)
+    dataset = load_dataset(args.data, split=args.split, scheme=args.split_scheme, seed=args.seed)
     kg = open_dataset_kg(dataset)
     ratio = None if args.negative_ratio < 0 else args.negative_ratio
     count = write_jsonl(label_groups(kg, dataset.examples, ratio, args.seed), args.out)

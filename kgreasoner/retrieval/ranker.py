@@ -274,7 +274,7 @@ class TrainedOn(TypedDict):
     """The data a ranker was trained on, as the trainer records it."""
 
     data: str
-    scheme: str
+    split_scheme: str
     split_seed: int
     train_questions: int
     train_groups: int

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
 from kgreasoner.data.schema import QAExample
+from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.retrieval.candidates import candidate_context
 from kgreasoner.retrieval.encoder import (
@@ -55,7 +56,7 @@ class RankerTrainConfig:
     data_root: str | None = field(
         default=None, metadata={"help": "data root for named benchmarks; default lookup when None"}
     )
-    scheme: str = field(default="random", metadata={"help": "split scheme where the data has none: random or grouped"})
+    split_scheme: str = field(default=DEFAULT_SPLIT_SCHEME, metadata={"help": SPLIT_SCHEME_HELP})
     split_seed: int = field(default=0, metadata={"help": "seed of that split"})
     encoder: EncoderConfig = field(
         default_factory=EncoderConfig, metadata={"help": "text encoder (kind minilm or hashing)"}
@@ -96,6 +97,8 @@ class RankerTrainConfig:
     @classmethod
     def misplaced_key(cls, key: str) -> str | None:
         """`kgreasoner.config.from_dict`'s hint for a key the config does not have."""
+        if key == "scheme":
+            return "scheme was renamed split_scheme (the name every stage uses)"
         if key == "max_train_seconds":
             return (
                 "max_train_seconds was removed (a clock made a busy machine train a worse ranker): bound training "
@@ -106,8 +109,8 @@ class RankerTrainConfig:
     def __post_init__(self) -> None:
         if not self.data:
             raise ValueError("field 'data' is required: a dataset name (PQ-3H) or a dataset folder")
-        if self.scheme not in ("random", "grouped"):
-            raise ValueError(f"field 'scheme' must be random or grouped, got {self.scheme!r}")
+        if self.split_scheme not in SCHEMES:
+            raise ValueError(f"field 'split_scheme' must be one of {SCHEMES}, got {self.split_scheme!r}")
         if self.epochs < 1 or self.batch_groups < 1 or self.patience < 1 or self.max_frontier < 1:
             raise ValueError("epochs, batch_groups, patience and max_frontier must be >= 1")
         if self.negative_ratio <= 0 or self.lr <= 0:
@@ -212,11 +215,11 @@ class _Splits:
     dev: list[QAExample]
     test: list[QAExample]
     name: str
-    scheme: str
+    split_scheme: str
 
 
 def _load(config: RankerTrainConfig) -> _Splits:
-    dataset = load_dataset(config.data, scheme=config.scheme, seed=config.split_seed, root=config.data_root)
+    dataset = load_dataset(config.data, scheme=config.split_scheme, seed=config.split_seed, root=config.data_root)
     kg = open_dataset_kg(dataset)
 
     def cap(examples: list[QAExample], n: int | None) -> list[QAExample]:
@@ -252,8 +255,8 @@ def _label(
 
 
 def _describe(splits: _Splits, config: RankerTrainConfig) -> str:
-    seed = "" if splits.scheme == "given" else f", seed {config.split_seed}"
-    return f"{splits.name} ({splits.scheme} split{seed})"
+    seed = "" if splits.split_scheme == "given" else f", seed {config.split_seed}"
+    return f"{splits.name} ({splits.split_scheme} split{seed})"
 
 
 def train_ranker(config: RankerTrainConfig) -> TrainResult:
@@ -330,7 +333,7 @@ def train_ranker(config: RankerTrainConfig) -> TrainResult:
             "max_context": config.max_context,
             "trained_on": {
                 "data": splits.name,
-                "scheme": splits.scheme,
+                "split_scheme": splits.split_scheme,
                 "split_seed": config.split_seed,
                 "train_questions": len(splits.train),
                 "train_groups": len(train),

@@ -132,6 +132,7 @@ def _thought(lines: list[str], text: str) -> None:
 # --------------------------------------------------------------------------- the command
 def register(subparsers: argparse._SubParsersAction) -> None:
     from kgreasoner.config import describe
+    from kgreasoner.data.splits import add_split_scheme_argument
     from kgreasoner.serving.config import ServeConfig
 
     parser = subparsers.add_parser(
@@ -153,7 +154,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--dataset", help="a dataset name or folder (kgreasoner.data.load_dataset)")
     parser.add_argument("--topic", action="append", default=[], help="a topic entity name or id (repeatable)")
     parser.add_argument("--split", default="test", choices=("train", "dev", "test"), help="--dataset split")
-    parser.add_argument("--scheme", default="random", choices=("random", "grouped"), help="--dataset split scheme")
+    add_split_scheme_argument(parser)
     parser.add_argument("--seed", type=int, default=0, help="seed of the --dataset split scheme")
     parser.add_argument("--limit", type=int, default=None, help="only the first N questions")
     parser.add_argument(
@@ -251,7 +252,7 @@ def _inputs(args: argparse.Namespace, config: Any) -> tuple[list[tuple[str, dict
         return items[: args.limit], None
     from kgreasoner.data import load_dataset, open_dataset_kg
 
-    dataset = load_dataset(args.dataset, split=args.split, scheme=args.scheme, seed=args.seed)
+    dataset = load_dataset(args.dataset, split=args.split, scheme=args.split_scheme, seed=args.seed)
     examples = dataset.examples[: args.limit]
     items = [
         (

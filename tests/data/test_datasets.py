@@ -99,7 +99,9 @@ def test_folder_without_splits_gets_a_seeded_split_and_its_kg(tmp_path):
     assert (dataset.name, dataset.kb_path, dataset.names_path) == ("tiny", folder / "kb.tsv", folder / "names.tsv")
     assert (dataset.split_scheme, dataset.seed) == ("random", 1)
     assert [len(dataset.split(s)) for s in ("train", "dev", "test")] == [16, 2, 2]
-    assert [e.id for e in load_dataset(folder, split="test", seed=1)] == [e.id for e in dataset.split("test")]
+    assert [e.id for e in load_dataset(folder, split="test", scheme="random", seed=1)] == [
+        e.id for e in dataset.split("test")
+    ]
     kg = open_dataset_kg(dataset)
     assert kg.label("m.mst") == "Mountain Time Zone"
     assert execute_path(kg, "m.utah", dataset.examples[0].gold_paths[0]) == {"m.mst"}

@@ -42,7 +42,7 @@ def test_train_on_gpus_steps_2_and_5_run_on_the_fixtures(tmp_path, monkeypatch, 
     meta = json.loads(Path("checkpoints/ranker/ranker.json").read_text())
     assert meta["trained_on"] == {
         "data": "RoG-CWQ",
-        "scheme": "given",
+        "split_scheme": "given",
         "split_seed": 0,
         "train_questions": 1,
         "train_groups": 1,
