@@ -26,8 +26,8 @@ from pathlib import Path
 
 from data_gen.warmup import PLAN_SEPARATOR
 from kgreasoner.data import load_dataset
-from kgreasoner.data.splits import SCHEMES
 from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
+from kgreasoner.records.splits import SCHEMES
 from kgreasoner.retrieval.tool import RELATION_FORMATS, relation_key
 
 PLAN = re.compile(r"Path: (.*?)\.(?:\s|$)")

@@ -21,8 +21,8 @@ import random
 import re
 from collections import Counter
 
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 
 PROBE_SEPARATOR = ". "
 

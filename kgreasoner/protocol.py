@@ -95,7 +95,7 @@ USER_TEMPLATE = "{question} " + TOPIC_MARKER + " {topics}"
 
 @runtime_checkable
 class NamedTopic(Protocol):
-    """A topic entity as an object (`data.schema.TopicEntity`): its name, else its id, is printed."""
+    """A topic entity as an object (`records.schema.TopicEntity`): its name, else its id, is printed."""
 
     @property
     def id(self) -> str: ...

@@ -9,7 +9,7 @@ it; entries on one line are peers, which must not import each other):
                  the readers of each published format (pathquestion, tog_json, webqsp_cwq, rog, and
                  hops, the hop counts rog reads off its records' graphs);
                  kgreasoner.kg.base, the KG interface and its id vocabulary (literals, `^rel`),
-                 which the format readers write literal ids with; kgreasoner.llm.http, the HTTP
+                 which the format readers write literal ids with; kgreasoner.records.http, the HTTP
                  client with retries that every remote client and backend shares
  2. kg           kgreasoner.kg: the stores (memory, oxigraph, SPARQL, RoG subgraphs) and their commands
  3. datasets     kgreasoner.data itself and the rest of it (datasets, path_search, prepare): a
@@ -48,19 +48,19 @@ LAYERS: list[list[str]] = [
         "kgreasoner",
         "kgreasoner.config",
         "kgreasoner.protocol",
-        "kgreasoner.data.schema",
-        "kgreasoner.data.trajectories",
-        "kgreasoner.data.normalize",
-        "kgreasoner.data.paths",
-        "kgreasoner.data.splits",
-        "kgreasoner.data.sampling",
-        "kgreasoner.data.pathquestion",
-        "kgreasoner.data.tog_json",
-        "kgreasoner.data.webqsp_cwq",
-        "kgreasoner.data.rog",
-        "kgreasoner.data.hops",
+        "kgreasoner.records.schema",
+        "kgreasoner.records.trajectories",
+        "kgreasoner.records.normalize",
+        "kgreasoner.records.paths",
+        "kgreasoner.records.splits",
+        "kgreasoner.records.sampling",
+        "kgreasoner.records.pathquestion",
+        "kgreasoner.records.tog_json",
+        "kgreasoner.records.webqsp_cwq",
+        "kgreasoner.records.rog",
+        "kgreasoner.records.hops",
         "kgreasoner.kg.base",
-        "kgreasoner.llm.http",
+        "kgreasoner.records.http",
     ],
     ["kgreasoner.kg"],
     ["kgreasoner.data"],
@@ -311,13 +311,13 @@ def test_a_cycle_inside_one_layer_is_found(tmp_path):
 @pytest.mark.parametrize(
     "module, layer",
     [
-        ("kgreasoner.data.normalize", 0),
+        ("kgreasoner.records.normalize", 0),
         ("kgreasoner.kg.base", 0),
         ("kgreasoner.kg.memory", 1),
         ("kgreasoner.data", 2),
         ("kgreasoner.data.datasets", 2),
         ("kgreasoner.tokenizer", 5),
-        ("kgreasoner.llm.http", 0),
+        ("kgreasoner.records.http", 0),
         ("kgreasoner.llm.clients", 6),
         ("kgreasoner.rewards", 7),
         ("data_gen.warmup", 10),

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data import TopicEntity
 from kgreasoner.protocol import (
     INSTRUCTIONS,
     TAGS,
@@ -21,6 +20,7 @@ from kgreasoner.protocol import (
     split_search_query,
     split_user_turn,
 )
+from kgreasoner.records.schema import TopicEntity
 
 VALID = (
     "<think> I need Utah's time zone. <search>Utah</search>\n<triples>\n"

@@ -5,7 +5,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
     TAGS,
@@ -16,6 +15,7 @@ from kgreasoner.protocol import (
     parse_trajectory,
     split_search_query,
 )
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rewards import answer_reward, count_searches, format_reward, search_reward, shaped_search_reward
 

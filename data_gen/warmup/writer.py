@@ -13,10 +13,7 @@ from typing import Protocol
 
 from data_gen.warmup.config import WarmupConfig
 from data_gen.warmup.templates import PLAN_SEPARATOR, SLOTS
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample, TopicEntity
-from kgreasoner.data.trajectories import Segment, WarmupRecord
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow, is_literal_id
+from kgreasoner.kg.base import KnowledgeGraph, follow
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
@@ -30,6 +27,10 @@ from kgreasoner.protocol import (
     THINK_OPEN,
     format_tool_block,
 )
+from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, TopicEntity
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 from kgreasoner.retrieval.encoder import humanize_relation
 from kgreasoner.retrieval.tool import (
     MORE_PREFIX,

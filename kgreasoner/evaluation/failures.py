@@ -79,8 +79,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.protocol import (
     HANDLE_PREFIX,
@@ -93,6 +91,8 @@ from kgreasoner.protocol import (
     split_relation_filter,
     split_search_query,
 )
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, TopicEntity
 from kgreasoner.retrieval.tool import ToolResult
 
 CATEGORIES = (

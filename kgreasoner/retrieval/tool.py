@@ -40,9 +40,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import TopicEntity
-from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph, literal_value
+from kgreasoner.kg.base import Edge, KGError, KnowledgeGraph
 from kgreasoner.protocol import (
     ANSWER_SEPARATOR,
     BACKTRACK_MARK,
@@ -55,6 +53,9 @@ from kgreasoner.protocol import (
     split_relation_filter,
     split_search_query,
 )
+from kgreasoner.records.ids import INVERSE_PREFIX, literal_value
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.candidates import Candidate, RankedCandidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder, saved_encoder_config
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker

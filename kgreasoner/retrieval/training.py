@@ -28,8 +28,8 @@ from tqdm import tqdm
 
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
-from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.candidates import candidate_context
 from kgreasoner.retrieval.encoder import (
     EncoderConfig,

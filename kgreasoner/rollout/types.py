@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kgreasoner.data.gold_chains import SearchStep
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.protocol import split_answers
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import ToolResult
 from kgreasoner.rollout.constraints import RowConstraint
 

@@ -269,7 +269,7 @@ def _inputs(args: argparse.Namespace, config: Any) -> tuple[list[tuple[str, dict
 
 
 def _read_questions(path: Path) -> Iterable[tuple[str, dict]]:
-    from kgreasoner.data.schema import QAExample, SchemaError, iter_json_lines
+    from kgreasoner.records.schema import QAExample, SchemaError, iter_json_lines
 
     for where, data in iter_json_lines(path):
         if not isinstance(data, dict) or "question" not in data or "topic_entities" not in data:

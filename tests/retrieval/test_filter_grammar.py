@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
     last_open_search,
@@ -18,6 +17,7 @@ from kgreasoner.protocol import (
     split_relation_filter,
     split_search_query,
 )
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_listing
 
 HUB = [TopicEntity("h", "Hub")]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS
 from kgreasoner.kg.sparql import SparqlKG
 from kgreasoner.protocol import printable
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_listing
 from kgreasoner.rollout.constraints import listed_relations, quoted_lines
 
