@@ -18,6 +18,7 @@ from kgreasoner.protocol import (
     QUERY_SEPARATOR,
     RELATIONS_MARK,
     TOPIC_SEPARATOR,
+    ToolResult,
     check_format,
     parse_trajectory,
     topic_names,
@@ -26,7 +27,7 @@ from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id
 from kgreasoner.records.normalize import normalize_answer
 from kgreasoner.records.schema import QAExample
 from kgreasoner.records.trajectories import Segment, WarmupRecord
-from kgreasoner.retrieval.tool import KGSearchTool, ToolResult
+from kgreasoner.retrieval.tool import KGSearchTool
 
 
 class WarmupGenerator:

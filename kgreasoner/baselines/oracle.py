@@ -29,10 +29,10 @@ from typing import Any
 from kgreasoner.baselines.base import Method, MethodResult
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.llm.clients import MeteredLLM
-from kgreasoner.protocol import QUERY_SEPARATOR, RELATIONS_MARK
+from kgreasoner.protocol import QUERY_SEPARATOR, RELATIONS_MARK, ToolResult
 from kgreasoner.records.ids import INVERSE_PREFIX
 from kgreasoner.records.schema import QAExample, TopicEntity
-from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolResult
+from kgreasoner.retrieval.tool import KGSearchTool, SearchSession
 
 Shown = dict[tuple[str, str, str], None]
 

@@ -1,13 +1,12 @@
 """Knowledge-graph backends behind one interface (`KnowledgeGraph`); `open_kg(spec)` picks one."""
 
-from kgreasoner.kg.base import Edge, KGError, KnowledgeGraph, execute_path, follow
+from kgreasoner.kg.base import KGError, KnowledgeGraph, execute_path, follow
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.open import SCHEMES, open_kg, parse_spec
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.sparql import SparqlKG
 
 __all__ = [
-    "Edge",
     "KGError",
     "KnowledgeGraph",
     "MemoryKG",

@@ -20,8 +20,9 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from kgreasoner.kg.base import Direction, Edge, KGError, KnowledgeGraph
+from kgreasoner.kg.base import Direction, KGError, KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.edges import Edge
 from kgreasoner.records.ids import literal_value
 from kgreasoner.records.rog import RogFile, is_mid, read_rog_file, rog_files
 

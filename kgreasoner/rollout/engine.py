@@ -69,6 +69,7 @@ from kgreasoner.protocol import (
     STOP_TAGS,
     THINK_OPEN,
     TRIPLES_CLOSE,
+    ToolResult,
     build_prompt,
     format_tool_block,
     last_open_search,
@@ -78,7 +79,6 @@ from kgreasoner.protocol import (
     topic_names,
 )
 from kgreasoner.records.schema import TopicEntity
-from kgreasoner.retrieval.tool import ToolResult
 from kgreasoner.rollout.constraints import (
     ConstraintVocabulary,
     RowConstraint,

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
     last_open_search,
+    parse_listing,
     parse_trajectory,
     read_relation_filter,
     relation_filter_text,
@@ -18,7 +19,7 @@ from kgreasoner.protocol import (
     split_search_query,
 )
 from kgreasoner.records.schema import TopicEntity
-from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_listing
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 HUB = [TopicEntity("h", "Hub")]
 AWKWARD = [
