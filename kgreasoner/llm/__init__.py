@@ -6,7 +6,7 @@
 - `backends`: rollout backends for the kgreasoner method and the answer service,
   `open_backend(spec)`, and `rollout_backend(client)` over a client already open.
 
-Sits beside `kgreasoner.rollout`: it imports the rollout backends, never training, evaluation or
+Sits above `kgreasoner.rollout`: it imports the rollout backends, never training, evaluation or
 serving. The clients talk HTTP through `kgreasoner.records.http.JSONEndpoint`.
 Its exports are imported on first use (`kgreasoner.lazy`): importing the package runs none of its modules.
 """
