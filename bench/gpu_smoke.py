@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from kgreasoner.data.paths import repo_root
+from kgreasoner.records.paths import repo_root
 
 MODELS = repo_root().parent / "shared" / "models"
 SHRUNK = {
@@ -344,8 +344,8 @@ def _share(tokens_per_s: float, flops_per_token: float, peak: float | None) -> f
 
 
 def run_sft(args, model_dir: Path, warmup: Path, work: Path, gpu: bool) -> dict:
-    from kgreasoner.data.trajectories import read_warmup
     from kgreasoner.models import load_tokenizer
+    from kgreasoner.records.trajectories import read_warmup
     from kgreasoner.training.common import LoraSettings
     from kgreasoner.training.sft import SFTRecipe, train_sft
     from kgreasoner.training.warmup_data import encode_record

@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 
 from data_gen.synthetic import write_synthetic
-from kgreasoner.kg.base import KnowledgeGraph, is_literal_id
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.server import start_oxigraph_server
 from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.records.ids import is_literal_id
 
 BACKENDS = ("memory", "oxigraph", "sparql")
 

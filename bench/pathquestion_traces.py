@@ -26,12 +26,12 @@ from pathlib import Path
 
 from data_gen.warmup import PLAN_SEPARATOR
 from kgreasoner.data import load_dataset
-from kgreasoner.data.splits import SCHEMES
-from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
+from kgreasoner.protocol import HANDLE_PATTERN, TRIPLES_CLOSE, TRIPLES_OPEN
+from kgreasoner.records.splits import SCHEMES
 from kgreasoner.retrieval.tool import RELATION_FORMATS, relation_key
 
 PLAN = re.compile(r"Path: (.*?)\.(?:\s|$)")
-_HANDLE = re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*"
+_HANDLE = HANDLE_PATTERN
 # (E1 label, relation words, E2 label): labels may hold commas, relation words do not
 LINE = re.compile(rf"\(({_HANDLE}) ([^\n]*?), ([^,\n]+), ({_HANDLE}) ([^\n]*?)\)(?=\.|\n|$)")
 BLOCK = re.compile(f"({re.escape(TRIPLES_OPEN)}.*?{re.escape(TRIPLES_CLOSE)})", re.DOTALL)

@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import SEARCH_CLOSE, SEARCH_OPEN, THINK_OPEN, parse_trajectory
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 HUB = [TopicEntity("h", "Hub")]

@@ -35,9 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from data_gen.synthetic import write_synthetic
-from kgreasoner.data.schema import QAExample, TopicEntity, read_jsonl
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import QAExample, TopicEntity, read_jsonl
 from kgreasoner.retrieval.embed import EmbedReport, embed_ahead, first_search_texts, kg_texts
 from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
 from kgreasoner.retrieval.ranker import RankerModelConfig, load_ranker

@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.models import load_model_and_tokenizer
+from kgreasoner.records.trajectories import read_warmup
 from kgreasoner.training.labelled_head import add_labelled_lm_head
 from kgreasoner.training.trl_internals import add_fused_lm_head
 from kgreasoner.training.warmup_data import encode_record

@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kgreasoner.data.schema import QAExample, TopicEntity
+from kgreasoner.records.schema import QAExample, TopicEntity
 
 TOPIC_SLOT = "{topic}"
 

@@ -21,14 +21,14 @@ import random
 import re
 from collections import Counter
 
-from kgreasoner.data.trajectories import Segment, WarmupRecord
-from kgreasoner.protocol import HANDLE_PREFIX, TRIPLES_CLOSE, TRIPLES_OPEN
+from kgreasoner.protocol import HANDLE_PATTERN, TRIPLES_CLOSE, TRIPLES_OPEN
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 
 PROBE_SEPARATOR = ". "
 
 # `(head, relation, tail)`: the relation is the last comma-free field before a tail that starts
 # with a handle, so commas inside entity labels do not move the split.
-_LINE = re.compile(r"^(\(.+, [^,]+, )(" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b.*\))$")
+_LINE = re.compile(r"^(\(.+, [^,]+, )(" + HANDLE_PATTERN + r"\b.*\))$")
 
 
 def block_probes(block: str) -> list[tuple[str, str]]:

@@ -47,12 +47,12 @@ from kgreasoner.baselines.gold_teacher import GoldTeacher
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.config import add_config_arguments, config_command_main, count_or_all, describe, load_config
-from kgreasoner.data.schema import QAExample
-from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
-from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm import Completion, ScriptedLLM
+from kgreasoner.records.schema import QAExample
+from kgreasoner.records.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
+from kgreasoner.records.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.training.warmup_data import encode_record
 
 PIPELINE_METHODS = ("tog", "sog")

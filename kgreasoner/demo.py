@@ -48,7 +48,7 @@ import yaml
 
 from kgreasoner.config import ConfigError, add_config_arguments, describe, load_config, resolve_recipe
 from kgreasoner.data.path_search import PathSearch
-from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
+from kgreasoner.records.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.stages import (
     Stage,
     StageInput,
@@ -331,8 +331,8 @@ def turn_budget(searches: Sequence[int], configured: int) -> TurnBudget:
 def oracle_searches(path: str | Path) -> list[int]:
     """Searches of each warm-up trajectory in `path` (gold walks and corrections, the trajectories the SFT model
     imitates; lookup drills are not trajectories)."""
-    from kgreasoner.data.trajectories import iter_warmup
     from kgreasoner.protocol import parse_trajectory
+    from kgreasoner.records.trajectories import iter_warmup
 
     return [len(parse_trajectory(r.completion).searches) for r in iter_warmup(path) if r.kind != "drill"]
 

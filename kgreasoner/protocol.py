@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from kgreasoner.records.edges import Edge
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -58,6 +60,14 @@ ANSWER_SEPARATOR = "|"
 
 HANDLE_PREFIX = "E"
 """Entity handles: `E1`, `E2`, ... assigned per session in order of appearance."""
+HANDLE_PATTERN = re.escape(HANDLE_PREFIX) + "[1-9][0-9]*"
+"""A handle as a regular expression, for patterns that read handles inside longer text (a triple line)."""
+
+MORE_PREFIX = "more:"
+"""Starts the line after a call's triples that lists the relations of the searched entity's unseen triples, each
+as a filter writes it (`relation_filter_text`) with how many are left, the likeliest first:
+`more: plays_for (23), ="born \\| in" (2) and 3 more relations` (`listing_item`, `more_relations`)."""
+LISTING_SEPARATOR = ", "
 
 STOP_TAGS = (SEARCH_CLOSE, ANSWER_CLOSE)
 """Where generation pauses (`</search>`: run the tool) or ends (`</answer>`)."""
@@ -95,7 +105,7 @@ USER_TEMPLATE = "{question} " + TOPIC_MARKER + " {topics}"
 
 @runtime_checkable
 class NamedTopic(Protocol):
-    """A topic entity as an object (`data.schema.TopicEntity`): its name, else its id, is printed."""
+    """A topic entity as an object (`records.schema.TopicEntity`): its name, else its id, is printed."""
 
     @property
     def id(self) -> str: ...
@@ -306,6 +316,57 @@ def _unquote(body: str) -> str | None:
 _BAD_ESCAPE = re.compile(r'\\(?![|"]|u[0-9a-fA-F]{4})')
 
 
+def nth_handle(number: int) -> str:
+    """The session's `number`-th handle (from 1): `E1`, `E2`, ..."""
+    return f"{HANDLE_PREFIX}{number}"
+
+
+def is_handle(text: str) -> bool:
+    """True when the whole of `text` is a handle (`E12`; not `E0`, `E01` or `e1`)."""
+    return _HANDLE.fullmatch(text) is not None
+
+
+_HANDLE = re.compile(HANDLE_PATTERN)
+
+
+def listing_item(name: str, count: int) -> str:
+    """One relation of a `more:` line: its filter text and how many of its triples are unseen, `name (count)`."""
+    return f"{name} ({count})"
+
+
+def more_relations(count: int) -> str:
+    """What ends a listing that leaves `count` relations out: ` and 3 more relations`."""
+    return f" and {count} more relation{'' if count == 1 else 's'}"
+
+
+def parse_listing(line: str) -> list[tuple[str, int]]:
+    """The (relation as written, count) pairs of a `more:` line, in order; [] for any other line."""
+    if not line.startswith(MORE_PREFIX):
+        return []
+    return [(match.group(1), int(match.group(2))) for match in _LISTED.finditer(line, len(MORE_PREFIX))]
+
+
+def _any_but(chars: Iterable[str]) -> str:
+    return "[^" + "".join(re.escape(c) for c in sorted(chars)) + "]"
+
+
+_ESCAPE = "\\"
+"""Opens an escape inside a quoted relation (`_QUOTED_ESCAPES`, `\\uXXXX`)."""
+_LISTED_NAME = (
+    re.escape(RELATION_ESCAPE)
+    + "(?:"
+    + re.escape(RELATION_QUOTE)
+    + f"(?:{_any_but({RELATION_QUOTE, _ESCAPE})}|{re.escape(_ESCAPE)}.)*"
+    + re.escape(RELATION_QUOTE)
+    + f"|{_any_but(_BARE_FORBIDDEN)}+)"
+    + f"|{_any_but(_BARE_FORBIDDEN | {RELATION_ESCAPE})}{_any_but(_BARE_FORBIDDEN)}*"
+)
+"""A relation as `relation_filter_text` writes it: `="..."` (any character but a bare quote or backslash inside),
+`=REL`, or a bare name that starts with no `=`; the bare forms hold none of `_BARE_FORBIDDEN`."""
+_LISTED = re.compile(rf"[ ,]\s*({_LISTED_NAME}) \((\d+)\)(?=,|$| and )")
+"""An item of a `more:` line after the prefix or a separator: group 1 the name, group 2 its count."""
+
+
 def split_answers(text: str) -> list[str]:
     """`"A | B"` -> `["A", "B"]`; empty parts are dropped."""
     return [part.strip() for part in text.split(ANSWER_SEPARATOR) if part.strip()]
@@ -318,6 +379,25 @@ class SearchCall:
     raw: str
     query: str
     is_backtrack: bool
+
+
+@dataclass
+class ToolResult:
+    """What one `<search>` call returns: the text inserted in the tool block, the triples it shows, and what the
+    call did. `error` names what went wrong (the search tool's `ERRORS`), None for a page of triples."""
+
+    text: str
+    edges: list[Edge]
+    error: str | None
+    entity: str | None
+    backtracked: bool
+    more: tuple[tuple[str, int], ...] = ()
+    """The listing line's (relation as a filter names it, unseen neighbours) pairs, in its order."""
+    relation: str | None = None
+    """The relation filter of the call (as written after the bar), if any."""
+    unlisted: int = 0
+    """Relations of the entity's unseen neighbours that no listing of the session has named yet
+    (`NAME | relations` lists them)."""
 
 
 @dataclass

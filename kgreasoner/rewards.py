@@ -32,8 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kgreasoner.data.gold_chains import SearchStep, chain_progress
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import Answer
 from kgreasoner.protocol import (
     SEARCH_CLOSE,
     TRIPLES_CLOSE,
@@ -43,6 +41,8 @@ from kgreasoner.protocol import (
     parse_trajectory,
     tag_events,
 )
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import Answer
 
 SEARCH_STEP = 0.5
 SEARCH_CAP = 0.8

@@ -290,16 +290,16 @@ def read_training_texts(paths: Iterable[str | Path], splits: Iterable[str] | Non
 
 
 def _is_warmup_file(path: Path) -> bool:
-    from kgreasoner.data.schema import iter_json_lines
+    from kgreasoner.records.schema import iter_json_lines
 
     _, first = next(iter_json_lines(path), ("", {}))
     return isinstance(first, dict) and "segments" in first
 
 
 def _warmup_texts(path: Path) -> Iterator[str]:
-    # The texts of warm-up records (kgreasoner.data.trajectories' format) read as plain JSON: the
+    # The texts of warm-up records (kgreasoner.records.trajectories' format) read as plain JSON: the
     # tokenizer sits below training, and a record's fields are checked where SFT reads it.
-    from kgreasoner.data.schema import SchemaError, iter_json_lines
+    from kgreasoner.records.schema import SchemaError, iter_json_lines
 
     for where, record in iter_json_lines(path):
         try:
@@ -312,7 +312,7 @@ def _warmup_texts(path: Path) -> Iterator[str]:
 
 
 def _qa_texts(path: Path, splits: Iterable[str] | None = None) -> Iterator[str]:
-    from kgreasoner.data.schema import iter_jsonl
+    from kgreasoner.records.schema import iter_jsonl
 
     keep = None if splits is None else set(splits)
     for example in iter_jsonl(path):
@@ -343,7 +343,7 @@ def _named_kg_texts(path: Path, names_path: Path) -> Iterator[str]:
 
 
 def _node_label(node: str, names: dict[str, str]) -> Iterator[str]:
-    from kgreasoner.kg.base import is_literal_id, literal_value
+    from kgreasoner.records.ids import is_literal_id, literal_value
 
     label = literal_value(node) if is_literal_id(node) else names.get(node)
     if label:
@@ -351,8 +351,8 @@ def _node_label(node: str, names: dict[str, str]) -> Iterator[str]:
 
 
 def _ntriples_texts(path: Path) -> Iterator[str]:
-    from kgreasoner.kg.base import is_literal_id, literal_value
     from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
+    from kgreasoner.records.ids import is_literal_id, literal_value
 
     for _, relation, obj in iter_ntriples_as_ids(path):
         if relation != RDFS_LABEL:

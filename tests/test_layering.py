@@ -1,36 +1,35 @@
 """Imports run one way: every module under kgreasoner/ and data_gen/ imports only from its own
 layer unit or from layers below it, and no modules import each other in a cycle.
 
-The layers, bottom first (a module belongs to the longest entry that names it or a package above
-it; entries on one line are peers, which must not import each other):
+A layer unit is a folder: each package under kgreasoner/ is one (every module in it, its
+sub-folders included), each module at kgreasoner/'s top is one of its own, and data_gen is one.
+The layers, bottom first (units on one line are peers, which must not import each other):
 
- 1. records      kgreasoner (the package root), kgreasoner.config, kgreasoner.protocol;
-                 kgreasoner.data.s record modules: schema, trajectories, normalize, paths, splits, sampling and
-                 the readers of each published format (pathquestion, tog_json, webqsp_cwq, rog, and
-                 hops, the hop counts rog reads off its records' graphs);
-                 kgreasoner.kg.base, the KG interface and its id vocabulary (literals, `^rel`),
-                 which the format readers write literal ids with; kgreasoner.llm.http, the HTTP
-                 client with retries that every remote client and backend shares
- 2. kg           kgreasoner.kg: the stores (memory, oxigraph, SPARQL, RoG subgraphs) and their commands
- 3. datasets     kgreasoner.data itself and the rest of it (datasets, path_search, prepare): a
-                 dataset comes with its KB, and these open it and search relation paths over it
- 4. retrieval    kgreasoner.retrieval: the search tool, its ranker and the ranker's training
- 5. rollout      kgreasoner.rollout: the engine and its generation backends
- 6. models       kgreasoner.tokenizer, kgreasoner.models (one unit: models trains its tokenizer)
- 7. llm          kgreasoner.llm: clients and the backend factory over rollout's backends and models
- 8. rewards      kgreasoner.rewards
- 9. methods      kgreasoner.training | kgreasoner.baselines
-10. evaluation   kgreasoner.evaluation: the harness runs baselines and our model
-11. jobs         kgreasoner.serving | data_gen (data_gen scores its pipelines with evaluation's metrics)
-12. stages       kgreasoner.stages | kgreasoner.demo_report
-13. demo         kgreasoner.demo
-14. ablate       kgreasoner.ablate: variants of the demo's stages
-15. cli          kgreasoner.cli
+ 1. foundations  kgreasoner.records (the records, their readers, the id vocabulary, the HTTP client),
+                 kgreasoner.config, kgreasoner.terminal, kgreasoner.lazy, and kgreasoner's own __init__
+ 2. protocol     kgreasoner.protocol: the tags, the query and listing grammar, ToolResult
+ 3. kg           kgreasoner.kg: the stores (memory, oxigraph, SPARQL, RoG subgraphs) and their commands
+ 4. datasets     kgreasoner.data: a dataset comes with its KB, and these open it and search relation
+                 paths over it
+ 5. tool, engine kgreasoner.retrieval (the search tool, its ranker and the ranker's training) |
+                 kgreasoner.rollout (the engine and its generation backends): the engine knows a
+                 search session only through protocol and rollout.types
+ 6. tokenizer    kgreasoner.tokenizer
+ 7. models       kgreasoner.models (it trains its tokenizer)
+ 8. llm          kgreasoner.llm: clients and the backend factory over rollout's backends and models
+ 9. rewards      kgreasoner.rewards
+10. methods      kgreasoner.training | kgreasoner.baselines
+11. evaluation   kgreasoner.evaluation: the harness runs baselines and our model
+12. jobs         kgreasoner.serving | data_gen (data_gen scores its pipelines with evaluation's metrics)
+13. stages       kgreasoner.stages | kgreasoner.demo_report
+14. demo         kgreasoner.demo
+15. ablate       kgreasoner.ablate: variants of the demo's stages
+16. cli          kgreasoner.cli
 
 An import inside a function or under `if TYPE_CHECKING` counts like one at the top of the file.
 `from a.b import c` imports the module `a.b.c` when there is one, else `a.b`; a package's
-`__init__` is a module of its own (importing `a.b.c` runs it too, but every `__init__` here
-re-exports its own modules, so counting that would merge each package into one node).
+`__init__` is a module of its own (importing `a.b.c` runs it too, but no `__init__` here imports
+anything when it runs: its exports load on first use, `kgreasoner.lazy`).
 """
 
 from __future__ import annotations
@@ -44,28 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("kgreasoner", "data_gen")
 
 LAYERS: list[list[str]] = [
-    [
-        "kgreasoner",
-        "kgreasoner.config",
-        "kgreasoner.protocol",
-        "kgreasoner.data.schema",
-        "kgreasoner.data.trajectories",
-        "kgreasoner.data.normalize",
-        "kgreasoner.data.paths",
-        "kgreasoner.data.splits",
-        "kgreasoner.data.sampling",
-        "kgreasoner.data.pathquestion",
-        "kgreasoner.data.tog_json",
-        "kgreasoner.data.webqsp_cwq",
-        "kgreasoner.data.rog",
-        "kgreasoner.data.hops",
-        "kgreasoner.kg.base",
-        "kgreasoner.llm.http",
-    ],
+    ["kgreasoner.records", "kgreasoner.config", "kgreasoner.terminal", "kgreasoner.lazy", "kgreasoner"],
+    ["kgreasoner.protocol"],
     ["kgreasoner.kg"],
     ["kgreasoner.data"],
-    ["kgreasoner.retrieval"],
-    ["kgreasoner.rollout"],
+    ["kgreasoner.retrieval", "kgreasoner.rollout"],
+    ["kgreasoner.tokenizer"],
     ["kgreasoner.models"],
     ["kgreasoner.llm"],
     ["kgreasoner.rewards"],
@@ -77,13 +60,6 @@ LAYERS: list[list[str]] = [
     ["kgreasoner.ablate"],
     ["kgreasoner.cli"],
 ]
-# Entries that share a unit with another: a unit's modules may import each other.
-UNITS = {
-    "kgreasoner.tokenizer": "kgreasoner.models",
-    # The bottom layer is one unit: its entries are split only to keep kgreasoner.data's and
-    # kgreasoner.kg's other modules out of it.
-    **{entry: "records" for entry in LAYERS[0]},
-}
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -97,19 +73,20 @@ def source_files(root: Path = ROOT) -> list[Path]:
     return sorted(p for top in SOURCES for p in (root / top).rglob("*.py"))
 
 
-def place(module: str) -> tuple[int, str] | None:
-    """(layer index, unit) of the longest entry that is the module or a package above it."""
-    best: tuple[int, str] | None = None
-    best_len = -1
-    entries = [(i, e) for i, layer in enumerate(LAYERS) for e in layer] + [
-        (next(i for i, layer in enumerate(LAYERS) if unit in layer), entry)
-        for entry, unit in UNITS.items()
-        if unit != "records"
-    ]
-    for index, entry in entries:
-        if (module == entry or module.startswith(entry + ".")) and len(entry) > best_len:
-            best, best_len = (index, UNITS.get(entry, entry)), len(entry)
-    return best
+def unit(module: str, root: Path = ROOT) -> str:
+    """The folder a module belongs to: its package under kgreasoner/, itself at kgreasoner/'s top, or data_gen."""
+    parts = module.split(".")
+    if parts[0] != "kgreasoner":
+        return parts[0]
+    if len(parts) > 1 and (root / "kgreasoner" / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return module
+
+
+def place(module: str, root: Path = ROOT) -> tuple[int, str] | None:
+    """(layer index, unit) of the module's unit; None when LAYERS does not name it."""
+    here = unit(module, root)
+    return next(((i, here) for i, layer in enumerate(LAYERS) if here in layer), None)
 
 
 def imports_of(path: Path, modules: set[str], root: Path = ROOT) -> list[tuple[int, str]]:
@@ -145,12 +122,12 @@ def import_graph(root: Path = ROOT) -> dict[str, list[tuple[Path, int, str]]]:
 def upward_imports(graph: dict[str, list[tuple[Path, int, str]]], root: Path = ROOT) -> list[str]:
     problems = []
     for module, edges in graph.items():
-        here = place(module)
+        here = place(module, root)
         if here is None:
-            problems.append(f"{module}: in no layer (add it to LAYERS in tests/test_layering.py)")
+            problems.append(f"{module}: in no layer (add {unit(module, root)} to LAYERS in tests/test_layering.py)")
             continue
         for path, line, target in edges:
-            there = place(target)
+            there = place(target, root)
             if there is None or there == here or there[0] < here[0]:
                 continue
             where = f"{path.relative_to(root)}:{line}: {module} imports {target}"
@@ -233,15 +210,10 @@ def test_no_module_imports_another_modules_private_names():
     assert not private, "private names imported from another module:\n" + "\n".join(private)
 
 
-def test_the_layer_table_names_real_modules():
-    modules = {module_name(p) for p in source_files()}
-    stale = [
-        entry
-        for layer in LAYERS
-        for entry in layer
-        if not any(m == entry or m.startswith(entry + ".") for m in modules)
-    ]
-    assert not stale, f"LAYERS names modules that do not exist: {stale}"
+def test_the_layer_table_names_every_folder_once():
+    units = {unit(module_name(p)) for p in source_files()}
+    named = [entry for layer in LAYERS for entry in layer]
+    assert sorted(named) == sorted(units)
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -268,6 +240,26 @@ def test_an_upward_lazy_import_is_named_with_its_file_and_line(tmp_path):
     assert problems == [
         "kgreasoner/kg/memory.py:4: kgreasoner.kg.memory imports kgreasoner.retrieval.tool, "
         "a layer above it (kgreasoner.retrieval over kgreasoner.kg)"
+    ]
+
+
+def test_a_module_belongs_to_its_folder_whatever_its_name(tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "kgreasoner/__init__.py": "",
+            "kgreasoner/records/__init__.py": "",
+            "kgreasoner/records/schema.py": "from kgreasoner.kg.base import KnowledgeGraph\n",
+            "kgreasoner/kg/__init__.py": "",
+            "kgreasoner/kg/base.py": "",
+            "kgreasoner/extras/__init__.py": "",
+            "data_gen/__init__.py": "",
+        },
+    )
+    assert upward_imports(import_graph(root), root) == [
+        "kgreasoner.extras: in no layer (add kgreasoner.extras to LAYERS in tests/test_layering.py)",
+        "kgreasoner/records/schema.py:1: kgreasoner.records.schema imports kgreasoner.kg.base, "
+        "a layer above it (kgreasoner.kg over kgreasoner.records)",
     ]
 
 
@@ -311,18 +303,21 @@ def test_a_cycle_inside_one_layer_is_found(tmp_path):
 @pytest.mark.parametrize(
     "module, layer",
     [
-        ("kgreasoner.data.normalize", 0),
-        ("kgreasoner.kg.base", 0),
-        ("kgreasoner.kg.memory", 1),
-        ("kgreasoner.data", 2),
-        ("kgreasoner.data.datasets", 2),
+        ("kgreasoner.records.normalize", 0),
+        ("kgreasoner.records.http", 0),
+        ("kgreasoner", 0),
+        ("kgreasoner.protocol", 1),
+        ("kgreasoner.kg.base", 2),
+        ("kgreasoner.kg.memory", 2),
+        ("kgreasoner.data", 3),
+        ("kgreasoner.data.datasets", 3),
+        ("kgreasoner.rollout.types", 4),
         ("kgreasoner.tokenizer", 5),
-        ("kgreasoner.llm.http", 0),
-        ("kgreasoner.llm.clients", 6),
-        ("kgreasoner.rewards", 7),
-        ("data_gen.warmup", 10),
-        ("kgreasoner.cli", 14),
+        ("kgreasoner.llm.clients", 7),
+        ("kgreasoner.rewards", 8),
+        ("data_gen.warmup.writer", 11),
+        ("kgreasoner.cli", 15),
     ],
 )
-def test_modules_land_in_their_layer(module, layer):
+def test_modules_land_in_their_folders_layer(module, layer):
     assert place(module)[0] == layer

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from kgreasoner.data import QAExample
 from kgreasoner.data.gold_chains import GoldChains, chain_progress, gold_chains
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rewards import SEARCH_CAP, SEARCH_FORMS, reward_functions, shaped_search_reward
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams

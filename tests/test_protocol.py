@@ -6,21 +6,31 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data import TopicEntity
 from kgreasoner.protocol import (
+    HANDLE_PATTERN,
     INSTRUCTIONS,
+    LISTING_SEPARATOR,
+    MORE_PREFIX,
     TAGS,
     TOPIC_MARKER,
     USER_TEMPLATE,
     build_prompt,
     check_format,
     format_tool_block,
+    is_handle,
     last_open_search,
+    listing_item,
+    more_relations,
+    nth_handle,
+    parse_listing,
     parse_trajectory,
+    read_relation_filter,
+    relation_filter_text,
     split_answers,
     split_search_query,
     split_user_turn,
 )
+from kgreasoner.records.schema import TopicEntity
 
 VALID = (
     "<think> I need Utah's time zone. <search>Utah</search>\n<triples>\n"
@@ -93,10 +103,12 @@ def test_the_system_prompt_teaches_the_relations_listing():
 
 
 def test_the_query_grammar_and_the_topic_marker_live_in_protocol_only():
+    """Nothing but protocol.py writes the topic marker, the query's separators, the handle pattern or the
+    `more:` listing's prefix and item pattern."""
     root = Path(__file__).resolve().parents[1]
     written = re.compile(
-        r"Topic Entity:|rpartition\(QUERY_SEPARATOR|re\.escape\((QUERY_SEPARATOR|BACKTRACK_MARK)\)"
-        r"|\.lower\(\) == BACKTRACK_MARK"
+        r"Topic Entity:|rpartition\(QUERY_SEPARATOR|re\.escape\((QUERY_SEPARATOR|BACKTRACK_MARK|HANDLE_PREFIX)\)"
+        r"|\.lower\(\) == BACKTRACK_MARK|= \"more:\"|\\\(\(\\d\+\)\\\)"
     )
     holders = sorted(
         str(path.relative_to(root))
@@ -105,6 +117,40 @@ def test_the_query_grammar_and_the_topic_marker_live_in_protocol_only():
         if written.search(path.read_text(encoding="utf-8"))
     )
     assert holders == ["kgreasoner/protocol.py"]
+
+
+def test_handles_are_written_and_read_by_one_pattern():
+    assert [nth_handle(n) for n in (1, 2, 10)] == ["E1", "E2", "E10"]
+    assert [is_handle(text) for text in ("E1", "E10", "E0", "E01", "e1", "E1x", " E1", "E")] == [
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+    ]
+    assert re.findall(rf"\b{HANDLE_PATTERN}\b", "(E1 Utah, capital, E2 Salt Lake City) E0 E3x") == ["E1", "E2"]
+
+
+def test_a_listing_reads_back_as_the_relations_and_counts_it_lists():
+    relations = ["plays_for", "born | in", "a, b (c)", "backtrack", "=eq", " padded ", "rock and roll", "x<think>"]
+    line = (
+        MORE_PREFIX
+        + " "
+        + LISTING_SEPARATOR.join(listing_item(relation_filter_text(r), n) for n, r in enumerate(relations, 1))
+        + more_relations(3)
+    )
+    assert line == (
+        'more: plays_for (1), ="born \\| in" (2), ="a, b (c)" (3), =backtrack (4), ==eq (5), '
+        '=" padded " (6), rock and roll (7), ="x\\u003cthink>" (8) and 3 more relations'
+    )
+    listed = parse_listing(line)
+    assert [count for _, count in listed] == list(range(1, len(relations) + 1))
+    assert [read_relation_filter(name) for name, _ in listed] == relations
+    assert more_relations(1) == " and 1 more relation"
+    assert parse_listing("Its relations: plays_for (1)") == [] and parse_listing("more: 12 relations") == []
 
 
 def test_last_open_search():

@@ -5,17 +5,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
+    MORE_PREFIX,
     TAGS,
     TRIPLES_CLOSE,
     TRIPLES_OPEN,
     check_format,
     last_open_search,
+    listing_item,
+    more_relations,
+    parse_listing,
     parse_trajectory,
+    read_relation_filter,
+    relation_filter_text,
     split_search_query,
 )
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rewards import answer_reward, count_searches, format_reward, search_reward, shaped_search_reward
 
@@ -84,6 +90,14 @@ def test_a_tool_block_hides_every_tag_a_label_prints(label):
     assert check_format(text, spans).valid
     assert answer_reward([text], completion_text=[text], tool_spans=[spans], answers=[["X"]]) == [0.0]
     last_open_search(prefix + label)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.tuples(TEXT, st.integers(0, 10**6)), min_size=1, max_size=4), st.integers(0, 50))
+def test_a_more_line_reads_back_as_the_relations_it_lists(items, left):
+    line = MORE_PREFIX + " " + ", ".join(listing_item(relation_filter_text(r), n) for r, n in items)
+    listed = parse_listing(line + (more_relations(left) if left else ""))
+    assert [(read_relation_filter(name), count) for name, count in listed] == items
 
 
 _KG = MemoryKG.from_triples(

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from kgreasoner.data import Answer
 from kgreasoner.protocol import format_tool_block, parse_trajectory
+from kgreasoner.records.schema import Answer
 from kgreasoner.rewards import (
     answer_reward,
     count_searches,

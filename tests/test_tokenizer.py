@@ -212,8 +212,8 @@ def test_the_system_prompt_is_learned_as_words(word_tok):
 
 
 def test_warmup_trajectories_are_training_texts(tmp_path):
-    from kgreasoner.data.schema import TopicEntity
-    from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
+    from kgreasoner.records.schema import TopicEntity
+    from kgreasoner.records.trajectories import Segment, WarmupRecord, write_warmup
 
     record = WarmupRecord(
         "q1",

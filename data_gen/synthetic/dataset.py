@@ -13,9 +13,9 @@ import pandas as pd
 
 from data_gen.synthetic.questions import make_questions
 from data_gen.synthetic.world import MID_SPACE, WorldBuilder, build_world, make_mids, scale_for
-from kgreasoner.data.schema import QAExample, write_jsonl
-from kgreasoner.kg.base import INVERSE_PREFIX, is_literal_id
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id
+from kgreasoner.records.schema import QAExample, write_jsonl
 
 DEFAULT_QUESTIONS = 3000
 DEFAULT_MULTI_TOPIC_SHARE = 0.1

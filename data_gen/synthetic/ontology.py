@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kgreasoner.kg.base import INVERSE_PREFIX
+from kgreasoner.records.ids import INVERSE_PREFIX
 
 XSD = "http://www.w3.org/2001/XMLSchema#"
 XSD_DATE = XSD + "date"

@@ -20,11 +20,12 @@ import yaml
 
 from data_gen.synthetic.ontology import RELATIONS, XSD_DATE, XSD_INTEGER, inverse
 from data_gen.synthetic.world import TYPE_SIZES, WorldBuilder
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
-from kgreasoner.data.splits import assign_splits
-from kgreasoner.kg.base import INVERSE_PREFIX, execute_path, is_literal_id, literal_value
+from kgreasoner.kg.base import execute_path
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id, literal_value
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
+from kgreasoner.records.splits import assign_splits
 
 SOURCE = "synthetic"
 MAX_ANSWERS = 10

@@ -79,7 +79,7 @@ from data_gen.synthetic.ontology import (
     XSD_GYEAR,
     XSD_INTEGER,
 )
-from kgreasoner.kg.base import make_literal
+from kgreasoner.records.ids import make_literal
 
 MIN_NAMED_ENTITIES = 100
 

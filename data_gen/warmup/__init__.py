@@ -37,7 +37,7 @@ backtrack outputs by kind. Optionally (`shuffle_triples`) each tool block's cand
 and handles renumbered in order of appearance, against position shortcuts; with
 `handle_numbers: random` training records number handles at random, against counting them.
 
-Output: the JSONL (`kgreasoner.data.trajectories` format: trained segments are the model's
+Output: the JSONL (`kgreasoner.records.trajectories` format: trained segments are the model's
 text, masked segments exactly the tool blocks) and a summary JSON beside it: counts by kind, hops
 and split, skipped questions by reason, notes (repeated searches, backtrack outputs, corrections
 that fell back to gold and why), teacher calls and fallbacks, and mean tokens with `tokenizer`.

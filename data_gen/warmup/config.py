@@ -8,7 +8,7 @@ from pathlib import Path
 
 from data_gen.augment import AugmentConfig
 from kgreasoner.config import count_or_all
-from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
+from kgreasoner.records.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.retrieval.tool import ToolConfig
 
 ANSWER_MODES = ("first", "all")

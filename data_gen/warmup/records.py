@@ -21,10 +21,10 @@ from data_gen.warmup.walk import WarmupGenerator
 from data_gen.warmup.writer import Skip, renumber_handles
 from kgreasoner.data.entity_names import with_kg_names
 from kgreasoner.data.path_search import with_derived_paths
-from kgreasoner.data.sampling import stratified_order
-from kgreasoner.data.schema import QAExample
-from kgreasoner.data.trajectories import WarmupRecord, write_warmup
 from kgreasoner.protocol import format_tool_block, parse_trajectory
+from kgreasoner.records.sampling import stratified_order
+from kgreasoner.records.schema import QAExample
+from kgreasoner.records.trajectories import WarmupRecord, write_warmup
 from kgreasoner.retrieval.tool import KGSearchTool
 
 

@@ -11,21 +11,23 @@ from data_gen.warmup.config import WarmupConfig
 from data_gen.warmup.teacher import Teacher
 from data_gen.warmup.templates import DEFAULT_TEMPLATES
 from data_gen.warmup.writer import Route, Skip, Step, TrajectoryWriter, relation_words, shuffle_blocks
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample
-from kgreasoner.data.trajectories import Segment, WarmupRecord
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path, follow, is_literal_id
+from kgreasoner.kg.base import KnowledgeGraph, execute_path, follow
 from kgreasoner.protocol import (
     ANSWER_SEPARATOR,
     BACKTRACK_MARK,
     QUERY_SEPARATOR,
     RELATIONS_MARK,
     TOPIC_SEPARATOR,
+    ToolResult,
     check_format,
     parse_trajectory,
     topic_names,
 )
-from kgreasoner.retrieval.tool import KGSearchTool, ToolResult
+from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample
+from kgreasoner.records.trajectories import Segment, WarmupRecord
+from kgreasoner.retrieval.tool import KGSearchTool
 
 
 class WarmupGenerator:

@@ -13,32 +13,29 @@ from typing import Protocol
 
 from data_gen.warmup.config import WarmupConfig
 from data_gen.warmup.templates import PLAN_SEPARATOR, SLOTS
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample, TopicEntity
-from kgreasoner.data.trajectories import Segment, WarmupRecord
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow, is_literal_id
+from kgreasoner.kg.base import KnowledgeGraph, follow
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
     ANSWER_OPEN,
     ANSWER_SEPARATOR,
     BACKTRACK_MARK,
+    HANDLE_PATTERN,
     HANDLE_PREFIX,
+    MORE_PREFIX,
     QUERY_SEPARATOR,
     SEARCH_CLOSE,
     SEARCH_OPEN,
     THINK_CLOSE,
     THINK_OPEN,
+    ToolResult,
     format_tool_block,
 )
+from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, TopicEntity
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 from kgreasoner.retrieval.encoder import humanize_relation
-from kgreasoner.retrieval.tool import (
-    MORE_PREFIX,
-    KGSearchTool,
-    SearchSession,
-    ToolResult,
-    relation_key,
-    triple_line,
-)
+from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, relation_key, triple_line
 
 
 class Skip(Exception):
@@ -293,7 +290,7 @@ class TrajectoryWriter:
         return relation_key(path_relation, self.g.config.tool.relation_format)
 
 
-_HANDLE_TOKEN = re.compile(r"\b" + re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*\b")
+_HANDLE_TOKEN = re.compile(rf"\b{HANDLE_PATTERN}\b")
 
 
 def shuffle_blocks(

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgreasoner.data.schema import QAExample
-from kgreasoner.kg.base import Direction, Edge, KnowledgeGraph
+from kgreasoner.kg.base import Direction, KnowledgeGraph
 from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import split_answers
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.schema import QAExample
 
 
 @dataclass

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import re
 
-from kgreasoner.data.schema import QAExample
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, follow
+from kgreasoner.kg.base import KnowledgeGraph, follow
+from kgreasoner.records.ids import INVERSE_PREFIX
+from kgreasoner.records.schema import QAExample
 
 
 def _plain(relation: str) -> str:

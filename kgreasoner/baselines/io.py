@@ -8,9 +8,9 @@ answer as `Answer: {A | B}`; a reply without that is read leniently (the text af
 from __future__ import annotations
 
 from kgreasoner.baselines.base import Method, MethodResult, braced_answers, first_line_answer
-from kgreasoner.data.schema import QAExample
 from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import TOPIC_SEPARATOR, topic_names
+from kgreasoner.records.schema import QAExample
 
 IO_PROMPT = (
     'Answer the question from what you know. Write only the answer, in braces after "Answer:"; '

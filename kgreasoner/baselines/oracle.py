@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
-from kgreasoner.data.schema import QAExample, TopicEntity
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph, execute_path
+from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.llm.clients import MeteredLLM
-from kgreasoner.protocol import QUERY_SEPARATOR, RELATIONS_MARK
-from kgreasoner.retrieval.tool import KGSearchTool, SearchSession, ToolResult
+from kgreasoner.protocol import QUERY_SEPARATOR, RELATIONS_MARK, ToolResult
+from kgreasoner.records.ids import INVERSE_PREFIX
+from kgreasoner.records.schema import QAExample, TopicEntity
+from kgreasoner.retrieval.tool import KGSearchTool, SearchSession
 
 Shown = dict[tuple[str, str, str], None]
 

@@ -31,11 +31,12 @@ from kgreasoner.baselines.base import (
     json_list,
     json_object,
 )
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import ANSWER_SEPARATOR
+from kgreasoner.records.ids import INVERSE_PREFIX
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample
 
 PLAN_PROMPT = """Break the question into the smallest sequence of sub-objectives, each one step from an \
 entity already known (a topic entity or an earlier sub-objective's answer) to a new one. Reply with a \

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kgreasoner.baselines.base import CountingKG, Method, MethodResult, Step, braced_answers
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample
-from kgreasoner.kg.base import Edge, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm.clients import MeteredLLM
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.encoder import humanize_relation
 
 DIRECTIONS = {"outgoing": "out", "out": "out", "incoming": "in", "in": "in"}

@@ -29,9 +29,9 @@ from typing import Any
 
 from kgreasoner.baselines import tog_prompts as prompts
 from kgreasoner.baselines.base import CountingKG, Method, MethodResult, Step
-from kgreasoner.data.schema import QAExample
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm.clients import MeteredLLM
+from kgreasoner.records.schema import QAExample
 
 TOG_MODES = ("faithful", "fixed")
 UNNAMED = "unnamed node"

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kgreasoner.data.pathquestion import PATHQUESTION_SETS, load_pathquestion, pathquestion_set_name
-from kgreasoner.data.paths import find_data_dir
-from kgreasoner.data.schema import QAExample, SchemaError, read_jsonl
-from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_NAMES, assign_splits
-from kgreasoner.data.tog_json import TOG_FILES, TOG_FORMATS, load_tog_json
-from kgreasoner.data.webqsp_cwq import is_cwq_release, is_webqsp_release, load_cwq, load_webqsp, read_json
+from kgreasoner.records.pathquestion import PATHQUESTION_SETS, load_pathquestion, pathquestion_set_name
+from kgreasoner.records.paths import find_data_dir
+from kgreasoner.records.schema import QAExample, SchemaError, read_jsonl
+from kgreasoner.records.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_NAMES, assign_splits
+from kgreasoner.records.tog_json import TOG_FILES, TOG_FORMATS, load_tog_json
+from kgreasoner.records.webqsp_cwq import is_cwq_release, is_webqsp_release, load_cwq, load_webqsp, read_json
 
 if TYPE_CHECKING:
     from kgreasoner.kg.base import KnowledgeGraph
@@ -237,7 +237,7 @@ def _rog_dataset(name: str, path: Path, split: str | None) -> Dataset:
     """RoG's records at `path` (a file or folder), searched on their own subgraphs; `split`: those
     files only (see `load_rog`)."""
     # Imported here: pyarrow takes 0.4 s to import, and only RoG's files need it.
-    from kgreasoner.data.rog import load_rog
+    from kgreasoner.records.rog import load_rog
 
     return Dataset(name=name, examples=load_rog(path, split), kb_path=None, kg_spec=f"subgraph:{path.resolve()}")
 
@@ -252,7 +252,7 @@ def _holds_rog_files(folder: Path) -> bool:
 
 def _first_jsonl_is_rog(path: Path) -> bool:
     """True when the first record of a JSONL file has RoG's fields (our schema's has none of them)."""
-    from kgreasoner.data.rog import is_rog_record
+    from kgreasoner.records.rog import is_rog_record
 
     with open(path, encoding="utf-8") as handle:
         for line in handle:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.schema import QAExample, TopicEntity
 
 
 def with_kg_names(examples: Sequence[QAExample], kg: KnowledgeGraph) -> list[QAExample]:

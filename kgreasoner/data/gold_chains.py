@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypedDict
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.ids import INVERSE_PREFIX
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample
 
 MAX_LEVEL = 200
 """Entities kept per level (as path search's `max_branch`)."""

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 
 from tqdm import tqdm
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample, hops_fit
-from kgreasoner.kg.base import INVERSE_PREFIX, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.ids import INVERSE_PREFIX
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, hops_fit
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ from typing import Any
 
 from kgreasoner.data.datasets import KB_FILES, Dataset, load_dataset
 from kgreasoner.data.path_search import PathSearch, add_gold_paths
-from kgreasoner.data.pathquestion import PATHQUESTION_SETS
 from kgreasoner.data.question_checks import check_questions
-from kgreasoner.data.schema import write_jsonl
-from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, add_split_scheme_argument, assign_splits
-from kgreasoner.kg.base import INVERSE_PREFIX
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.ids import INVERSE_PREFIX
+from kgreasoner.records.pathquestion import PATHQUESTION_SETS
+from kgreasoner.records.schema import write_jsonl
+from kgreasoner.records.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, add_split_scheme_argument, assign_splits
 from kgreasoner.terminal import printable
 
 PATHQUESTION_PREFIX = "pathquestion:"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample, SchemaError, iter_json_lines
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, SchemaError, iter_json_lines
 
 if TYPE_CHECKING:
     from kgreasoner.data.datasets import Dataset

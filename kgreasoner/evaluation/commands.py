@@ -17,8 +17,8 @@ from kgreasoner.llm.spec import CLIENT_FORMS, describe_forms
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from kgreasoner.data.splits import add_split_scheme_argument
     from kgreasoner.evaluation.methods import METHODS, EvalConfig
+    from kgreasoner.records.splits import add_split_scheme_argument
 
     parser = subparsers.add_parser(
         "eval",

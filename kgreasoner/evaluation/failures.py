@@ -73,27 +73,26 @@ because an ambiguous name, not the model's choice of triple, diverted the walk.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.protocol import (
-    HANDLE_PREFIX,
     SEARCH_CLOSE,
     THINK_OPEN,
     TRIPLES_CLOSE,
+    ToolResult,
     check_format,
+    is_handle,
     last_open_search,
     printable,
     split_relation_filter,
     split_search_query,
 )
-from kgreasoner.retrieval.tool import ToolResult
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, TopicEntity
 
 CATEGORIES = (
     "wrong_relation",
@@ -121,8 +120,6 @@ LOST_CALLS = ("tool_exception", "tool_timeout", "no_session")
 """Engine-side call failures: the model was shown an error sentence, no triples."""
 
 TRACE_FIELDS = ("text", "finish_reason", "answers", "tool_calls", "entities")
-
-_HANDLE = re.compile(re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*")
 
 Relations = tuple[str, ...]
 
@@ -343,7 +340,7 @@ class _Walk:
         """Entities the answer text names, latest shown first (the tool's order of rules)."""
         text = text.strip()
         head = text.split(maxsplit=1)[0] if text else ""
-        if _HANDLE.fullmatch(head) and head in self.by_handle:
+        if is_handle(head) and head in self.by_handle:
             return [self.by_handle[head]]
         if text in self.labels:
             return [text]
@@ -391,7 +388,7 @@ class _Walk:
             name = self.written_name(call["query"], entity)
             head = name.split(maxsplit=1)[0] if name else ""
             namesakes: list[tuple[str, tuple[_Node, ...]]] = []
-            if not (_HANDLE.fullmatch(head) and head in self.by_handle) and name != entity:
+            if not (is_handle(head) and head in self.by_handle) and name != entity:
                 wanted = normalize_answer(self.label(entity))
                 for other in self.latest_first:
                     if other != entity and other in self.seen and normalize_answer(self.label(other)) == wanted:

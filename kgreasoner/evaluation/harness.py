@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
-from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.failures import classify_failure
 from kgreasoner.evaluation.metrics import score_answers
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm.clients import LLMClient
+from kgreasoner.records.schema import QAExample
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

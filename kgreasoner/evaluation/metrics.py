@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import Answer
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import Answer
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
-from kgreasoner.data.schema import QAExample
 from kgreasoner.evaluation.failures import RecordingSession
 from kgreasoner.llm import rollout_backend
 from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import check_format
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
 

@@ -30,11 +30,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kgreasoner.data.schema import MAX_LINE_BYTES, line_size_message
-from kgreasoner.kg.base import INVERSE_PREFIX, is_literal_id
 from kgreasoner.kg.rdf import id_to_term
 from kgreasoner.kg.xsd import invalid_reason
 from kgreasoner.protocol import printable
+from kgreasoner.records.ids import INVERSE_PREFIX, is_literal_id
+from kgreasoner.records.schema import MAX_LINE_BYTES, line_size_message
 
 log = logging.getLogger(__name__)
 

@@ -19,16 +19,7 @@ from typing import TypeAlias
 import numpy as np
 import pandas as pd
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.kg.base import (
-    Direction,
-    Edge,
-    KnowledgeGraph,
-    check_direction,
-    check_limit,
-    is_literal_id,
-    literal_value,
-)
+from kgreasoner.kg.base import Direction, KnowledgeGraph, check_direction, check_limit
 from kgreasoner.kg.kb_checks import (
     NAME_FIELDS,
     TRIPLE_FIELDS,
@@ -47,6 +38,9 @@ from kgreasoner.kg.kb_checks import (
     warn_shared_labels,
 )
 from kgreasoner.kg.rdf import RDFS_LABEL, iter_ntriples_as_ids
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.ids import is_literal_id, literal_value
+from kgreasoner.records.normalize import normalize_answer
 
 IdColumn: TypeAlias = "Sequence[str] | np.ndarray"
 """One field of every triple, in order: a list of ids, or the object array a TSV reader returns."""

@@ -27,19 +27,13 @@ import pandas as pd
 import pyoxigraph as ox
 from tqdm import tqdm
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.kg.base import (
-    Direction,
-    Edge,
-    KnowledgeGraph,
-    check_direction,
-    check_limit,
-    is_literal_id,
-    literal_value,
-)
+from kgreasoner.kg.base import Direction, KnowledgeGraph, check_direction, check_limit
 from kgreasoner.kg.kb_checks import KBFileError, literal_subject, literal_subject_message
 from kgreasoner.kg.memory import IdColumn, read_kb_file, read_names
 from kgreasoner.kg.rdf import RDFS_LABEL, RELATION_NS, id_to_term, term_to_id, to_iri
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.ids import is_literal_id, literal_value
+from kgreasoner.records.normalize import normalize_answer
 
 INDEX_NS = "http://kgreasoner.local/index/"
 INDEX_GRAPH = INDEX_NS + "graph"

@@ -13,7 +13,7 @@ from urllib.parse import quote, unquote
 
 import pyoxigraph as ox
 
-from kgreasoner.kg.base import is_literal_id
+from kgreasoner.records.ids import is_literal_id
 
 ENTITY_NS = "http://kgreasoner.local/entity/"
 RELATION_NS = "http://kgreasoner.local/relation/"

@@ -49,17 +49,7 @@ import tenacity
 from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
-from kgreasoner.kg.base import (
-    Direction,
-    Edge,
-    KGError,
-    KGQueryRejected,
-    KnowledgeGraph,
-    check_direction,
-    check_limit,
-    is_literal_id,
-    literal_value,
-)
+from kgreasoner.kg.base import Direction, KGError, KGQueryRejected, KnowledgeGraph, check_direction, check_limit
 from kgreasoner.kg.oxigraph_store import (
     INDEX_GRAPH,
     INDEX_HAS_NAMES,
@@ -69,6 +59,8 @@ from kgreasoner.kg.oxigraph_store import (
     normalized_label_key,
 )
 from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS, from_iri, id_to_term, to_iri
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.ids import is_literal_id, literal_value
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The `subgraph` backend: each question searches only its own subgraph, as RoG published them.
 
-RoG's records (`kgreasoner.data.rog`) hold, per question, the Freebase triples within a few hops
+RoG's records (`kgreasoner.records.rog`) hold, per question, the Freebase triples within a few hops
 of its topic entities. Searching that subgraph instead of all of Freebase is how WebQSP and CWQ
 train and evaluate with no Freebase server (KG-R1 does the same). `SubgraphKG` holds every
 question's graph in Arrow memory and `for_example(id)` gives that question's view: a `MemoryKG`
@@ -20,9 +20,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
-from kgreasoner.data.rog import RogFile, is_mid, read_rog_file, rog_files
-from kgreasoner.kg.base import Direction, Edge, KGError, KnowledgeGraph, literal_value
+from kgreasoner.kg.base import Direction, KGError, KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.ids import literal_value
+from kgreasoner.records.rog import RogFile, is_mid, read_rog_file, rog_files
 
 
 class SubgraphKG(KnowledgeGraph):

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.llm.spec import CLIENT_FORMS, LLMSpec, describe_forms, parse_llm_spec
+from kgreasoner.records.http import JSONEndpoint
 
 
 @dataclass(frozen=True)
@@ -372,7 +372,7 @@ class OpenAIClient(LLMClient):
     `base_url` ends before `/chat/completions` (e.g. `http://127.0.0.1:8000/v1`). Without
     `model`, the first id listed by `/models` is used. A key is read from the environment
     variable `api_key_env` when it is set (local vLLM needs none). Requests go through
-    `kgreasoner.llm.http.JSONEndpoint`: `timeout` seconds each, transient failures tried
+    `kgreasoner.records.http.JSONEndpoint`: `timeout` seconds each, transient failures tried
     `retries` more times; failures are `EndpointError`s (RuntimeErrors) naming the URL.
     """
 

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
-from kgreasoner.kg.base import Edge, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.edges import Edge
 from kgreasoner.retrieval.encoder import humanize_label, humanize_relation
 
 

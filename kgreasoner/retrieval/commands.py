@@ -98,9 +98,9 @@ def _count_or_none(value: str) -> int | None:
 
 
 def run_embed(args: argparse.Namespace) -> int:
-    from kgreasoner.data.schema import read_jsonl
     from kgreasoner.kg.memory import MemoryKG
     from kgreasoner.kg.open import open_kg, parse_spec
+    from kgreasoner.records.schema import read_jsonl
     from kgreasoner.retrieval.embed import embed_ahead, first_search_texts, kg_texts
     from kgreasoner.retrieval.encoder import EncoderConfig, EncoderFields, build_encoder
     from kgreasoner.retrieval.ranker import load_ranker

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from kgreasoner.kg.base import Edge, KnowledgeGraph, is_literal_id
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.ids import is_literal_id
 from kgreasoner.retrieval.candidates import (
     Candidate,
     edge_text,

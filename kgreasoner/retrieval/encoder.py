@@ -33,7 +33,7 @@ from typing import Protocol, TypedDict
 
 import numpy as np
 
-from kgreasoner.kg.base import INVERSE_PREFIX
+from kgreasoner.records.ids import INVERSE_PREFIX
 
 ENCODER_KINDS = ("minilm", "hashing")
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kgreasoner.data.path_search import with_derived_paths
-from kgreasoner.data.schema import QAExample, write_jsonl
-from kgreasoner.data.splits import add_split_scheme_argument
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.schema import QAExample, write_jsonl
+from kgreasoner.records.splits import add_split_scheme_argument
 from kgreasoner.retrieval.candidates import Candidate, gather_candidates
 
 

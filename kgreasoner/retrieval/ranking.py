@@ -19,9 +19,10 @@ from typing import Generic, TypeVar
 import numpy as np
 import torch
 
-from kgreasoner.kg.base import Edge, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.records.edges import Edge
 from kgreasoner.retrieval.candidates import (
     Candidate,
     PendingGroup,

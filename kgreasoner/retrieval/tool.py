@@ -40,21 +40,28 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import TopicEntity
-from kgreasoner.kg.base import INVERSE_PREFIX, Edge, KGError, KnowledgeGraph, literal_value
+from kgreasoner.kg.base import KGError, KnowledgeGraph
 from kgreasoner.protocol import (
     ANSWER_SEPARATOR,
     BACKTRACK_MARK,
-    HANDLE_PREFIX,
+    MORE_PREFIX,
     QUERY_SEPARATOR,
+    ToolResult,
+    is_handle,
     is_relations_request,
+    listing_item,
+    more_relations,
+    nth_handle,
     printable,
     read_relation_filter,
     relation_filter_text,
     split_relation_filter,
     split_search_query,
 )
+from kgreasoner.records.edges import Edge
+from kgreasoner.records.ids import INVERSE_PREFIX, literal_value
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.candidates import Candidate, RankedCandidates
 from kgreasoner.retrieval.encoder import EncoderConfig, TextEncoder, build_encoder, saved_encoder_config
 from kgreasoner.retrieval.ranker import GATRanker, load_ranker
@@ -71,8 +78,6 @@ ERRORS = (
     "query_too_long",
     "ambiguous_entity",
 )
-MORE_PREFIX = "more:"
-"""Starts the line after a call's triples that lists the relations of the entity's unseen neighbours."""
 MIN_MAX_CHARS = 64
 """The smallest `max_chars`: room for a cut line and a listing that only counts the relations."""
 LISTING_SHARE = 4
@@ -126,16 +131,6 @@ def relation_filter_name(relation: str, relation_format: str = "id") -> str:
     A session prints the id instead where two relations of one entity print alike
     (`SearchSession.filter_name`)."""
     return relation_filter_text(relation_display(relation, relation_format))
-
-
-def parse_listing(line: str) -> list[tuple[str, int]]:
-    """The (relation as written, count) pairs of a `more:` line, in order; [] for any other line."""
-    if not line.startswith(MORE_PREFIX):
-        return []
-    return [(match.group(1), int(match.group(2))) for match in _LISTED.finditer(line, len(MORE_PREFIX))]
-
-
-_LISTED = re.compile(r'[ ,]\s*(=(?:"(?:[^"\\]|\\.)*"|[^,()"|\\]+)|[^=,()"|\\][^,()"|\\]*) \((\d+)\)(?=,|$| and )')
 
 
 @dataclass
@@ -241,24 +236,6 @@ class ToolConfig:
             raise ValueError("rerank_pool must be >= 1 or None")
         if self.max_query_chars is not None and self.max_query_chars < 1:
             raise ValueError(f"max_query_chars must be >= 1 or None, got {self.max_query_chars}")
-
-
-@dataclass
-class ToolResult:
-    """What one `<search>` call returns."""
-
-    text: str
-    edges: list[Edge]
-    error: str | None
-    entity: str | None
-    backtracked: bool
-    more: tuple[tuple[str, int], ...] = ()
-    """The listing line's (relation as a filter names it, unseen neighbours) pairs, in its order."""
-    relation: str | None = None
-    """The relation filter of the call (as written after the bar), if any."""
-    unlisted: int = 0
-    """Relations of the entity's unseen neighbours that no listing of the session has named yet
-    (`NAME | relations` lists them)."""
 
 
 class KGSearchTool:
@@ -482,13 +459,13 @@ class SearchSession:
         names = self._names(node)
         order = self._likeliest_first(totals)
         items = [f"{names[r]} ({totals[r]})" for r in order]
-        room = self._config.max_chars - len(head) - len("Its relations: .") - len(_more_relations(len(order)))
+        room = self._config.max_chars - len(head) - len("Its relations: .") - len(more_relations(len(order)))
         picked = _pack(items, room)
         if not picked:
             return self._error("unknown_relation", f"{head}It has {len(order)} relations.", node.entity)
         text = ", ".join(items[i] for i in picked)
         if len(picked) < len(order):
-            text += _more_relations(len(order) - len(picked))
+            text += more_relations(len(order) - len(picked))
         return self._error("unknown_relation", f"{head}Its relations: {text}.", node.entity)
 
     def _relations_page(self, entity: str, written: str) -> ToolResult:
@@ -667,18 +644,18 @@ class SearchSession:
             if order[0] in node.listed:
                 node.listed.clear()
         names = self._names(node)
-        items = [f"{names[r]} ({counts[r]})" for r in order]
+        items = [listing_item(names[r], counts[r]) for r in order]
         prefix = MORE_PREFIX + " "
         picked = list(range(len(items)))
         if len(prefix) + sum(len(item) + 2 for item in items) - 2 > room:
-            picked = _pack(items, room - len(prefix) - len(_more_relations(len(counts))))
+            picked = _pack(items, room - len(prefix) - len(more_relations(len(counts))))
         node.listed.update(order[i] for i in picked)
         unlisted = sum(1 for r in counts if r not in node.listed)
         more = tuple((names[order[i]], counts[order[i]]) for i in picked)
         if not picked:
             return f"{prefix}{len(counts)} relations", more, unlisted
         left = len(counts) - len(picked)
-        return prefix + ", ".join(items[i] for i in picked) + (_more_relations(left) if left else ""), more, unlisted
+        return prefix + ", ".join(items[i] for i in picked) + (more_relations(left) if left else ""), more, unlisted
 
     def _names(self, node: _Node) -> dict[str, str]:
         """Each relation at the node as its listings print it: as its triple lines print it
@@ -720,7 +697,7 @@ class SearchSession:
         self._labels[entity] = label
         self._parent[entity] = parent
         if self._config.entity_handles:
-            handle = f"{HANDLE_PREFIX}{len(self._handles) + 1}"
+            handle = nth_handle(len(self._handles) + 1)
             self._handles[entity] = handle
             self._by_handle[handle] = entity
 
@@ -765,7 +742,7 @@ class SearchSession:
         Several when they share that label: a search cannot choose among namesakes for the model."""
         name = name.strip()
         head = name.split(maxsplit=1)[0] if name else ""
-        if head in self._by_handle and _HANDLE.fullmatch(head):
+        if head in self._by_handle and is_handle(head):
             return [self._by_handle[head]]
         if name in self._labels:
             return [name]
@@ -820,12 +797,7 @@ class SearchSession:
         )
 
 
-_HANDLE = re.compile(re.escape(HANDLE_PREFIX) + r"[1-9][0-9]*")
 _LISTING_FLOOR = len(f"{MORE_PREFIX} 1000000 relations")
-
-
-def _more_relations(count: int) -> str:
-    return f" and {count} more relation{'' if count == 1 else 's'}"
 
 
 def _pack(items: list[str], room: int) -> list[int]:

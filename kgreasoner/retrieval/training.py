@@ -28,9 +28,9 @@ from tqdm import tqdm
 
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
-from kgreasoner.data.schema import QAExample
-from kgreasoner.data.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.kg.base import KnowledgeGraph
+from kgreasoner.records.schema import QAExample
+from kgreasoner.records.splits import DEFAULT_SPLIT_SCHEME, SCHEMES, SPLIT_SCHEME_HELP
 from kgreasoner.retrieval.candidates import candidate_context
 from kgreasoner.retrieval.encoder import (
     EncoderConfig,

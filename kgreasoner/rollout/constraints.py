@@ -42,8 +42,8 @@ from kgreasoner.protocol import (
     SEARCH_OPEN,
     THINK_CLOSE,
     THINK_OPEN,
+    parse_listing,
 )
-from kgreasoner.retrieval.tool import parse_listing
 
 _END = -1
 """Trie key marking that a complete continuation ends at this node."""

@@ -62,7 +62,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypedDict, runtime_checkable
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.protocol import (
     ANSWER_CLOSE,
     SEARCH_CLOSE,
@@ -70,6 +69,7 @@ from kgreasoner.protocol import (
     STOP_TAGS,
     THINK_OPEN,
     TRIPLES_CLOSE,
+    ToolResult,
     build_prompt,
     format_tool_block,
     last_open_search,
@@ -78,7 +78,7 @@ from kgreasoner.protocol import (
     printable,
     topic_names,
 )
-from kgreasoner.retrieval.tool import ToolResult
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.rollout.constraints import (
     ConstraintVocabulary,
     RowConstraint,
@@ -110,7 +110,7 @@ NO_SESSION_TEXT = "The search tool is not available in this rollout."
 
 @runtime_checkable
 class QuestionPrompt(Protocol):
-    """A QA example as a prompt (`data.schema.QAExample`, a training record): its prompt is built with
+    """A QA example as a prompt (`records.schema.QAExample`, a training record): its prompt is built with
     `protocol.build_prompt`, and its session opened with the engine's tool when `run` gets none."""
 
     @property

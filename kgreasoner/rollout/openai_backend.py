@@ -7,7 +7,7 @@ text, so it is put back: vLLM names it in `stop_reason`; otherwise an unclosed `
 Token fields of the trajectories stay empty (a text endpoint gives no ids to train on).
 
 Requests of one turn run concurrently (`max_concurrency` threads) through one
-`kgreasoner.llm.http.JSONEndpoint` (a transient failure is tried `retries` more times); a request
+`kgreasoner.records.http.JSONEndpoint` (a transient failure is tried `retries` more times); a request
 that still fails ends its row with finish reason `error`, never an exception. The API key, if any,
 is read from the environment variable named by `api_key_env`.
 """
@@ -19,8 +19,8 @@ import contextvars
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import ANSWER_CLOSE, ANSWER_OPEN, SEARCH_CLOSE, SEARCH_OPEN, STOP_TAGS
+from kgreasoner.records.http import JSONEndpoint
 from kgreasoner.rollout.types import SamplingParams, TextBackend, TextOutput
 
 T = TypeVar("T")
@@ -35,7 +35,7 @@ def row_seed(sampling: SamplingParams, index: int, turn: int) -> int | None:
 
 def run_concurrently(jobs: Sequence[Callable[[], T]], workers: int) -> list[T]:
     """The jobs' results in order, at most `workers` at a time; each job runs in a copy of the caller's
-    context, so a `kgreasoner.llm.http.deadline` set around the call bounds its requests too."""
+    context, so a `kgreasoner.records.http.deadline` set around the call bounds its requests too."""
     if workers <= 1 or len(jobs) < 2:
         return [job() for job in jobs]
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:

@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from kgreasoner.data.gold_chains import SearchStep
-from kgreasoner.data.schema import TopicEntity
-from kgreasoner.protocol import split_answers
-from kgreasoner.retrieval.tool import ToolResult
+from kgreasoner.protocol import ToolResult, split_answers
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.rollout.constraints import RowConstraint
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ folder), and the tokenizer's, whatever EOS the engine or server was started with
   `prompt`, `return_token_ids` (vLLM >= 0.10) with `return_tokens_as_token_ids` as a fallback,
   `logprobs: 0` (the sampled token's logprob only), `skip_special_tokens: false`. Start the
   server with `--logprobs-mode processed_logprobs` so logprobs include temperature (TRL does the
-  same for its importance-sampling correction). Requests go through `kgreasoner.llm.http.JSONEndpoint`
+  same for its importance-sampling correction). Requests go through `kgreasoner.records.http.JSONEndpoint`
   (transient failures tried `retries` more times); a request that still fails ends its row with an error.
 
 This module imports without vLLM installed: `vllm` is imported when an offline backend is built.
@@ -40,8 +40,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from kgreasoner.llm.http import JSONEndpoint
 from kgreasoner.protocol import STOP_TAGS
+from kgreasoner.records.http import JSONEndpoint
 from kgreasoner.rollout.hf_backend import eos_token_ids as _model_eos_ids
 from kgreasoner.rollout.openai_backend import JSONObject, first_choice, row_seed, run_concurrently
 from kgreasoner.rollout.types import SamplingParams, TurnBackend, TurnOutput

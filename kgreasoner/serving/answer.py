@@ -132,7 +132,7 @@ def _thought(lines: list[str], text: str) -> None:
 # --------------------------------------------------------------------------- the command
 def register(subparsers: argparse._SubParsersAction) -> None:
     from kgreasoner.config import describe
-    from kgreasoner.data.splits import add_split_scheme_argument
+    from kgreasoner.records.splits import add_split_scheme_argument
     from kgreasoner.serving.config import ServeConfig
 
     parser = subparsers.add_parser(
@@ -270,7 +270,7 @@ def _inputs(args: argparse.Namespace, config: Any) -> tuple[list[tuple[str, dict
 
 
 def _read_questions(path: Path) -> Iterable[tuple[str, dict]]:
-    from kgreasoner.data.schema import QAExample, SchemaError, iter_json_lines
+    from kgreasoner.records.schema import QAExample, SchemaError, iter_json_lines
 
     for where, data in iter_json_lines(path):
         if not isinstance(data, dict) or "question" not in data or "topic_entities" not in data:

@@ -45,9 +45,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kgreasoner.data.schema import DuplicateKeyError, loads_json
 from kgreasoner.kg.base import KGError
 from kgreasoner.protocol import TOPIC_MARKER, TOPIC_SEPARATOR, split_user_turn
+from kgreasoner.records.schema import DuplicateKeyError, loads_json
 from kgreasoner.serving.batching import ServiceBusy
 from kgreasoner.serving.config import SEED_RANGE
 from kgreasoner.serving.metrics import CONTENT_TYPE, Metrics

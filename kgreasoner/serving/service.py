@@ -11,7 +11,7 @@ their own:
   on its own for a generation server (`remote`; why: `batching`'s docstring).
 - `deadlines`: each request's deadline, the rollout engine's stop rule for its row; a request
   past it is reported as timed out, the rest of its batch goes on. On a generation server the
-  deadline also bounds each upstream call (`kgreasoner.llm.http.deadline`): a call still
+  deadline also bounds each upstream call (`kgreasoner.records.http.deadline`): a call still
   running when it passes is abandoned and its connection closed, not waited for.
 - here: each request gets its own `SearchSession` (handles, explored tree, shown triples), created
   for it and dropped with it, so concurrent requests never see each other's searches; backend
@@ -32,10 +32,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KnowledgeGraph
-from kgreasoner.llm import http
 from kgreasoner.llm.spec import SPEC_FORMS, describe_forms, parse_llm_spec
+from kgreasoner.records import http
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.rollout import (
     Backend,

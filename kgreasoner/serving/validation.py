@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError, KGQueryRejected, KnowledgeGraph
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.rollout import RolloutConfig, SamplingParams
 from kgreasoner.serving.config import SEED_RANGE, ServeConfig
 

@@ -187,7 +187,7 @@ class BestKeeper(TrainerCallback):
     so far (every rank together: the evaluation and the copy are collectives under ZeRO-3)."""
 
     def __init__(self, root: Path, episode: int, base: str, examples, tool, rollout, step_log) -> None:
-        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.records.sampling import hop_count
 
         self.root = root
         self.episode = episode

@@ -56,7 +56,7 @@ class GroupLog(TrainerCallback):
         sampled, before any guided row replaces one); the main process appends the groups."""
         from accelerate.utils import gather_object
 
-        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.records.sampling import hop_count
 
         rollouts = gather_object([(e.id, hop_count(e), r) for e, r in zip(examples, right)])
         if not trainer.accelerator.is_main_process:

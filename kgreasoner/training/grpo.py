@@ -12,7 +12,7 @@ those episode 1's groups got partly or wholly wrong, with a replay share of the 
 `kgreasoner.training.hard_cases`) or on
 the frontier (`data: frontier`: the questions episode 1's groups answered sometimes but not always,
 plus a replay share of the rest; `kgreasoner.training.frontier`). Questions come in a
-stratified order (`order`, `kgreasoner.data.sampling.balanced_order`): hop counts take turns,
+stratified order (`order`, `kgreasoner.records.sampling.balanced_order`): hop counts take turns,
 so every batch of a few questions holds multi-hop questions and short chains alike.
 
 Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
@@ -557,7 +557,7 @@ class KGRollout:
 
         from accelerate.utils import gather_object
 
-        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.records.sampling import hop_count
         from kgreasoner.rewards import answer_reward
         from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
 
@@ -600,7 +600,7 @@ class KGRollout:
         return rows, figures
 
     def _prefix(self, example, prompt: str) -> list[str]:
-        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.records.sampling import hop_count
 
         assert self.gold is not None  # asked only with gold trajectories
         return self.gold.prefix(example.id, hop_count(example), prompt, self.recipe.rollout.max_turns)
@@ -615,8 +615,8 @@ class KGRollout:
     def figures(trajectories, examples, correct, elapsed: float, tool_seconds: float) -> dict[str, float]:
         """This rank's rollout figures of one generation batch (the policy's own rollouts, before any guided
         row): `rollout/*` per rollout, `time/*` in seconds."""
-        from kgreasoner.data.sampling import hop_count
         from kgreasoner.protocol import check_format
+        from kgreasoner.records.sampling import hop_count
 
         n = max(len(trajectories), 1)
         by_hops: dict[int, list[tuple[int, float]]] = defaultdict(list)
@@ -754,7 +754,7 @@ class DevEval(TrainerCallback):
             return
         from accelerate.utils import gather_object
 
-        from kgreasoner.data.sampling import hop_count
+        from kgreasoner.records.sampling import hop_count
         from kgreasoner.rewards import answer_reward
         from kgreasoner.rollout.types import SamplingParams
         from kgreasoner.training.trl_internals import add_metric
@@ -849,8 +849,8 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_toke
 
     from datasets import Dataset
 
-    from kgreasoner.data.sampling import balanced_order, hop_count
     from kgreasoner.protocol import build_prompt
+    from kgreasoner.records.sampling import balanced_order, hop_count
 
     by_prompt: dict[str, Any] = {}
     prompts: dict[str, str] = {}  # question id -> its prompt
@@ -1020,7 +1020,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     train_examples = with_kg_names(train_examples, tool.kg)
     dev_examples = []
     if recipe.dev_eval_steps:
-        from kgreasoner.data.sampling import stratified_order
+        from kgreasoner.records.sampling import stratified_order
 
         dev_examples = stratified_order(dataset.split("dev"), recipe.setting("seed"))[: recipe.dev_eval_questions]
         dev_examples = with_kg_names(dev_examples, tool.kg)

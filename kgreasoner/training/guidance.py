@@ -141,7 +141,7 @@ class GoldTrajectories:
     once; `row` makes one question's gold row for TRL."""
 
     def __init__(self, path: str | Path) -> None:
-        from kgreasoner.data.trajectories import read_warmup
+        from kgreasoner.records.trajectories import read_warmup
 
         self.path = Path(path)
         if not self.path.is_file():

@@ -52,7 +52,7 @@ def hard_examples(root: Path, number: int, train_examples: list, threshold: floa
     once the set is on disk."""
     from accelerate import PartialState
 
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
 
     state = PartialState()  # also sets up the state the logger reads
     state.wait_for_everyone()  # what the main process wrote before (episode 1's groups) is whole
@@ -97,7 +97,7 @@ def hard_examples(root: Path, number: int, train_examples: list, threshold: floa
 
 def _write_hard_set(path: Path, folder: Path, number: int, train_examples: list, threshold: float) -> None:
     """Mine episode `number`'s set from the groups file `path` into `folder` (the main process)."""
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
 
     groups = read_groups(path)
     hard = select_hard(groups, threshold)
@@ -172,7 +172,7 @@ def replay_order(hard: list, rest: list, per_batch: int, share: float, seed: int
     batch holds each hop count, and with fewer, consecutive batches take turns. The same questions, sizes
     and seed give the same order.
     """
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
 
     slots = replay_slots(per_batch, share) if rest else 0
     pools: dict[int, list] = {}

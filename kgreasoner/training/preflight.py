@@ -284,7 +284,7 @@ def _check_data(recipe, kind: str, report: Report) -> None:
     train: Sequence[object]
     try:
         if kind == "sft":
-            from kgreasoner.data.trajectories import read_warmup
+            from kgreasoner.records.trajectories import read_warmup
 
             records = read_warmup(recipe.train_file)
             train = records if recipe.eval_file else [r for r in records if r.split != "dev"]

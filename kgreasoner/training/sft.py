@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from accelerate.logging import get_logger
 from torch.utils.data import Sampler
 
-from kgreasoner.data.trajectories import read_warmup
+from kgreasoner.records.trajectories import read_warmup
 from kgreasoner.training.common import (
     POLICY_DTYPE_HELP,
     LoraSettings,

@@ -1,6 +1,6 @@
 """Warm-up trajectories tokenised for SFT, with a loss mask.
 
-The records are `kgreasoner.data.trajectories`' (written by `data_gen.warmup`): the segments
+The records are `kgreasoner.records.trajectories`' (written by `data_gen.warmup`): the segments
 concatenated are the completion; `train` is true for what the model writes and false for what the
 tool inserts (`<triples>` blocks).
 
@@ -21,9 +21,9 @@ user turn exactly as `HFClient` renders it at evaluation (`llm.encode_prompt`).
 
 from __future__ import annotations
 
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.llm import encode_prompt
 from kgreasoner.protocol import THINK_OPEN, build_prompt, opened_think
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 
 
 def end_of_turn_id(tokenizer) -> int:

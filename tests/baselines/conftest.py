@@ -6,9 +6,10 @@ import pytest
 
 from data_gen.synthetic import write_synthetic
 from kgreasoner.baselines.gold_teacher import GoldTeacher
-from kgreasoner.data import QAExample, load_dataset, open_dataset_kg
+from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm import ScriptedLLM
+from kgreasoner.records.schema import QAExample
 
 
 def gold_llm(kg: KnowledgeGraph, examples: list[QAExample], method: str, **options) -> ScriptedLLM:

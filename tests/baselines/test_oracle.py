@@ -3,9 +3,9 @@
 import pytest
 
 from kgreasoner.baselines.oracle import OracleConfig, OracleMethod
-from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 TRIPLES = [

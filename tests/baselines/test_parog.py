@@ -5,10 +5,10 @@ import json
 import pytest
 
 from kgreasoner.baselines.parog import PaRoGMethod
-from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.llm import ScriptedLLM
+from kgreasoner.records.schema import QAExample
 
 from .conftest import gold_llm
 

@@ -3,11 +3,11 @@
 import pytest
 
 from kgreasoner.baselines.sog import SoGConfig, SoGMethod
-from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
-from kgreasoner.kg.base import make_literal
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.llm import ScriptedLLM
+from kgreasoner.records.ids import make_literal
+from kgreasoner.records.schema import QAExample
 
 from .conftest import gold_llm
 

@@ -4,10 +4,10 @@ import pytest
 
 from kgreasoner.baselines import tog_prompts as prompts
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
-from kgreasoner.data import QAExample
 from kgreasoner.evaluation.metrics import hits_at_1
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.llm import ScriptedLLM
+from kgreasoner.records.schema import QAExample
 
 from .conftest import gold_llm
 

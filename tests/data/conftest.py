@@ -2,7 +2,7 @@
 
 import pytest
 
-from kgreasoner.data.paths import find_data_dir
+from kgreasoner.records.paths import find_data_dir
 
 
 @pytest.fixture(scope="session")

@@ -5,17 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data import (
-    DATA_ENV,
-    PATHQUESTION_SETS,
-    SchemaError,
-    find_data_dir,
-    load_dataset,
-    load_datasets,
-    open_dataset_kg,
-)
-from kgreasoner.data.paths import repo_root
+from kgreasoner.data import load_dataset, load_datasets, open_dataset_kg
 from kgreasoner.kg.base import execute_path
+from kgreasoner.records.pathquestion import PATHQUESTION_SETS
+from kgreasoner.records.paths import DATA_ENV, find_data_dir, repo_root
+from kgreasoner.records.schema import SchemaError
 
 
 @pytest.fixture

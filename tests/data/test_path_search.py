@@ -7,9 +7,9 @@ import pytest
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import PathSearch, add_gold_paths, find_paths
 from kgreasoner.data.prepare import prepare_dataset, source_name
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity, read_jsonl
 from kgreasoner.kg.base import execute_path
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity, read_jsonl
 
 # Ada was born in Lyon (in France), married Bob through a mediator m1, and has a 1987 birth year.
 # Cy was also born in Lyon; Dee in Paris (in France); Lyon and Paris share France.

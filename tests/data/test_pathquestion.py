@@ -2,10 +2,15 @@
 
 import pytest
 
-from kgreasoner.data import SchemaError, load_pathquestion, parse_pathquestion_line
-from kgreasoner.data.pathquestion import PATHQUESTION_FILES, read_pathquestion
 from kgreasoner.kg.base import execute_path
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.pathquestion import (
+    PATHQUESTION_FILES,
+    load_pathquestion,
+    parse_pathquestion_line,
+    read_pathquestion,
+)
+from kgreasoner.records.schema import SchemaError
 
 PQ_LINE = (
     "which nationality is frederica_of_mecklenburg-strelitz 's couple ?\tunited_kingdom(united_kingdom/)\t"

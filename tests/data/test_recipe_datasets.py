@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from kgreasoner.config import load_config
-from kgreasoner.data import DATA_ENV, load_dataset, open_dataset_kg
+from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.kg import open_kg
+from kgreasoner.records.paths import DATA_ENV
 from kgreasoner.retrieval.tool import KGSearchTool
 from kgreasoner.training.grpo import GRPORecipe
 

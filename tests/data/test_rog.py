@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from kgreasoner.data import SchemaError, load_dataset
-from kgreasoner.data.rog import load_rog, read_rog_file, rog_examples
-from kgreasoner.data.schema import Answer, TopicEntity
+from kgreasoner.data import load_dataset
+from kgreasoner.records.rog import load_rog, read_rog_file, rog_examples
+from kgreasoner.records.schema import Answer, SchemaError, TopicEntity
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # The columns and types of the published files (rmanluo/RoG-webqsp, data/*.parquet).

@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kgreasoner.data import SchemaError, load_dataset
-from kgreasoner.data.hops import BATCH_CELLS, subgraph_hops
-from kgreasoner.data.rog import load_rog
-from kgreasoner.data.sampling import balanced_order, hop_count
+from kgreasoner.data import load_dataset
+from kgreasoner.records.hops import BATCH_CELLS, subgraph_hops
+from kgreasoner.records.rog import load_rog
+from kgreasoner.records.sampling import balanced_order, hop_count
+from kgreasoner.records.schema import SchemaError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -2,8 +2,8 @@
 
 from collections import Counter
 
-from kgreasoner.data.sampling import hop_count, interleave, stratified_order
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
+from kgreasoner.records.sampling import hop_count, interleave, stratified_order
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
 
 
 def _example(i: int, path: tuple[str, ...], hops: int | None = None) -> QAExample:
@@ -55,7 +55,7 @@ def test_hops_fall_back_to_the_path_length():
 
 
 def test_balanced_order_keeps_every_hop_count_in_turn_for_the_whole_epoch():
-    from kgreasoner.data.sampling import balanced_order
+    from kgreasoner.records.sampling import balanced_order
 
     order = balanced_order(_examples(), seed=0)
     assert len(order) == 3 * 12  # three hop counts, the largest group has 12

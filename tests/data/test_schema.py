@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from kgreasoner.data import QAExample, SchemaError, normalize_answer, read_jsonl, write_jsonl
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import QAExample, SchemaError, read_jsonl, write_jsonl
 
 GOOD = {
     "id": "q1",
@@ -159,8 +160,8 @@ def test_a_multi_topic_example_needs_two_topics_and_one_path_per_topic_or_none(t
 
 
 def test_warm_up_records_go_through_the_one_jsonl_writer(tmp_path):
-    from kgreasoner.data import TopicEntity
-    from kgreasoner.data.trajectories import Segment, WarmupRecord, read_warmup, write_warmup
+    from kgreasoner.records.schema import TopicEntity
+    from kgreasoner.records.trajectories import Segment, WarmupRecord, read_warmup, write_warmup
 
     block = Segment("\n<triples>\n(Gödel, né à, Brno)\n</triples>\n", False)
     record = WarmupRecord(
@@ -176,7 +177,7 @@ def test_warm_up_records_go_through_the_one_jsonl_writer(tmp_path):
 
 
 def test_a_line_over_the_size_limit_is_refused_naming_line_size_and_limit(tmp_path):
-    from kgreasoner.data.schema import MAX_LINE_BYTES
+    from kgreasoner.records.schema import MAX_LINE_BYTES
 
     def line(qid: str, question_bytes: int) -> bytes:
         return json.dumps({**GOOD, "id": qid, "question": "x" * question_bytes}).encode()

@@ -2,7 +2,9 @@
 
 import pytest
 
-from kgreasoner.data import Answer, QAExample, TopicEntity, assign_splits, group_key, load_dataset, overlap_stats
+from kgreasoner.data import load_dataset
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
+from kgreasoner.records.splits import assign_splits, group_key, overlap_stats
 
 
 def make_examples(num_groups=60):

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from kgreasoner.data import SchemaError, load_dataset, load_tog_json, parse_tog_record
-from kgreasoner.data.tog_json import detect_tog_format
+from kgreasoner.data import load_dataset
+from kgreasoner.records.schema import SchemaError
+from kgreasoner.records.tog_json import detect_tog_format, load_tog_json, parse_tog_record
 
 CWQ = {
     "ID": "WebQTrn-241_dfb6c97a",

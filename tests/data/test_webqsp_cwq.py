@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data import SchemaError, load_dataset
-from kgreasoner.data.schema import Answer, TopicEntity
-from kgreasoner.data.webqsp_cwq import load_cwq, load_webqsp, split_from_filename
+from kgreasoner.data import load_dataset
+from kgreasoner.records.schema import Answer, SchemaError, TopicEntity
+from kgreasoner.records.webqsp_cwq import load_cwq, load_webqsp, split_from_filename
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WEBQSP = FIXTURES / "webqsp-official"

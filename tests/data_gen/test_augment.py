@@ -10,8 +10,8 @@ import pytest
 from data_gen.augment import AugmentConfig, QuestionAugmenter
 from data_gen.warmup import WarmupConfig, WarmupGenerator, generate_records, load_templates
 from kgreasoner.config import load_config
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from kgreasoner.cli import main as kgreasoner
-from kgreasoner.data.trajectories import read_warmup
+from kgreasoner.records.trajectories import read_warmup
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "tests" / "data" / "fixtures"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from data_gen.lookup_drill import block_probes, lookup_drills
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.protocol import format_tool_block
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 
 FIRST = format_tool_block("(E1 Adolf Hitler, spouse, E2 Eva Braun)\n(E1 Adolf Hitler, profession, E3 Artist)")
 SECOND = format_tool_block(

@@ -16,10 +16,10 @@ from kgreasoner.baselines.sog import SoGConfig, SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
 from kgreasoner.config import load_config
 from kgreasoner.data import load_dataset, open_dataset_kg
-from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.evaluation.harness import evaluate_method
 from kgreasoner.llm import HFClient, ScriptedLLM
 from kgreasoner.models import TinyModelConfig, build_tiny, load_model_and_tokenizer
+from kgreasoner.records.trajectories import read_warmup
 from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 from kgreasoner.training.sft import SFTRecipe, train_sft
 from kgreasoner.training.warmup_data import encode_record

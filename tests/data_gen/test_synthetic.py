@@ -23,11 +23,12 @@ from data_gen.synthetic import (
     make_mids,
     write_synthetic,
 )
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import read_jsonl, write_jsonl
-from kgreasoner.data.splits import assign_splits, group_key, overlap_stats
-from kgreasoner.kg.base import execute_path, is_literal_id, make_literal
+from kgreasoner.kg.base import execute_path
 from kgreasoner.kg.memory import MemoryKG, read_names
+from kgreasoner.records.ids import is_literal_id, make_literal
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import read_jsonl, write_jsonl
+from kgreasoner.records.splits import assign_splits, group_key, overlap_stats
 
 MEDIATOR_KINDS = (
     "people.marriage",

@@ -29,11 +29,11 @@ from data_gen.warmup import (
 from data_gen.warmup.writer import Skip
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.data import load_dataset, open_dataset_kg
-from kgreasoner.data.normalize import normalize_answer
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
-from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import SEARCH_CLOSE, TRIPLES_CLOSE, TRIPLES_OPEN, check_format, parse_trajectory
+from kgreasoner.records.normalize import normalize_answer
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
+from kgreasoner.records.trajectories import read_warmup
 from kgreasoner.retrieval.tool import KGSearchTool
 
 HANDLE = re.compile(r"^E[1-9][0-9]*$")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from data_gen.warmup import WarmupConfig, run
 from kgreasoner.data import load_dataset
-from kgreasoner.data.trajectories import read_warmup
 from kgreasoner.protocol import build_prompt
+from kgreasoner.records.trajectories import read_warmup
 from kgreasoner.retrieval.tool import ToolConfig
 
 FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"

@@ -3,12 +3,12 @@ search tool and harness record, over a small in-memory KG."""
 
 import pytest
 
-from kgreasoner.data import QAExample
 from kgreasoner.evaluation.failures import RecordingSession, classify_failure, has_search_record, summarize_failures
 from kgreasoner.evaluation.harness import evaluate_method, make_record
 from kgreasoner.evaluation.report import RunInfo, render_markdown, summarize
 from kgreasoner.evaluation.rollout_method import KGReasonerMethod
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig, ToolCall, Trajectory
 from kgreasoner.rollout.types import TextBackend, TextOutput

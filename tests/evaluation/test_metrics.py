@@ -1,7 +1,7 @@
 import pytest
 
-from kgreasoner.data.schema import Answer
 from kgreasoner.evaluation.metrics import distinct_predictions, hits_at_1, score_answers
+from kgreasoner.records.schema import Answer
 
 GOLD = (Answer("m.1", "The United Kingdom", ("UK",)), Answer("m.2", "France"))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity, write_jsonl
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "bench" / "pathquestion_traces.py"

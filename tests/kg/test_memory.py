@@ -7,11 +7,12 @@ import re
 import pytest
 
 from kgreasoner.cli import main
-from kgreasoner.kg.base import Edge, execute_path
+from kgreasoner.kg.base import execute_path
 from kgreasoner.kg.commands import graph_stats
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS
+from kgreasoner.records.edges import Edge
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,9 @@ import random
 
 import pytest
 
-from kgreasoner.kg.base import Edge, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.edges import Edge
 
 
 def random_graph(seed: int) -> tuple[list[tuple[str, str, str]], dict[str, str]]:

@@ -12,13 +12,13 @@ import httpx
 import pyoxigraph as ox
 import pytest
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg import sparql as sparql_module
 from kgreasoner.kg.base import KGError, KGQueryRejected
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.rdf import ENTITY_NS, RDFS_LABEL, RELATION_NS, to_iri
 from kgreasoner.kg.server import free_port
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
 
 HOSTILE = [

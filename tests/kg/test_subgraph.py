@@ -7,10 +7,10 @@ import pytest
 
 from kgreasoner.baselines.oracle import OracleMethod
 from kgreasoner.data import load_dataset, open_dataset_kg
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 from kgreasoner.evaluation.failures import RecordingSession, classify_failure
 from kgreasoner.kg import KGError, MemoryKG, open_kg
 from kgreasoner.kg.subgraph import SubgraphKG
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 FIXTURES = Path(__file__).parents[1] / "data" / "fixtures"

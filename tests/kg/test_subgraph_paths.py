@@ -8,8 +8,8 @@ import pytest
 
 from kgreasoner.data import load_dataset, open_dataset_kg
 from kgreasoner.data.path_search import with_derived_paths
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity
 from kgreasoner.retrieval.labels import label_groups
 
 # The same two people in every record. q-cvt's graph has the marriage through a mediator (a mid,

@@ -18,12 +18,12 @@ import pytest
 
 from kgreasoner.baselines.sog import SoGMethod
 from kgreasoner.baselines.tog import ToGConfig, ToGMethod
-from kgreasoner.data.schema import QAExample, TopicEntity
 from kgreasoner.kg.base import KGQueryRejected
 from kgreasoner.kg.open import open_kg
 from kgreasoner.kg.server import LOOPBACK, free_port
 from kgreasoner.kg.sparql import MAX_GET_QUERY_BYTES, SparqlKG
 from kgreasoner.llm import ScriptedLLM
+from kgreasoner.records.schema import QAExample, TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.serving.validation import kg_failure
 

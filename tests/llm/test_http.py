@@ -11,7 +11,7 @@ import pytest
 import tenacity
 
 from kgreasoner.llm import OpenAIClient
-from kgreasoner.llm.http import (
+from kgreasoner.records.http import (
     DeadlinePassed,
     EndpointError,
     EndpointRejected,
@@ -46,7 +46,7 @@ def test_a_4xx_is_rejected_at_once_never_retried(scripted_server, status):
 
 @pytest.mark.parametrize("status", [500, 502, 503, 429])
 def test_a_5xx_or_429_is_retried_the_configured_times_then_names_the_endpoint(scripted_server, status, caplog):
-    caplog.set_level(logging.WARNING, logger="kgreasoner.llm.http")
+    caplog.set_level(logging.WARNING, logger="kgreasoner.records.http")
     server = scripted_server((status, "overloaded"))
     client = OpenAIClient(server.base_url, "m", retries=3, backoff=0.0)
     url = f"{server.base_url}/chat/completions"
@@ -56,7 +56,7 @@ def test_a_5xx_or_429_is_retried_the_configured_times_then_names_the_endpoint(sc
     assert (caught.value.url, caught.value.status) == (url, status)
     assert len(server.requests) == 4
     assert all(r[:2] == ("POST", "/v1/chat/completions") for r in server.requests)
-    retries = [r for r in caplog.records if r.name == "kgreasoner.llm.http"]
+    retries = [r for r in caplog.records if r.name == "kgreasoner.records.http"]
     assert len(retries) == 3 and all(r.levelno == logging.WARNING and "Retrying" in r.getMessage() for r in retries)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data.paths import repo_root
+from kgreasoner.records.paths import repo_root
 
 ARCHITECTURES = {"qwen3": "qwen3/configs/Qwen3-0.6B/config.json", "llama3.1": "llama3.1/config.json"}
 END_OF_TURN = {"qwen3": ("<|im_end|>", 151645), "llama3.1": ("<|eot_id|>", 128009)}
@@ -129,10 +129,10 @@ def world(tmp_path_factory) -> Path:
 
 def warmup_records(world: Path):
     """One trajectory per question; the tool block is what the real tool prints for its search."""
-    from kgreasoner.data.schema import TopicEntity
-    from kgreasoner.data.trajectories import Segment, WarmupRecord
     from kgreasoner.kg.open import open_kg
     from kgreasoner.protocol import format_tool_block
+    from kgreasoner.records.schema import TopicEntity
+    from kgreasoner.records.trajectories import Segment, WarmupRecord
     from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
     tool = KGSearchTool(open_kg(f"memory:{world}"), ToolConfig(**TOOL))
@@ -163,7 +163,7 @@ def random_checkpoint(arch, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def warm_checkpoint(arch, random_checkpoint, world, tmp_path_factory) -> Path:
     """`random_checkpoint` SFT-trained on the two warm-up trajectories until it writes them greedily."""
-    from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.records.trajectories import write_warmup
     from kgreasoner.training.sft import SFTRecipe, train_sft
 
     root = tmp_path_factory.mktemp(f"sft-{arch}")

@@ -24,7 +24,7 @@ GPU_RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent.name in MOD
 
 
 def _argv(recipe: Path, world: Path, *extra: str) -> list[str]:
-    from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.records.trajectories import write_warmup
 
     data = write_warmup(warmup_records(world), world.parent / "preflight-warmup.jsonl")
     # the recipes' data and warm-up checkpoints exist only on a training machine: point them here

@@ -60,7 +60,7 @@ def test_sft_trains_exactly_the_mask(arch, world, random_checkpoint, tmp_path, m
     """The batch TRL's SFTTrainer feeds the model: labels are the ids where the mask is 1, -100 elsewhere."""
     import trl
 
-    from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.records.trajectories import write_warmup
     from kgreasoner.training.sft import SFTRecipe, train_sft
 
     tokenizer = tokenizer_of(arch)

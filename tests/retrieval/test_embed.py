@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from kgreasoner.cli import main
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity, write_jsonl
-from kgreasoner.kg.base import is_literal_id
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.records.ids import is_literal_id
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity, write_jsonl
 from kgreasoner.retrieval.embed import embed_ahead, first_search_texts, kg_texts
 from kgreasoner.retrieval.encoder import CachedEncoder, EmbeddingTable, HashingEncoder
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig

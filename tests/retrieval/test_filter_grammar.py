@@ -8,17 +8,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import (
     last_open_search,
+    parse_listing,
     parse_trajectory,
     read_relation_filter,
     relation_filter_text,
     split_relation_filter,
     split_search_query,
 )
-from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, parse_listing
+from kgreasoner.records.schema import TopicEntity
+from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 HUB = [TopicEntity("h", "Hub")]
 AWKWARD = [

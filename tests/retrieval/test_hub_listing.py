@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.oxigraph_store import OxigraphKG
 from kgreasoner.kg.sparql import SparqlKG
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.encoder import EncoderConfig
 from kgreasoner.retrieval.tool import ERRORS, KGSearchTool, ToolConfig
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kgreasoner.data.schema import Answer, QAExample, TopicEntity, write_jsonl
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import Answer, QAExample, TopicEntity, write_jsonl
 from kgreasoner.retrieval.labels import label_groups
 
 

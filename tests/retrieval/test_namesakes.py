@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.oxigraph_store import OxigraphKG
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 
 TRIPLES = [

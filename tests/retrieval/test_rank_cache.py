@@ -9,9 +9,9 @@ import weakref
 import numpy as np
 import torch
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.kg.sparql import CONTEXT_BATCH, SparqlKG
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.candidates import candidate_context, gather_candidates
 from kgreasoner.retrieval.encoder import EncoderConfig, build_encoder
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig

@@ -8,9 +8,9 @@ import gc
 import pytest
 import torch
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.candidates import gather_candidates
 from kgreasoner.retrieval.encoder import CachedEncoder, EncoderConfig, HashingEncoder
 from kgreasoner.retrieval.ranker import GATRanker, RankerModelConfig

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kgreasoner.data.schema import TopicEntity
 from kgreasoner.kg.base import KGError
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig, relation_display, relation_key
 
 UTAH = [TopicEntity("m.utah", "Utah")]

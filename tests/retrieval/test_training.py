@@ -8,8 +8,8 @@ import pytest
 
 from data_gen.synthetic import write_synthetic
 from kgreasoner.config import ConfigError, load_config
-from kgreasoner.data.schema import read_jsonl
 from kgreasoner.kg.memory import MemoryKG
+from kgreasoner.records.schema import read_jsonl
 from kgreasoner.retrieval.encoder import EncoderConfig
 from kgreasoner.retrieval.ranker import RankerModelConfig
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig

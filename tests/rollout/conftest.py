@@ -17,9 +17,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
-from kgreasoner.kg.base import Edge
-from kgreasoner.protocol import TAGS
-from kgreasoner.retrieval.tool import ToolResult
+from kgreasoner.protocol import TAGS, ToolResult
+from kgreasoner.records.edges import Edge
 
 CORPUS = [
     "The User asks a question, and the Assistant solves it. User: what timezone is utah in",

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kgreasoner.data import QAExample
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import build_prompt, format_tool_block, opened_think
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams, trl_rollout_output
 from kgreasoner.rollout.hf_backend import HFBackend

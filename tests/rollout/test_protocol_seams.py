@@ -11,9 +11,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from kgreasoner.kg.base import Edge
-from kgreasoner.protocol import format_tool_block
-from kgreasoner.retrieval.tool import ToolResult
+from kgreasoner.protocol import ToolResult, format_tool_block
+from kgreasoner.records.edges import Edge
 from kgreasoner.rollout import (
     RolloutConfig,
     RolloutEngine,

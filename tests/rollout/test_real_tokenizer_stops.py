@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kgreasoner.data.paths import repo_root
 from kgreasoner.protocol import ANSWER_CLOSE, SEARCH_CLOSE, build_prompt, check_format, format_tool_block
+from kgreasoner.records.paths import repo_root
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
 from kgreasoner.rollout.hf_backend import HFBackend
 from kgreasoner.rollout.vllm_backend import VLLMBackend

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from kgreasoner.data import QAExample
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import ANSWER_OPEN, SEARCH_OPEN, format_tool_block, parse_trajectory
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams
 from kgreasoner.rollout.hf_backend import HFBackend

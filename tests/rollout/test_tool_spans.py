@@ -3,9 +3,9 @@ answer, the search count, the format check and every reward read model-written t
 
 from __future__ import annotations
 
-from kgreasoner.data import QAExample
 from kgreasoner.kg.memory import MemoryKG
 from kgreasoner.protocol import check_format, parse_trajectory
+from kgreasoner.records.schema import QAExample
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.rewards import answer_reward, count_searches, format_reward, search_reward
 from kgreasoner.rollout import RolloutConfig, RolloutEngine, SamplingParams, trl_rollout_output

@@ -24,9 +24,9 @@ import torch
 import yaml
 
 from kgreasoner.data import load_dataset, open_dataset_kg
-from kgreasoner.data.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.models import TinyModelConfig, build_tiny
 from kgreasoner.protocol import format_tool_block
+from kgreasoner.records.trajectories import Segment, WarmupRecord, write_warmup
 from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
 from kgreasoner.tokenizer import TokenizerConfig, read_training_texts
 from kgreasoner.training.sft import SFTRecipe, train_sft

@@ -15,7 +15,7 @@ import uvicorn
 
 from kgreasoner.cli import main
 from kgreasoner.config import from_dict
-from kgreasoner.data.schema import TopicEntity
+from kgreasoner.records.schema import TopicEntity
 from kgreasoner.serving.answer import render_trace
 from kgreasoner.serving.app import create_app
 from kgreasoner.serving.config import ServeConfig

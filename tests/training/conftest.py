@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kgreasoner.data.schema import TopicEntity
-from kgreasoner.data.trajectories import Segment, WarmupRecord
 from kgreasoner.models import TinyModelConfig, build_tiny
+from kgreasoner.records.schema import TopicEntity
+from kgreasoner.records.trajectories import Segment, WarmupRecord
 from kgreasoner.tokenizer import TokenizerConfig
 
 TRIPLES_UTAH = (

@@ -90,7 +90,7 @@ def test_group_log_drops_the_rows_after_a_resumed_step_and_all_on_a_fresh_start(
 @pytest.mark.slow
 def test_one_grpo_step_records_each_groups_right_answers_as_the_answer_reward_scored_them(warm_policy, tmp_path):
     from kgreasoner.data import load_dataset, open_dataset_kg
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.rollout.types import RolloutConfig
     from kgreasoner.training.grpo import Episode, GRPORecipe, build_trainer

@@ -123,8 +123,8 @@ def _tokenizer(name: str, tiny_checkpoint):
 
 @pytest.mark.parametrize("name", ["qwen3", "tiny"])
 def test_the_gold_row_trl_gets_is_the_record_as_sft_tokenises_it(name, tiny_checkpoint, synthetic_dir, warmup_file):
-    from kgreasoner.data.trajectories import read_warmup
     from kgreasoner.protocol import build_prompt, format_tool_block
+    from kgreasoner.records.trajectories import read_warmup
     from kgreasoner.rewards import answer_reward, format_reward
     from kgreasoner.training.warmup_data import encode_record
 
@@ -193,7 +193,7 @@ def _model(name: str, tokenizer, tiny_checkpoint):
 
 
 def _gold_record(gold, examples, hops: int):
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
 
     return next(
         r
@@ -329,7 +329,7 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
     rows of its group, (r - mean) / (std + 1e-4) with Bessel's std; the logged reward figures are the policy
     rows' means and the gold rows' are logged apart."""
     from kgreasoner.data import load_dataset, open_dataset_kg
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.rewards import reward_functions
     from kgreasoner.training.grpo import build_trainer

@@ -140,7 +140,7 @@ def _torn_policy(warm_policy, records_file: Path, out: Path, count: int = 8):
     import dataclasses
     import re
 
-    from kgreasoner.data.trajectories import Segment, read_warmup, write_warmup
+    from kgreasoner.records.trajectories import Segment, read_warmup, write_warmup
     from kgreasoner.training.sft import SFTRecipe, train_sft
 
     model, data, _ = warm_policy

@@ -41,7 +41,7 @@ def _recipe(tiny_checkpoint, synthetic_dir, run_dir: Path, **fields) -> GRPOReci
 
 
 def _question(id: str, hops: int):
-    from kgreasoner.data.schema import Answer, QAExample, TopicEntity
+    from kgreasoner.records.schema import Answer, QAExample, TopicEntity
 
     return QAExample(id, "?", (TopicEntity("t", "t"),), (Answer("x", "x"),), hops=hops)
 
@@ -67,7 +67,7 @@ def test_hard_cases_are_mined_from_the_groups_the_policy_rollouts_recorded(tiny_
     at step 1 and one at step 3: the hard set is exactly the questions whose last group had a wrong rollout, of
     every hop count; a question never sampled is not hard."""
     from kgreasoner.data import load_dataset, open_dataset_kg
-    from kgreasoner.data.sampling import hop_count
+    from kgreasoner.records.sampling import hop_count
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import build_trainer
 
@@ -229,7 +229,7 @@ def test_trls_sampler_hands_the_hard_episode_its_batches(order, tiny_checkpoint,
     import random
 
     from kgreasoner.data import load_dataset, open_dataset_kg
-    from kgreasoner.data.sampling import balanced_order, hop_count
+    from kgreasoner.records.sampling import balanced_order, hop_count
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import build_trainer
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kgreasoner.config import ConfigError, load_config
-from kgreasoner.data.trajectories import write_warmup
+from kgreasoner.records.trajectories import write_warmup
 from kgreasoner.training.common import policy_dtype
 from kgreasoner.training.grpo import GRPORecipe
 from kgreasoner.training.sft import SFTRecipe, train_sft

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kgreasoner.config import ConfigError, load_config
-from kgreasoner.data.trajectories import write_warmup
 from kgreasoner.models import load_model_and_tokenizer
+from kgreasoner.records.trajectories import write_warmup
 from kgreasoner.training.common import last_complete_checkpoint
 from kgreasoner.training.sft import SFTRecipe, build_datasets, train_sft
 

@@ -26,7 +26,7 @@ def test_the_zero3_config_is_live_when_the_model_loads(tiny_checkpoint, records,
     from transformers import AutoModelForCausalLM
     from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
-    from kgreasoner.data.trajectories import write_warmup
+    from kgreasoner.records.trajectories import write_warmup
     from kgreasoner.training.sft import train_sft
 
     seen = []

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from kgreasoner.data.paths import repo_root
+from kgreasoner.records.paths import repo_root
 from kgreasoner.training.trl_internals import send_unfused_experts
 from kgreasoner.training.vllm_weights import vllm_named_weights
 

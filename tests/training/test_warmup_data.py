@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from kgreasoner.data.schema import SchemaError
-from kgreasoner.data.trajectories import read_warmup, write_warmup
 from kgreasoner.models import load_model_and_tokenizer
 from kgreasoner.protocol import build_prompt
+from kgreasoner.records.schema import SchemaError
+from kgreasoner.records.trajectories import read_warmup, write_warmup
 from kgreasoner.training.warmup_data import encode_record
 
 

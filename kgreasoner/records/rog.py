@@ -11,7 +11,7 @@ and are the mediator (CVT) nodes. The split of each record comes from its file's
 training graphs hold tens of millions of triples), and keeps the table in Arrow memory; the
 QA examples come from `rog_examples` and the graphs are served by `kgreasoner.kg.subgraph`.
 The records name no relation path, so each question's hop count is read off its own graph
-(`kgreasoner.data.hops`): loading reads the graphs too.
+(`kgreasoner.records.hops`): loading reads the graphs too.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kgreasoner.data.hops import subgraph_hops
-from kgreasoner.data.schema import Answer, DuplicateKeyError, QAExample, SchemaError, TopicEntity, loads_json
-from kgreasoner.data.webqsp_cwq import split_from_filename
+from kgreasoner.records.hops import subgraph_hops
+from kgreasoner.records.schema import Answer, DuplicateKeyError, QAExample, SchemaError, TopicEntity, loads_json
+from kgreasoner.records.webqsp_cwq import split_from_filename
 
 ROG_SUFFIXES = (".parquet", ".jsonl")
 # The fields read; the published files also have `a_entity` and `choices`, which nothing here needs
@@ -107,7 +107,7 @@ def read_rog_file(path: str | Path, columns: list[str] | None = None) -> RogFile
 
 def rog_examples(rog: RogFile) -> list[QAExample]:
     """The file's records as QA examples (topic entities from `q_entity`, answers from `answer`,
-    `hops` from the record's graph: `kgreasoner.data.hops`); `rog` must be read with every column."""
+    `hops` from the record's graph: `kgreasoner.records.hops`); `rog` must be read with every column."""
     examples = []
     table = rog.table
     columns = {name: table.column(name).to_pylist() for name in ("id", "question", "answer", "q_entity")}

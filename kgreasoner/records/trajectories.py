@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kgreasoner.data.schema import SchemaError, TopicEntity, iter_json_lines, write_jsonl
+from kgreasoner.records.schema import SchemaError, TopicEntity, iter_json_lines, write_jsonl
 
 KINDS = ("gold", "correction", "drill")  # drill: data_gen/lookup_drill.py
 

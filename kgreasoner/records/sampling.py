@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
-from kgreasoner.data.schema import QAExample
+from kgreasoner.records.schema import QAExample
 
 T = TypeVar("T")
 

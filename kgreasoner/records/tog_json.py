@@ -23,8 +23,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.data.schema import Answer, DuplicateKeyError, QAExample, SchemaError, TopicEntity, load_json
-from kgreasoner.kg.base import make_literal
+from kgreasoner.records.ids import make_literal
+from kgreasoner.records.schema import Answer, DuplicateKeyError, QAExample, SchemaError, TopicEntity, load_json
 
 logger = logging.getLogger(__name__)
 

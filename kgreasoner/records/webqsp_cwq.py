@@ -24,8 +24,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kgreasoner.data.schema import DuplicateKeyError, QAExample, SchemaError, TopicEntity, load_json
-from kgreasoner.data.tog_json import cwq_answers, record_field, webqsp_answers
+from kgreasoner.records.schema import DuplicateKeyError, QAExample, SchemaError, TopicEntity, load_json
+from kgreasoner.records.tog_json import cwq_answers, record_field, webqsp_answers
 
 logger = logging.getLogger(__name__)
 

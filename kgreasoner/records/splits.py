@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from kgreasoner.data.schema import QAExample
+from kgreasoner.records.schema import QAExample
 
 SCHEMES = ("random", "grouped")
 DEFAULT_SPLIT_SCHEME = "grouped"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kgreasoner.data.paths import find_data_dir
-from kgreasoner.data.schema import Answer, QAExample, SchemaError, TopicEntity
+from kgreasoner.records.paths import find_data_dir
+from kgreasoner.records.schema import Answer, QAExample, SchemaError, TopicEntity
 
 END = "<end>"
 
@@ -103,7 +103,7 @@ def load_pathquestion(name: str, root: str | Path | None = None) -> tuple[list[Q
     """The questions of one set (`PQ-2H`, `pql-3h`, ...) and the path of its KB file.
 
     `root` is the PathQuestion folder or a data root holding `pathquestion/`; without it the
-    folder is looked up as `kgreasoner.data.paths.find_data_dir` describes.
+    folder is looked up as `kgreasoner.records.paths.find_data_dir` describes.
     """
     canonical = pathquestion_set_name(name)
     if canonical is None:
