@@ -514,19 +514,17 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
 
 def hf_dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
     """The batches a rank's dev evaluation rolls out on the hf backend, as (rows, what): the dev curve's
-    (`DevEval`, when the run's backend is hf; on vLLM it runs in the engine's share) and, with `choose_final:
-    best_dev`, each save's measurement on the whole dev split (`checkpoint_choice.split_verdicts`, always hf, in
-    batches of `SPLIT_BATCH`: counted whole, as a dev split of CWQ's size gives every rank more)."""
-    from kgreasoner.training.checkpoint_choice import SPLIT_BATCH
-
-    batches = []
-    if recipe.dev_eval_steps and recipe.rollout_backend == "hf":
-        rows = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
-        batches.append(
-            (rows, f"dev_eval_batch_size {recipe.dev_eval_batch_size}, of {recipe.dev_eval_questions} dev questions")
-        )
-    if recipe.dev_eval_steps and recipe.choose_final == "best_dev":
-        batches.append((SPLIT_BATCH, "choose_final: best_dev measures each save on the whole dev split, on hf"))
+    (`DevEval`) and, with `choose_final: best_dev`, each save's measurement on the whole dev split
+    (`BestKeeper`), both in calls of at most `dev_eval_batch_size` rows through the run's backend (on vLLM they
+    run in the engine's share). The whole split's calls are counted full: a dev split of CWQ's size gives every
+    rank more questions than one call takes."""
+    if not recipe.dev_eval_steps or recipe.rollout_backend != "hf":
+        return []
+    size = recipe.dev_eval_batch_size
+    rows = min(size, math.ceil(recipe.dev_eval_questions / gpus))
+    batches = [(rows, f"dev_eval_batch_size {size}, of {recipe.dev_eval_questions} dev questions")]
+    if recipe.choose_final == "best_dev":
+        batches.append((size, f"choose_final: best_dev measures each save on the whole dev split, {size} a call"))
     return batches
 
 
@@ -621,15 +619,9 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
                 "trainer.gradient_accumulation_steps, or trainer.steps_per_generation)"
             )
             hints.append("rollout_backend: vllm")
-        if peak == DEV_EVAL:
-            if recipe.choose_final == "best_dev":
-                hints.append(
-                    "choose_final: last (best_dev measures each save on the whole dev split on hf, which under "
-                    "ZeRO-3 gathers the whole model on every GPU)"
-                )
-            if recipe.rollout_backend == "hf":
-                hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
-                hints.append("rollout_backend: vllm (the dev curve then runs in vLLM's share)")
+        if peak == DEV_EVAL:  # on hf only: on vLLM dev evaluation runs in the engine's share
+            hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
+            hints.append("rollout_backend: vllm (dev evaluation then runs in vLLM's share)")
             hints.append("dev_eval_steps: 0 (no dev evaluation)")
         if _zero_stage(_deepspeed(args)) < 3:
             hints.append("trainer.deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")

@@ -554,6 +554,7 @@ class GuidedRowAdvantages:
         return output
 
 
-def guided_trainer_class(base):
-    """`base` (a `GRPOTrainer` class) with `GuidedRowAdvantages` before it."""
-    return type(base.__name__, (GuidedRowAdvantages, base), {})
+def guided_trainer_class(base, **settings):
+    """`base` (a `GRPOTrainer` class) with `GuidedRowAdvantages` before it, and `settings` (class attributes
+    such as `gold_advantage` and `length_chunk_rows`) in place of their defaults."""
+    return type(base.__name__, (GuidedRowAdvantages, base), settings)

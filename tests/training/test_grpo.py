@@ -238,7 +238,7 @@ def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, t
 
 
 def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
-    from kgreasoner.training.grpo import StepLog
+    from kgreasoner.training.grpo_callbacks import StepLog
 
     log = StepLog(tmp_path / "steps.jsonl", episode=1)
     log.append(0, {"dev/hits1": 0.2})

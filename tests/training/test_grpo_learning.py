@@ -185,7 +185,7 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.rollout.hf_backend import HFBackend
     from kgreasoner.rollout.types import SamplingParams
-    from kgreasoner.training.grpo import RewardWeights
+    from kgreasoner.training.grpo_recipe import RewardWeights
 
     _, data, tool_config = warm_policy
     torn, questions = _torn_policy(warm_policy, warm_policy_records, tmp_path)
