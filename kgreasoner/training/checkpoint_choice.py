@@ -1,4 +1,5 @@
-"""The run's final model (`choose_final: best_dev`): the warm-up or one of GRPO's saves, chosen on the whole dev split.
+"""The run's final model (`dev_eval.choose_final: best_dev`): the warm-up or one of GRPO's saves, chosen on the
+whole dev split.
 
 The candidates are the warm-up (episode 1's step 0: the model GRPO started from) and every saved step of every
 episode, each measured by greedy Hits@1 on the whole dev split (`BestKeeper`; the periodic dev curve of

@@ -20,7 +20,7 @@ Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose 
 answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
 with exact ids and masks; the groups are planned whole over every rank's rows. With `guidance: gold_prefix`
 that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them). A guided
-row trains with the fixed advantage `gold_advantage` when it answers right (0 when not), and stays out of its
+row trains with the fixed advantage `guidance.gold_advantage` when it answers right (0 when not), and stays out of its
 group's mean and std (`trl_internals.GuidedRowAdvantages`).
 
 What shows learning, beside TRL's own `reward`, `frac_reward_zero_std` (groups whose rollouts all got one
@@ -29,7 +29,7 @@ sample (`grpo_callbacks.DevEval`). Under torchrun only the main process logs pro
 run in `run_dir/episode-<k>` starting from the previous episode's final weights;
 `--resume` continues the first unfinished episode from its last checkpoint. The episodes share one AdamW
 state and one learning-rate schedule (`episode_carry`, `kgreasoner.training.episode_schedule`). With
-`choose_final: best_dev` the last episode's `final` ends up holding the warm-up or the save of the whole
+`dev_eval.choose_final: best_dev` the last episode's `final` ends up holding the warm-up or the save of the whole
 run with the best Hits@1 on the whole dev split, no hop count more than one standard error below the
 warm-up's (`kgreasoner.training.checkpoint_choice`, `run_dir/chosen.json`).
 
@@ -77,6 +77,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
     """
     import torch
 
+    from kgreasoner.rewards import reward_functions
     from kgreasoner.rollout.types import completion_tokens, sequence_tokens
 
     return recipe.TRAINER.build(
@@ -85,7 +86,7 @@ def grpo_config(recipe: GRPORecipe, output_dir: Path, episode: Episode):
             output_dir=str(output_dir),
             num_train_epochs=episode.num_train_epochs,
             max_steps=episode.max_steps,
-            reward_weights=[recipe.rewards.search, recipe.rewards.format, recipe.rewards.answer],
+            reward_weights=recipe.rewards.weights([f.__name__ for f in reward_functions(recipe.rewards.search_form)]),
             # a hard episode lays out its own batches (hard cases and replay): TRL must keep them
             shuffle_dataset=recipe.order == "shuffled" and episode.data != "hard",
             use_vllm=recipe.rollout_backend == "vllm",
@@ -161,18 +162,18 @@ def _episode_dataset(examples, tokenizer, order: str, seed: int, max_prompt_toke
 
 def _episode_rows(recipe: GRPORecipe, number: int, episode: Episode, examples, replay, tokenizer, args, kg):
     """The episode's dataset (`_episode_dataset`) and its questions by prompt, refused when TRL would train
-    no step on it; a hard episode's rows take a `hard_replay` share of every generation batch from `replay`."""
+    no step on it; a hard episode's rows take a `hard_cases.replay` share of every generation batch from `replay`."""
     from kgreasoner.data.gold_chains import GoldChains
 
-    chains = GoldChains(kg) if recipe.search_reward == "path" else None
+    chains = GoldChains(kg) if recipe.rewards.search_form == "path" else None
     per_batch = args.generation_batch_size // args.num_generations
     mix = None
     if episode.data == "hard":
-        mix = (list(replay), per_batch, recipe.hard_replay)
+        mix = (list(replay), per_batch, recipe.hard_cases.replay)
         logger.info(
             "episode %d: %d of every %d questions a batch from the %d other training questions",
             number,
-            replay_slots(per_batch, recipe.hard_replay) if replay else 0,
+            replay_slots(per_batch, recipe.hard_cases.replay) if replay else 0,
             per_batch,
             len(replay),
         )
@@ -212,8 +213,8 @@ def build_trainer(
     """The TRL trainer of one episode, our rollout as its `rollout_func`, our metrics as callbacks.
 
     `dev_examples` is the periodic dev curve's sample; `dev_split`, the whole dev split, measures the
-    candidates of `choose_final: best_dev`. A hard episode's `examples` are its hard cases and `replay`
-    the other training questions, a `hard_replay` share of every generation batch. `schedule`
+    candidates of `dev_eval.choose_final: best_dev`. A hard episode's `examples` are its hard cases and `replay`
+    the other training questions, a `hard_cases.replay` share of every generation batch. `schedule`
     (`episode_schedule.RunSchedule`) is the episode's place in the run's optimiser and learning-rate schedule.
 
     With `engine_from` (the previous episode's trainer) a vLLM rollout drives that trainer's
@@ -236,13 +237,13 @@ def build_trainer(
     trainer_class = internals.guided_trainer_class(
         internals.scoring_trainer_class(),
         length_chunk_rows=recipe.length_chunk_rows,
-        gold_advantage=recipe.gold_advantage,
+        gold_advantage=recipe.guidance.gold_advantage,
         run_schedule=schedule,
     )
     with internals.reusing_vllm_engine(engine_from), internals.colocated_engine_args():
         trainer = trainer_class(
             model=model_path,
-            reward_funcs=reward_functions(search_form=recipe.search_reward),
+            reward_funcs=reward_functions(search_form=recipe.rewards.search_form),
             args=args,
             train_dataset=data,
             processing_class=tokenizer,
@@ -262,12 +263,12 @@ def _callbacks(recipe: GRPORecipe, trainer, rollout: KGRollout, number: int, mod
     which the others read), the dev curve's, and the final choice's measurement of each save."""
     step_log = StepLog(Path(recipe.run_dir) / STEP_LOG, number)
     callbacks: list[TrainerCallback] = [RolloutMetrics(trainer, step_log, rollout)]
-    if recipe.dev_eval_steps and dev_examples:
-        every, size = recipe.dev_eval_steps, recipe.dev_eval_batch_size
+    if recipe.dev_eval.steps and dev_examples:
+        every, size = recipe.dev_eval.steps, recipe.dev_eval.batch_size
         callbacks.append(DevEval(trainer, rollout.rollouts, dev_examples, every, size, step_log))
-    if recipe.choose_final == "best_dev" and dev_split:
+    if recipe.dev_eval.final == "best_dev" and dev_split:
         root = Path(recipe.run_dir)
-        size = recipe.dev_eval_batch_size
+        size = recipe.dev_eval.batch_size
         callbacks.append(BestKeeper(trainer, root, number, model_path, dev_split, rollout.rollouts, size, step_log))
     return callbacks
 
@@ -287,9 +288,9 @@ def _questions(recipe: GRPORecipe):
         raise ValueError(f"dataset {recipe.dataset!r} has no training questions")
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
     dev_examples: list[Any] = []
-    if recipe.dev_eval_steps:
-        dev_examples = stratified_order(dataset.split("dev"), recipe.setting("seed"))[: recipe.dev_eval_questions]
-    dev_split = dataset.split("dev") if recipe.choose_final == "best_dev" else []
+    if recipe.dev_eval.steps:
+        dev_examples = stratified_order(dataset.split("dev"), recipe.setting("seed"))[: recipe.dev_eval.questions]
+    dev_split = dataset.split("dev") if recipe.dev_eval.final == "best_dev" else []
     named = [with_kg_names(examples, tool.kg) for examples in (train_examples, dev_examples, dev_split)]
     return named[0], tool, named[1], named[2]
 
@@ -297,7 +298,7 @@ def _questions(recipe: GRPORecipe):
 def _episode_questions(recipe: GRPORecipe, root: Path, number: int, episode: Episode, train_examples):
     """The questions episode `number` trains on, and the other questions a hard episode replays."""
     if episode.data == "hard":
-        return hard_examples(root, number, train_examples, recipe.hard_threshold)
+        return hard_examples(root, number, train_examples, recipe.hard_cases.threshold)
     if episode.data == "frontier":
         args = grpo_config(recipe, root / f"episode-{number}", episode)
         per_batch = args.generation_batch_size // args.num_generations
@@ -327,7 +328,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     if any(e.data == "hard" for e in recipe.episodes):  # a batch too small for the replay share: refused now
         args = grpo_config(recipe, root / "episode-1", recipe.episodes[0])
-        replay_slots(args.generation_batch_size // args.num_generations, recipe.hard_replay)
+        replay_slots(args.generation_batch_size // args.num_generations, recipe.hard_cases.replay)
     model_path, previous, count = recipe.model, None, len(recipe.episodes)
     for number, episode in enumerate(recipe.episodes, 1):
         final = root / f"episode-{number}" / "final"
@@ -368,7 +369,7 @@ def _choose_final(recipe: GRPORecipe, root: Path) -> None:
     unless an earlier call already did; every rank waits for it."""
     state = PartialState()  # set up by the trainers, or a bare single process when every episode was done
     if state.is_main_process and not (root / CHOSEN).is_file():
-        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.choose_final or "last", recipe.model)
+        chosen = apply_choice(root, root / STEP_LOG, len(recipe.episodes), recipe.dev_eval.final, recipe.model)
         logger.info(
             "final model: %s (dev Hits@1 %s), %s",
             "the warm-up" if chosen["warmup"] else f"episode {chosen['episode']} step {chosen['step']}",

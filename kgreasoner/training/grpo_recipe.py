@@ -36,15 +36,32 @@ UNSUPPORTED_TRAINER = {
 SCALE_REWARDS = ("group", "batch", "none")
 WARMUP_MINING = (
     "hard cases are mined from the policy's own groups in episode 1, not from the warm-up model: set "
-    "hard_threshold (a question is hard below this success rate) and hard_replay (the share of every batch "
-    "from the other questions)"
+    "hard_cases.threshold (a question is hard below this success rate) and hard_cases.replay (the share of every "
+    "batch from the other questions)"
 )
 REMOVED_KEYS = {
-    "hard_cases": f"{WARMUP_MINING}; the mined set is saved in episode-<k>/hard_cases.jsonl",
-    "hard_case_trajectories": f"{WARMUP_MINING}; guided groups take their gold rows from guidance_trajectories",
+    "hard_case_trajectories": f"{WARMUP_MINING}; guided groups take their gold rows from guidance.trajectories",
     "hard_case_quantile": WARMUP_MINING,
 }
 """Recipe keys that are gone, and what to set instead."""
+MOVED_KEYS = {
+    "hard_threshold": "hard_cases.threshold",
+    "hard_replay": "hard_cases.replay",
+    "guidance_trajectories": "guidance.trajectories",
+    "gold_advantage": "guidance.gold_advantage",
+    "dev_eval_steps": "dev_eval.steps",
+    "dev_eval_questions": "dev_eval.questions",
+    "dev_eval_batch_size": "dev_eval.batch_size",
+    "choose_final": "dev_eval.choose_final",
+    "search_reward": "rewards.search_form",
+}
+"""Recipe keys that moved into a group, and their place now."""
+GROUP_WAS = {
+    "hard_cases": f"hard_cases is now a mapping ({{threshold, replay}}), no longer a file: {WARMUP_MINING}; the mined "
+    "set is saved in episode-<k>/hard_cases.jsonl",
+    "guidance": "guidance is now a mapping: its mode is guidance.mode (guidance: {mode: gold})",
+}
+"""Group keys that held a single value before, and what a recipe that gives them one must write instead."""
 
 
 @dataclass
@@ -55,8 +72,8 @@ class Episode:
         default="all",
         metadata={
             "help": "all: every training question; hard: the hard cases, the questions episode 1's groups got "
-            "partly or wholly wrong (hard_threshold); frontier: the questions with some but not all rollouts right "
-            "in episode 1, plus a replay share of the rest (frontier_replay)"
+            "partly or wholly wrong (hard_cases.threshold); frontier: the questions with some but not all rollouts "
+            "right in episode 1, plus a replay share of the rest (frontier_replay)"
         },
     )
     num_train_epochs: float = field(default=1.0, metadata={"help": "passes over this episode's questions"})
@@ -68,14 +85,162 @@ class Episode:
 
 
 @dataclass
-class RewardWeights:
-    """Weights of the summed reward R = w_s R_search + w_f R_format + w_a R_answer (paper: all 1)."""
+class Rewards:
+    """The summed reward R = w_s R_search + w_f R_format + w_a R_answer (paper: all weights 1), each weight keyed
+    by its reward's name, and the search reward's form."""
 
-    search: float = field(
-        default=1.0, metadata={"help": "weight of the search reward (its form: the recipe's search_reward)"}
-    )
+    search: float = field(default=1.0, metadata={"help": "weight of the search reward (its form: search_form)"})
     format: float = field(default=1.0, metadata={"help": "weight of the 0.5 format reward"})
     answer: float = field(default=1.0, metadata={"help": "weight of the 1.0 answer reward"})
+    search_form: str = field(
+        default="paper",
+        metadata={
+            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS), n the searches that returned triples, "
+            "h the question's hop count: paper min(0.5 n, 0.8); hops 0.8 min(n, h) / h (each search up to the hop "
+            "count earns a share; unknown h: paper's); correct (paper's, paid only with a right answer); "
+            "correct_hops (hops', paid only with a right answer); path (0.8 x the share of the gold path the "
+            "searches walked in order, or 0.8 once the answer is shown)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        from kgreasoner.rewards import SEARCH_FORMS
+
+        if self.search_form not in SEARCH_FORMS:
+            raise ValueError(f"rewards.search_form must be one of {SEARCH_FORMS}, got {self.search_form!r}")
+
+    def weights(self, names: list[str]) -> list[float]:
+        """The weights of the reward functions named `names` (TRL's `reward_weights`, in their order):
+        `search_reward` takes `search`, and so on."""
+        return [getattr(self, name.removesuffix("_reward")) for name in names]
+
+
+@dataclass
+class HardCases:
+    """A hard episode's questions (`data: hard`, `kgreasoner.training.hard_cases`)."""
+
+    threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "a hard episode's questions: those whose last group in episode 1 had a success rate (right "
+            "answers of the policy's own rollouts, gold rows not counted) below this, every hop count eligible; "
+            "1.0: any wrong rollout, 0.5: right in fewer than half. Questions episode 1 never sampled are not hard "
+            "(kgreasoner.training.hard_cases); the set is saved in the episode's folder and a resumed run reuses it"
+        },
+    )
+    replay: float = field(
+        default=0.25,
+        metadata={
+            "help": "share of every batch (generation batch) of a hard episode drawn from the other training "
+            "questions, hop counts in turn (seeded), so what the policy already answers, 1-hop questions "
+            "included, stays in training; to the nearest question, at least one while above 0 (0: hard cases only)"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold <= 1.0:
+            raise ValueError(f"hard_cases.threshold must be in (0, 1], got {self.threshold}")
+        if not 0.0 <= self.replay < 1.0:
+            raise ValueError(f"hard_cases.replay must be in [0, 1), got {self.replay}")
+
+
+@dataclass
+class Guidance:
+    """What a group with no right answer gets (`kgreasoner.training.guidance`)."""
+
+    mode: str = field(
+        default="none",
+        metadata={
+            "help": "none; gold (its last row becomes the question's warm-up trajectory, an off-policy row; at most "
+            "one a group); gold_prefix (its last row is rolled out again after the warm-up trajectory's first h-1 "
+            "search turns, given with no loss, so the model takes the last hop itself; 1-hop questions are left as "
+            "they are)"
+        },
+    )
+    trajectories: str | None = field(
+        default=None,
+        metadata={
+            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from. Made with the "
+            "training tool's settings, so their answers resolve"
+        },
+    )
+    gold_advantage: float = field(
+        default=1.0,
+        metadata={
+            "help": "advantage of a guided row with a right answer (gold rows; a rollout after a gold prefix that "
+            "answered right; one that missed gets 0), fixed rather than std-scaled: left to the group's std, one gold "
+            "row beside 7 tied rows got 7/sqrt(8) ~ 2.47 whatever the reward gap. Guided rows stay out of their "
+            "group's mean and std, so the policy's rows get the advantages of their own rows alone; 0 turns the gold "
+            "rows' loss off"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        from kgreasoner.training.guidance import GUIDANCE
+
+        if self.mode not in GUIDANCE:
+            raise ValueError(f"guidance.mode must be one of {GUIDANCE}, got {self.mode!r}")
+        if self.mode != "none" and not self.trajectories:
+            raise ValueError(
+                f"guidance.mode: {self.mode} needs the gold trajectories: set guidance.trajectories "
+                "to the warm-up records, data_gen.warmup's all.jsonl"
+            )
+        if not 0.0 <= self.gold_advantage < float("inf"):
+            raise ValueError(f"guidance.gold_advantage must be a finite number >= 0, got {self.gold_advantage}")
+
+
+@dataclass
+class DevEvaluation:
+    """Greedy Hits@1 on the dev split during the run, and the final model it chooses
+    (`grpo_callbacks.DevEval`, `kgreasoner.training.checkpoint_choice`)."""
+
+    steps: int = field(
+        default=0,
+        metadata={"help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"},
+    )
+    questions: int = field(
+        default=150,
+        metadata={
+            "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too "
+            "(the final choice, choose_final, measures the whole dev split)"
+        },
+    )
+    batch_size: int = field(
+        default=32,
+        metadata={
+            "help": "dev questions a rank rolls out in one engine call (greedy, through rollout_backend), for the "
+            "dev sample and for the whole dev split alike: that many rows share the KV cache at once; a rank's "
+            "share takes ceil(share / this) calls"
+        },
+    )
+    choose_final: str | None = field(
+        default=None,
+        metadata={
+            "help": "what the last episode's `final` holds at the end: best_dev (among the warm-up and every save, "
+            "each measured on the whole dev split, the highest Hits@1 of those with no hop count more than one "
+            "standard error below the warm-up's; run_dir/chosen.json says why) or last (the last step's weights); "
+            "default best_dev when dev evaluation is on, else last"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.questions < 1:
+            raise ValueError(
+                f"dev_eval.steps must be >= 0 and dev_eval.questions >= 1, got {self.steps} and {self.questions}"
+            )
+        if self.batch_size < 1:
+            raise ValueError(f"dev_eval.batch_size must be >= 1, got {self.batch_size}")
+        if self.choose_final not in (None, "best_dev", "last"):
+            raise ValueError(f"dev_eval.choose_final must be best_dev or last, got {self.choose_final!r}")
+        if self.choose_final == "best_dev" and not self.steps:
+            raise ValueError(
+                "dev_eval.choose_final: best_dev needs dev evaluation: set dev_eval.steps (or choose_final: last)"
+            )
+
+    @property
+    def final(self) -> str:
+        """The final choice: `choose_final`, by default best_dev when dev evaluation is on, else last."""
+        return self.choose_final or ("best_dev" if self.steps else "last")
 
 
 GRPO_TRAINER = TrainerFields(
@@ -127,6 +292,8 @@ class GRPORecipe(TrainerPassthrough):
         successors."""
         if key in REMOVED_KEYS:
             return f"{key} is no longer a setting: {REMOVED_KEYS[key]}"
+        if key in MOVED_KEYS:
+            return f"{key} is now {MOVED_KEYS[key]}"
         return super().misplaced_key(key)
 
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
@@ -159,48 +326,11 @@ class GRPORecipe(TrainerPassthrough):
             "DeepSpeed)"
         },
     )
-    hard_threshold: float = field(
-        default=1.0,
-        metadata={
-            "help": "a hard episode's questions: those whose last group in episode 1 had a success rate (right "
-            "answers of the policy's own rollouts, gold rows not counted) below this, every hop count eligible; "
-            "1.0: any wrong rollout, 0.5: right in fewer than half. Questions episode 1 never sampled are not hard "
-            "(kgreasoner.training.hard_cases); the set is saved in the episode's folder and a resumed run reuses it"
-        },
+    hard_cases: HardCases = field(
+        default_factory=HardCases, metadata={"help": "a hard episode's questions and its replay share"}
     )
-    hard_replay: float = field(
-        default=0.25,
-        metadata={
-            "help": "share of every batch (generation batch) of a hard episode drawn from the other training "
-            "questions, hop counts in turn (seeded), so what the policy already answers, 1-hop questions "
-            "included, stays in training; to the nearest question, at least one while above 0 (0: hard cases only)"
-        },
-    )
-    guidance: str = field(
-        default="none",
-        metadata={
-            "help": "what a group with no right answer gets (kgreasoner.training.guidance): none; gold (its last row "
-            "becomes the question's warm-up trajectory, an off-policy row; at most one a group); gold_prefix "
-            "(its last row is rolled out again after the warm-up trajectory's first h-1 search turns, given "
-            "with no loss, so the model takes the last hop itself; 1-hop questions are left as they are)"
-        },
-    )
-    gold_advantage: float = field(
-        default=1.0,
-        metadata={
-            "help": "advantage of a guided row with a right answer (gold rows; a rollout after a gold prefix that "
-            "answered right; one that missed gets 0), fixed rather than std-scaled: left to the group's std, one gold "
-            "row beside 7 tied rows got 7/sqrt(8) ~ 2.47 whatever the reward gap. Guided rows stay out of their "
-            "group's mean and std, so the policy's rows get the advantages of their own rows alone; 0 turns the gold "
-            "rows' loss off"
-        },
-    )
-    guidance_trajectories: str | None = field(
-        default=None,
-        metadata={
-            "help": "warm-up records (JSONL, data_gen.warmup's all.jsonl) the gold rows come from. Made with the "
-            "training tool's settings, so their answers resolve"
-        },
+    guidance: Guidance = field(
+        default_factory=Guidance, metadata={"help": "what a group with no right answer gets, and its gold rows"}
     )
     frontier_replay: float = field(
         default=0.25,
@@ -210,16 +340,8 @@ class GRPORecipe(TrainerPassthrough):
         },
     )
     max_questions: int | None = field(default=None, metadata={"help": "use only the first N training questions"})
-    rewards: RewardWeights = field(default_factory=RewardWeights, metadata={"help": "reward weights"})
-    search_reward: str = field(
-        default="paper",
-        metadata={
-            "help": "search reward form (kgreasoner.rewards.SEARCH_FORMS), n the searches that returned triples, "
-            "h the question's hop count: paper min(0.5 n, 0.8); hops 0.8 min(n, h) / h (each search up to the hop "
-            "count earns a share; unknown h: paper's); correct (paper's, paid only with a right answer); "
-            "correct_hops (hops', paid only with a right answer); path (0.8 x the share of the gold path the "
-            "searches walked in order, or 0.8 once the answer is shown)"
-        },
+    rewards: Rewards = field(
+        default_factory=Rewards, metadata={"help": "reward weights, keyed by reward, and the search reward's form"}
     )
     order: str = field(
         default="stratified",
@@ -229,32 +351,9 @@ class GRPORecipe(TrainerPassthrough):
             "episode keeps its own batches, its hard questions shuffled once)"
         },
     )
-    dev_eval_steps: int = field(
-        default=0,
-        metadata={"help": "greedy Hits@1 on a fixed dev sample every N optimiser steps and before the first (0: off)"},
-    )
-    dev_eval_questions: int = field(
-        default=150,
-        metadata={
-            "help": "size of that dev sample (stratified by hops); every saved checkpoint is evaluated on it too "
-            "(the final choice, choose_final, measures the whole dev split)"
-        },
-    )
-    dev_eval_batch_size: int = field(
-        default=32,
-        metadata={
-            "help": "dev questions a rank rolls out in one engine call (greedy, through rollout_backend): that many "
-            "rows share the KV cache at once; a rank's share of the dev sample takes ceil(share / this) calls"
-        },
-    )
-    choose_final: str | None = field(
-        default=None,
-        metadata={
-            "help": "what the last episode's `final` holds at the end: best_dev (among the warm-up and every save, "
-            "each measured on the whole dev split, the highest Hits@1 of those with no hop count more than one "
-            "standard error below the warm-up's; run_dir/chosen.json says why) or last (the last step's weights); "
-            "default best_dev when dev evaluation is on, else last"
-        },
+    dev_eval: DevEvaluation = field(
+        default_factory=DevEvaluation,
+        metadata={"help": "greedy Hits@1 on the dev split during the run, and the final model it chooses"},
     )
     length_chunk_rows: int = field(
         default=4,
@@ -303,6 +402,9 @@ class GRPORecipe(TrainerPassthrough):
     )
 
     def __post_init__(self) -> None:
+        for key, group in (("hard_cases", HardCases), ("guidance", Guidance)):
+            if not isinstance(getattr(self, key), group):  # a single value, where the key held one before
+                raise ValueError(GROUP_WAS[key])
         if not self.episodes:
             raise ValueError("episodes must not be empty")
         self.episodes = [Episode(**e) if isinstance(e, dict) else e for e in self.episodes]
@@ -312,60 +414,33 @@ class GRPORecipe(TrainerPassthrough):
         if self.setting("num_generations") < 2:
             raise ValueError("trainer.num_generations must be >= 2: GRPO compares rollouts of one question")
         self.weights_dtype()  # refuses a dtype that cannot train
-        from kgreasoner.training.trl_internals import IMPORTANCE_SAMPLING_MODES
-
-        if self.importance_sampling not in IMPORTANCE_SAMPLING_MODES:
-            raise ValueError(
-                f"importance_sampling must be one of {IMPORTANCE_SAMPLING_MODES}, got {self.importance_sampling!r}"
-            )
-        if self.rollout_backend not in ("hf", "vllm"):
-            raise ValueError(f"rollout_backend must be hf or vllm, got {self.rollout_backend!r}")
-        if self.split_scheme not in ("random", "grouped"):
-            raise ValueError(f"split_scheme must be random or grouped, got {self.split_scheme!r}")
-        from kgreasoner.rewards import SEARCH_FORMS
-
-        if self.search_reward not in SEARCH_FORMS:
-            raise ValueError(f"search_reward must be one of {SEARCH_FORMS}, got {self.search_reward!r}")
-        if self.setting("scale_rewards") not in SCALE_REWARDS:
-            raise ValueError(
-                f"trainer.scale_rewards must be one of {SCALE_REWARDS}, got {self.setting('scale_rewards')!r}"
-            )
-        from kgreasoner.training.guidance import GUIDANCE
-
-        if self.guidance not in GUIDANCE:
-            raise ValueError(f"guidance must be one of {GUIDANCE}, got {self.guidance!r}")
-        if self.guidance != "none" and not self.guidance_trajectories:
-            raise ValueError(
-                f"guidance: {self.guidance} needs the gold trajectories: set guidance_trajectories "
-                "to the warm-up records, data_gen.warmup's all.jsonl"
-            )
-        if not 0.0 <= self.gold_advantage < float("inf"):
-            raise ValueError(f"gold_advantage must be a finite number >= 0, got {self.gold_advantage}")
-        if self.order not in ("stratified", "shuffled"):
-            raise ValueError(f"order must be stratified or shuffled, got {self.order!r}")
-        if not 0.0 < self.hard_threshold <= 1.0:
-            raise ValueError(f"hard_threshold must be in (0, 1], got {self.hard_threshold}")
-        if not 0.0 <= self.hard_replay < 1.0:
-            raise ValueError(f"hard_replay must be in [0, 1), got {self.hard_replay}")
+        self._check_choices()
         if not 0.0 <= self.frontier_replay < 1.0:
             raise ValueError(f"frontier_replay must be in [0, 1), got {self.frontier_replay}")
-        if self.choose_final is None:
-            self.choose_final = "best_dev" if self.dev_eval_steps else "last"
-        if self.choose_final not in ("best_dev", "last"):
-            raise ValueError(f"choose_final must be best_dev or last, got {self.choose_final!r}")
-        if self.choose_final == "best_dev" and not self.dev_eval_steps:
-            raise ValueError("choose_final: best_dev needs dev evaluation: set dev_eval_steps (or choose_final: last)")
-        if self.dev_eval_steps < 0 or self.dev_eval_questions < 1:
-            raise ValueError(
-                f"dev_eval_steps must be >= 0 and dev_eval_questions >= 1, got "
-                f"{self.dev_eval_steps} and {self.dev_eval_questions}"
-            )
-        if self.dev_eval_batch_size < 1:
-            raise ValueError(f"dev_eval_batch_size must be >= 1, got {self.dev_eval_batch_size}")
         if self.length_chunk_rows < 1:
             raise ValueError(f"length_chunk_rows must be >= 1, got {self.length_chunk_rows}")
         if self.max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be >= 1, got {self.max_prompt_tokens}")
+        self._check_trainer()
+
+    def _check_choices(self) -> None:
+        """Each setting that names one of a few choices names one of them."""
+        from kgreasoner.training.trl_internals import IMPORTANCE_SAMPLING_MODES
+
+        choices = (
+            ("importance_sampling", self.importance_sampling, IMPORTANCE_SAMPLING_MODES),
+            ("rollout_backend", self.rollout_backend, ("hf", "vllm")),
+            ("split_scheme", self.split_scheme, ("random", "grouped")),
+            ("order", self.order, ("stratified", "shuffled")),
+            ("trainer.scale_rewards", self.setting("scale_rewards"), SCALE_REWARDS),
+        )
+        for name, value, allowed in choices:
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {tuple(allowed)}, got {value!r}")
+
+    def _check_trainer(self) -> None:
+        """The `trainer:` settings a run cannot take: a schedule the episodes cannot share, and the fields of
+        `UNSUPPORTED_TRAINER`."""
         from kgreasoner.training.episode_schedule import check_run_schedule
 
         check_run_schedule(

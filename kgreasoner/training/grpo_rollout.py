@@ -120,8 +120,8 @@ class KGRollout:
         self.examples_by_prompt = examples_by_prompt
         self.group_log = group_log
         self.rollout_seconds = 0.0
-        gold = recipe.guidance_trajectories  # set whenever guidance is (GRPORecipe checks it)
-        self.gold = GoldTrajectories(gold) if recipe.guidance != "none" and gold else None
+        gold = recipe.guidance.trajectories  # set whenever guidance is (GRPORecipe checks it)
+        self.gold = GoldTrajectories(gold) if recipe.guidance.mode != "none" and gold else None
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
         from kgreasoner.rollout.types import SamplingParams, trl_rollout_output
@@ -162,7 +162,7 @@ class KGRollout:
         from kgreasoner.data.sampling import hop_count
         from kgreasoner.training.guidance import RowVerdict, gathered_plan, held
 
-        prefixed = self.recipe.guidance == "gold_prefix"
+        prefixed = self.recipe.guidance.mode == "gold_prefix"
         verdicts = [
             RowVerdict(bool(right), hop_count(e), self._guidable(e, prompt) if self.gold else False)
             for right, e, prompt in zip(correct, examples, prompts)
@@ -198,7 +198,7 @@ class KGRollout:
 
     def _guidable(self, example, prompt: str) -> bool:
         """The question has a gold row to give (gold), or a gold prefix of at least one turn (gold_prefix)."""
-        if self.recipe.guidance == "gold_prefix":
+        if self.recipe.guidance.mode == "gold_prefix":
             return bool(self._prefix(example, prompt))
         return self.gold is not None and example.id in self.gold
 

@@ -41,8 +41,8 @@ optimiser, reference; DeepSpeed's gradient buffers), under ZeRO-3 the whole mode
 generation, and the KV cache of TRL's whole generation batch (per GPU: per_device_train_batch_size x
 steps_per_generation rows) at the longest rollout, with the backend's buffer growth and the copy
 a tool block runs on. Dev evaluation on hf is a phase of the same kind, beside vLLM's share when the run
-has one: the dev curve's batches of `dev_eval_batch_size` rows when the run's backend is hf (on vLLM they
-run in the engine's share), and with `choose_final: best_dev` each save's measurement on the whole dev
+has one: the dev curve's batches of `dev_eval.batch_size` rows when the run's backend is hf (on vLLM they
+run in the engine's share), and with `dev_eval.choose_final: best_dev` each save's measurement on the whole dev
 split, which always runs on hf in batches of 64 rows. Episode 1's trainer and vLLM are released before a
 later episode is built, so later episodes repeat episode 1's phases (a hard episode's questions are mined
 from a file episode 1 wrote, with no model).
@@ -514,16 +514,16 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
 
 def hf_dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
     """The batches a rank's dev evaluation rolls out on the hf backend, as (rows, what): the dev curve's
-    (`DevEval`) and, with `choose_final: best_dev`, each save's measurement on the whole dev split
-    (`BestKeeper`), both in calls of at most `dev_eval_batch_size` rows through the run's backend (on vLLM they
+    (`DevEval`) and, with `dev_eval.choose_final: best_dev`, each save's measurement on the whole dev split
+    (`BestKeeper`), both in calls of at most `dev_eval.batch_size` rows through the run's backend (on vLLM they
     run in the engine's share). The whole split's calls are counted full: a dev split of CWQ's size gives every
     rank more questions than one call takes."""
-    if not recipe.dev_eval_steps or recipe.rollout_backend != "hf":
+    if not recipe.dev_eval.steps or recipe.rollout_backend != "hf":
         return []
-    size = recipe.dev_eval_batch_size
-    rows = min(size, math.ceil(recipe.dev_eval_questions / gpus))
-    batches = [(rows, f"dev_eval_batch_size {size}, of {recipe.dev_eval_questions} dev questions")]
-    if recipe.choose_final == "best_dev":
+    size = recipe.dev_eval.batch_size
+    rows = min(size, math.ceil(recipe.dev_eval.questions / gpus))
+    batches = [(rows, f"dev_eval.batch_size {size}, of {recipe.dev_eval.questions} dev questions")]
+    if recipe.dev_eval.final == "best_dev":
         batches.append((size, f"choose_final: best_dev measures each save on the whole dev split, {size} a call"))
     return batches
 
@@ -620,9 +620,9 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
             )
             hints.append("rollout_backend: vllm")
         if peak == DEV_EVAL:  # on hf only: on vLLM dev evaluation runs in the engine's share
-            hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
+            hints.append(f"a smaller dev_eval.batch_size (now {recipe.dev_eval.batch_size})")
             hints.append("rollout_backend: vllm (dev evaluation then runs in vLLM's share)")
-            hints.append("dev_eval_steps: 0 (no dev evaluation)")
+            hints.append("dev_eval.steps: 0 (no dev evaluation)")
         if _zero_stage(_deepspeed(args)) < 3:
             hints.append("trainer.deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")
         if not _offloaded(_deepspeed(args), "optimizer"):
@@ -708,10 +708,10 @@ def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
     )
     if "generation_batch_size" in recipe.trainer:
         what = f"the generation batch: trainer.generation_batch_size {args.generation_batch_size} / {gpus} GPUs"
-    if recipe.dev_eval_steps:
-        dev = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
+    if recipe.dev_eval.steps:
+        dev = min(recipe.dev_eval.batch_size, math.ceil(recipe.dev_eval.questions / gpus))
         if dev > rows:
-            return dev, f"a dev batch: dev_eval_batch_size {recipe.dev_eval_batch_size}"
+            return dev, f"a dev batch: dev_eval.batch_size {recipe.dev_eval.batch_size}"
     return rows, what
 
 

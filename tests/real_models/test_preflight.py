@@ -338,18 +338,18 @@ def test_the_host_memory_a_cpu_offload_pins_is_checked_per_host(world, capsys):
 
 
 def test_dev_evaluation_runs_on_the_runs_backend(world, monkeypatch, capsys):
-    """choose_final best_dev (dev evaluation's default) measures each save on the whole dev split through the run's
-    own rollout backend, as the dev curve does: on the 30B-A3B recipe's vLLM it runs in the engine's share (no hf
-    phase: the recipe fits by its training step, 72.3 GiB), on hf in calls of dev_eval_batch_size rows with the
+    """dev_eval.choose_final best_dev (dev evaluation's default) measures each save on the whole dev split through
+    the run's own rollout backend, as the dev curve does: on the 30B-A3B recipe's vLLM it runs in the engine's share
+    (no hf phase: the recipe fits by its training step, 72.3 GiB), on hf in calls of dev_eval.batch_size rows with the
     whole bf16 model gathered on every GPU (56.9 GiB more), which the report names as the peak."""
     from kgreasoner.training.preflight import DEV_EVAL, GIB, TRAINING
 
     _vllm_context(monkeypatch, "rollout")
-    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval_steps=50")
+    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval.steps=50")
     assert round(report.estimate.phase_total(TRAINING) / GIB, 1) == 72.3
     assert DEV_EVAL not in report.estimate.phases and report.ok
 
-    on_hf = ("dev_eval_steps=50", "rollout_backend=hf", "dev_eval_batch_size=64", "dev_eval_questions=1000")
+    on_hf = ("dev_eval.steps=50", "rollout_backend=hf", "dev_eval.batch_size=64", "dev_eval.questions=1000")
     report, rows = _estimate("qwen3-30b-a3b", world, *on_hf)
     assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 30_532_122_624 * 2
     assert rows[DEV_EVAL, "hf rollout KV cache"] == 64 * (7681 + 64) * (2 * 48 * 4 * 128 * 2) * 1.5
@@ -358,13 +358,18 @@ def test_dev_evaluation_runs_on_the_runs_backend(world, monkeypatch, capsys):
 
 def test_the_dev_curve_on_hf_holds_a_batch_of_dev_eval_batch_size_rows(world, monkeypatch):
     """A rank rolls out its share of the dev sample (150 questions over 8 GPUs: 19) in batches of at most
-    dev_eval_batch_size rows, beside the trainer's state and, under ZeRO-3, the whole gathered model."""
+    dev_eval.batch_size rows, beside the trainer's state and, under ZeRO-3, the whole gathered model."""
     from kgreasoner.training.preflight import DEV_EVAL
 
     _vllm_context(monkeypatch, "rollout")
     kv_row = (7681 + 64) * (2 * 36 * 8 * 128 * 2)  # Qwen3-8B: 36 layers, 8 key/value heads of 128, bf16
     for size, batch in (("32", 19), ("8", 8)):
-        overrides = ("rollout_backend=hf", "dev_eval_steps=10", "choose_final=last", f"dev_eval_batch_size={size}")
+        overrides = (
+            "rollout_backend=hf",
+            "dev_eval.steps=10",
+            "dev_eval.choose_final=last",
+            f"dev_eval.batch_size={size}",
+        )
         report, rows = _estimate("qwen3-8b", world, *overrides)
         assert rows[DEV_EVAL, "hf rollout KV cache"] == batch * kv_row * 1.5
         assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 8_190_735_360 * 2

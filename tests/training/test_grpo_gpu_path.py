@@ -17,6 +17,7 @@ from kgreasoner.config import ConfigError, load_config
 from kgreasoner.rollout.types import RolloutConfig, Trajectory, completion_tokens, sequence_tokens, trl_rollout_output
 from kgreasoner.training.common import LoraSettings
 from kgreasoner.training.grpo import Episode, GRPORecipe
+from kgreasoner.training.grpo_recipe import DevEvaluation
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 EOS = 7
@@ -381,9 +382,7 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
         tiny_checkpoint,
         synthetic_dir,
         tmp_path / "dev",
-        dev_eval_steps=1,
-        dev_eval_questions=3,
-        dev_eval_batch_size=batch,
+        dev_eval=DevEvaluation(steps=1, questions=3, batch_size=batch),
         trainer={"ddp_timeout": 60},
     )
     context = multiprocessing.get_context("spawn")
@@ -535,8 +534,8 @@ def test_every_rank_runs_as_many_dev_batches_of_at_most_the_batch_size():
     # seven questions on three ranks: shares of 3, 2 and 2, each in two calls, the smaller ones' last empty
     assert [dev_batches(7, rank, 3, 2) for rank in range(3)] == [[[0, 3], [6]], [[1, 4], []], [[2, 5], []]]
     assert dev_batches(2, 3, 4, 32) == [[]]  # a rank with no question still joins the one call
-    with pytest.raises(ValueError, match="dev_eval_batch_size must be >= 1, got 0"):
-        GRPORecipe(model="m", dataset="d", run_dir="o", dev_eval_batch_size=0)
+    with pytest.raises(ValueError, match="dev_eval.batch_size must be >= 1, got 0"):
+        DevEvaluation(batch_size=0)
 
 
 def _dev_trainer(recipe, count: int, kind=None):
@@ -566,7 +565,7 @@ def test_the_dev_evaluation_rolls_out_in_calls_of_at_most_its_batch_size(tiny_ch
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.rollout.hf_backend import HFBackend
 
-    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval_steps=1, dev_eval_batch_size=2)
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval=DevEvaluation(steps=1, batch_size=2))
     trainer, dev, examples = _dev_trainer(recipe, 5)
     calls, modes, real_run, real_generate = [], [], RolloutEngine.run, HFBackend._generate
 
@@ -593,13 +592,13 @@ def test_the_dev_evaluation_rolls_out_in_calls_of_at_most_its_batch_size(tiny_ch
 def test_the_whole_dev_splits_measurement_rolls_out_in_calls_of_the_dev_batch_size(
     tiny_checkpoint, synthetic_dir, tmp_path
 ):
-    """choose_final: best_dev measures a save on the whole dev split through the run's rollouts in calls of
-    dev_eval_batch_size rows: five questions in batches of two are three greedy engine calls, each question
+    """dev_eval.choose_final: best_dev measures a save on the whole dev split through the run's rollouts in calls
+    of dev_eval.batch_size rows: five questions in batches of two are three greedy engine calls, each question
     scored once in the candidate row."""
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.training.checkpoint_choice import HITS, BestKeeper, candidates, read_rows
 
-    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval_steps=1, dev_eval_batch_size=2)
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval=DevEvaluation(steps=1, batch_size=2))
     trainer, keeper, examples = _dev_trainer(recipe, 5, BestKeeper)
     calls, real_run = [], RolloutEngine.run
 
@@ -651,8 +650,8 @@ def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights
     """vLLM cannot run here: `StandInVLLM` stands in for the engine and small modules for `vllm`'s
     `SamplingParams` and `TokensPrompt`. The hf generation context must not be entered: under ZeRO-3 it
     would gather the whole model beside vLLM's copy, neither for the dev curve nor for the whole dev split's
-    measurement of a save (`choose_final: best_dev`), which both roll out on the engine in calls of
-    dev_eval_batch_size rows."""
+    measurement of a save (`dev_eval.choose_final: best_dev`), which both roll out on the engine in calls of
+    dev_eval.batch_size rows."""
     import sys
     import types
 
@@ -664,8 +663,7 @@ def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights
         tiny_checkpoint,
         synthetic_dir,
         tmp_path / "run",
-        dev_eval_steps=1,
-        dev_eval_batch_size=2,
+        dev_eval=DevEvaluation(steps=1, batch_size=2),
         rollout_backend="vllm",
     )
     trainer, dev, _ = _dev_trainer(recipe, 3)

@@ -5,6 +5,7 @@ import pytest
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.grpo import Episode, GRPORecipe, grpo_config
+from kgreasoner.training.grpo_recipe import Rewards
 
 
 def _recipe(out, **overrides) -> GRPORecipe:
@@ -61,7 +62,7 @@ def test_a_grpo_step_with_the_path_search_reward_logs_what_it_pays(world, tmp_pa
         model=str(world / "tiny"),
         dataset=str(world / "data"),
         tool=ToolConfig(entity_handles=True, top_k=5),
-        search_reward="path",
+        rewards=Rewards(search_form="path"),
         rollout=RolloutConfig(max_new_tokens=32, max_turn_tokens=16, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
         trainer={
