@@ -365,28 +365,6 @@ class CandidateScorer:
         scores = self.scores(question, candidates, kg)
         return sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
 
-    def order_batch(
-        self, requests: Sequence[tuple[str, Sequence[Candidate], KnowledgeGraph | None]]
-    ) -> list[list[int]]:
-        """`order(question, candidates, kg)` for each request, with the texts that all of them need
-        encoded in two encoder calls (questions and hub relations, then the scored candidates'
-        texts and contexts) instead of up to two per request, so that the tool calls of several
-        sessions in one step share the encoder's fixed cost. Scoring then reads the encoder's
-        cache: each order is the one `order` gives with those vectors."""
-        if self.method == "none":
-            return [self.order(question, candidates, kg) for question, candidates, kg in requests]
-        self._encode(
-            [q for q, candidates, _ in requests if candidates]
-            + [c.relation_text() for _, candidates, _ in requests if self._is_hub(candidates) for c in candidates]
-        )
-        prepared = [self._prepare(question, candidates, kg) for question, candidates, kg in requests]
-        self._encode([text for p in prepared if p is not None for text in p.texts()])
-        orders = []
-        for (_, candidates, _), p in zip(requests, prepared):
-            scores = -np.arange(len(candidates), dtype=np.float64) if p is None else self._finish(p)
-            orders.append(sorted(range(len(candidates)), key=lambda i: (-scores[i], i)))
-        return orders
-
     def scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         """Higher is better. `none` gives decreasing scores in KG order."""
         prepared = self._prepare(question, candidates, kg)
@@ -422,14 +400,6 @@ class CandidateScorer:
             out[prepared.pool] = self._gat(*prepared.gat)
         return out
 
-    def gat_scores(
-        self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None
-    ) -> np.ndarray:
-        assert self.model is not None and self.encoder is not None
-        contexts = self._contexts(kg or self.kg, candidates)
-        table = TextTable()
-        return self._gat(table, group_rows_of_texts(table, question, candidates, contexts))
-
     def _gat(self, table: TextTable, rows: GroupRows) -> np.ndarray:
         assert self.model is not None and self.encoder is not None
         start = time.perf_counter()
@@ -439,14 +409,6 @@ class CandidateScorer:
         scores = self.model.score(collate([rows], embeddings)).numpy().astype(np.float64)
         self.timings.rank += time.perf_counter() - start
         return scores
-
-    def _encode(self, texts: Sequence[str]) -> None:
-        """Encode `texts` in one call, for the encoder's cache to hand out afterwards."""
-        assert self.encoder is not None
-        if texts:
-            start = time.perf_counter()
-            self.encoder.encode(list(dict.fromkeys(texts)))
-            self.timings.encode += time.perf_counter() - start
 
     def _cosine(self, question: str, texts: Sequence[str]) -> np.ndarray:
         """Cosine of the question and each text (each distinct text encoded once)."""
@@ -580,6 +542,3 @@ class _Prepared:
     question: str
     candidate_texts: list[str] = field(default_factory=list)
     gat: tuple[TextTable, GroupRows] | None = None
-
-    def texts(self) -> list[str]:
-        return list(self.gat[0].rows) if self.gat is not None else [self.question, *self.candidate_texts]
