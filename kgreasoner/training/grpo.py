@@ -234,14 +234,8 @@ def build_trainer(
     rollouts = PolicyRollouts(recipe.rollout_backend, recipe.rollout, tool)
     group_log = GroupLog(episode_dir / GROUPS_FILE, args.num_generations)
     rollout = KGRollout(recipe, rollouts, by_prompt, group_log)
-    trainer_class = internals.guided_trainer_class(
-        internals.scoring_trainer_class(),
-        length_chunk_rows=recipe.length_chunk_rows,
-        gold_advantage=recipe.guidance.gold_advantage,
-        run_schedule=schedule,
-    )
     with internals.reusing_vllm_engine(engine_from), internals.colocated_engine_args():
-        trainer = trainer_class(
+        trainer = _trainer_class(recipe, schedule)(
             model=model_path,
             reward_funcs=reward_functions(search_form=recipe.rewards.search_form),
             args=args,
@@ -256,6 +250,19 @@ def build_trainer(
     for callback in _callbacks(recipe, trainer, rollout, number, model_path, dev_examples, dev_split):
         trainer.add_callback(callback)
     return trainer
+
+
+def _trainer_class(recipe: GRPORecipe, schedule):
+    """TRL's `GRPOTrainer` with our scoring and guided rows (`trl_internals`), the recipe's settings of them and
+    the episode's place in the run's schedule (`episode_schedule.RunSchedule`, or None) its class attributes."""
+    from kgreasoner.training import trl_internals as internals
+
+    return internals.guided_trainer_class(
+        internals.scoring_trainer_class(),
+        length_chunk_rows=recipe.length_chunk_rows,
+        gold_advantage=recipe.guidance.gold_advantage,
+        run_schedule=schedule,
+    )
 
 
 def _callbacks(recipe: GRPORecipe, trainer, rollout: KGRollout, number: int, model_path: str, dev_examples, dev_split):
@@ -326,9 +333,7 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
     train_examples, tool, dev_examples, dev_split = _questions(recipe)
     root = Path(recipe.run_dir)
     root.mkdir(parents=True, exist_ok=True)
-    if any(e.data == "hard" for e in recipe.episodes):  # a batch too small for the replay share: refused now
-        args = grpo_config(recipe, root / "episode-1", recipe.episodes[0])
-        replay_slots(args.generation_batch_size // args.num_generations, recipe.hard_cases.replay)
+    _check_replay(recipe, root)
     model_path, previous, count = recipe.model, None, len(recipe.episodes)
     for number, episode in enumerate(recipe.episodes, 1):
         final = root / f"episode-{number}" / "final"
@@ -362,6 +367,13 @@ def train_grpo(recipe: GRPORecipe, resume: bool = False) -> Path:
         previous = trainer if trainer.use_vllm else None  # kept for its vLLM engine only
     _choose_final(recipe, root)
     return Path(model_path)
+
+
+def _check_replay(recipe: GRPORecipe, root: Path) -> None:
+    """Refuse, before episode 1, a generation batch too small for a hard episode's replay share."""
+    if any(e.data == "hard" for e in recipe.episodes):
+        args = grpo_config(recipe, root / "episode-1", recipe.episodes[0])
+        replay_slots(args.generation_batch_size // args.num_generations, recipe.hard_cases.replay)
 
 
 def _choose_final(recipe: GRPORecipe, root: Path) -> None:
