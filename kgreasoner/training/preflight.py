@@ -43,7 +43,7 @@ steps_per_generation rows) at the longest rollout, with the backend's buffer gro
 a tool block runs on. Dev evaluation on hf is a phase of the same kind, beside vLLM's share when the run
 has one: the dev curve's batches of `dev_eval.batch_size` rows when the run's backend is hf (on vLLM they
 run in the engine's share), and with `dev_eval.choose_final: best_dev` each save's measurement on the whole dev
-split, which always runs on hf in batches of 64 rows. Episode 1's trainer and vLLM are released before a
+split, in batches of as many rows. Episode 1's trainer and vLLM are released before a
 later episode is built, so later episodes repeat episode 1's phases (a hard episode's questions are mined
 from a file episode 1 wrote, with no model).
 Host memory: a DeepSpeed JSON that offloads to the CPU pins, per trainable parameter, the fp32 master
@@ -518,8 +518,11 @@ def hf_dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
     (`BestKeeper`), both in calls of at most `dev_eval.batch_size` rows through the run's backend (on vLLM they
     run in the engine's share). The whole split's calls are counted full: a dev split of CWQ's size gives every
     rank more questions than one call takes."""
-    if not recipe.dev_eval.steps or recipe.rollout_backend != "hf":
-        return []
+    return _dev_rows(recipe, gpus) if recipe.dev_eval.steps and recipe.rollout_backend == "hf" else []
+
+
+def _dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
+    """The batches a rank's dev evaluation rolls out, as (rows, what), on whichever backend the run has."""
     size = recipe.dev_eval.batch_size
     rows = min(size, math.ceil(recipe.dev_eval.questions / gpus))
     batches = [(rows, f"dev_eval.batch_size {size}, of {recipe.dev_eval.questions} dev questions")]
@@ -700,7 +703,8 @@ def _judge_vllm(report: Report, recipe, args, model, gpus: int, gpu_memory: floa
 
 def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
     """Rows one rank hands the colocated engine at once, and where they come from: TRL's generation batch, or a
-    dev-curve batch when that is larger (the dev curve runs on vLLM when the run does)."""
+    dev batch when that is larger (dev evaluation runs on vLLM when the run does; the whole dev split's
+    measurement of `dev_eval.choose_final: best_dev` is counted in full calls, as in `hf_dev_rows`)."""
     rows = generation_rows(recipe, args, gpus)
     what = (
         f"the generation batch: trainer.per_device_train_batch_size {args.per_device_train_batch_size} x "
@@ -709,7 +713,7 @@ def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
     if "generation_batch_size" in recipe.trainer:
         what = f"the generation batch: trainer.generation_batch_size {args.generation_batch_size} / {gpus} GPUs"
     if recipe.dev_eval.steps:
-        dev = min(recipe.dev_eval.batch_size, math.ceil(recipe.dev_eval.questions / gpus))
+        dev = max(n for n, _ in _dev_rows(recipe, gpus))
         if dev > rows:
             return dev, f"a dev batch: dev_eval.batch_size {recipe.dev_eval.batch_size}"
     return rows, what

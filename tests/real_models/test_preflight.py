@@ -356,6 +356,21 @@ def test_dev_evaluation_runs_on_the_runs_backend(world, monkeypatch, capsys):
     assert not report.ok
 
 
+def test_on_vllm_the_whole_dev_splits_calls_count_among_the_engines_rows(world):
+    """On vLLM each save's measurement on the whole dev split hands the engine dev_eval.batch_size rows a call
+    (a CWQ-sized split fills every call): 64 rows, more than the generation batch's 4 x 8 = 32 and the dev
+    sample's share of 19 (150 questions over 8 GPUs), which are what the engine takes with choose_final last."""
+    from kgreasoner.config import load_config
+    from kgreasoner.training.grpo import GRPORecipe, grpo_config
+    from kgreasoner.training.preflight import vllm_rows
+
+    for final, expected in (("best_dev", (64, "a dev batch: dev_eval.batch_size 64")), ("last", (32, None))):
+        sets = [f"dataset={world}", "dev_eval.steps=10", "dev_eval.batch_size=64", f"dev_eval.choose_final={final}"]
+        recipe = load_config(GRPORecipe, CONFIGS / "qwen3-8b" / "grpo.yaml", sets)
+        rows, what = vllm_rows(recipe, grpo_config(recipe, world / "run", recipe.episodes[0]), 8)
+        assert rows == expected[0] and (expected[1] is None or what == expected[1])
+
+
 def test_the_dev_curve_on_hf_holds_a_batch_of_dev_eval_batch_size_rows(world, monkeypatch):
     """A rank rolls out its share of the dev sample (150 questions over 8 GPUs: 19) in batches of at most
     dev_eval.batch_size rows, beside the trainer's state and, under ZeRO-3, the whole gathered model."""
