@@ -111,3 +111,13 @@ def test_the_grouped_settings_load_from_their_groups():
     assert (recipe.dev_eval.steps, recipe.dev_eval.batch_size, recipe.dev_eval.final) == (10, 32, "best_dev")
     names = ["format_reward", "answer_reward", "search_reward"]  # weights go by name, whatever the order
     assert recipe.rewards.weights(names) == [1.0, 2.0, 1.0] and recipe.rewards.search_form == "path"
+
+
+def test_every_grpo_setting_and_every_setting_of_its_groups_has_help_text():
+    import dataclasses
+
+    from kgreasoner.training.grpo_recipe import DevEvaluation, Guidance, HardCases, Rewards
+
+    for group in (GRPORecipe, HardCases, Guidance, DevEvaluation, Rewards):
+        missing = [f.name for f in dataclasses.fields(group) if not f.metadata.get("help")]
+        assert missing == [], group.__name__
