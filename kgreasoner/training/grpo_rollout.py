@@ -120,7 +120,7 @@ class KGRollout:
         self.examples_by_prompt = examples_by_prompt
         self.group_log = group_log
         self.rollout_seconds = 0.0
-        gold = recipe.guidance.trajectories  # set whenever guidance is (GRPORecipe checks it)
+        gold = recipe.guidance.trajectories  # set whenever guidance is on (Guidance checks it)
         self.gold = GoldTrajectories(gold) if recipe.guidance.mode != "none" and gold else None
 
     def __call__(self, prompts: list[str], trainer) -> dict[str, list]:
