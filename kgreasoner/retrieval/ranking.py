@@ -367,37 +367,23 @@ class CandidateScorer:
 
     def scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         """Higher is better. `none` gives decreasing scores in KG order."""
-        prepared = self._prepare(question, candidates, kg)
-        return -np.arange(len(candidates), dtype=np.float64) if prepared is None else self._finish(prepared)
-
-    def _is_hub(self, candidates: Sequence[Candidate]) -> bool:
-        return self.rerank_pool is not None and len(candidates) > self.rerank_pool
-
-    def _prepare(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None) -> _Prepared | None:
-        """Everything before the pool's texts are encoded (None: the candidates keep KG order)."""
         n = len(candidates)
         if n == 0 or self.method == "none":
-            return None
+            return -np.arange(n, dtype=np.float64)
         pool = list(range(n))
         out = np.zeros(n, dtype=np.float64)
-        if self._is_hub(candidates):
+        if self.rerank_pool is not None and n > self.rerank_pool:  # a hub: its pool by relation first
             relation = self._cosine(question, [c.relation_text() for c in candidates])
             pool = sorted(pool, key=lambda i: (-relation[i], i))[: self.rerank_pool]
             # Scored candidates (cosine >= -1, GAT in (0, 1)) stay above the rest (<= -2).
             out = relation - 3.0
         chosen = [candidates[i] for i in pool]
         if self.method == "embedding":
-            return _Prepared(out, pool, question, [c.text() for c in chosen])
+            out[pool] = self._cosine(question, [c.text() for c in chosen])
+            return out
         contexts = self._contexts(kg or self.kg, chosen)
         table = TextTable()
-        return _Prepared(out, pool, question, gat=(table, group_rows_of_texts(table, question, chosen, contexts)))
-
-    def _finish(self, prepared: _Prepared) -> np.ndarray:
-        out = prepared.out
-        if prepared.gat is None:
-            out[prepared.pool] = self._cosine(prepared.question, prepared.candidate_texts)
-        else:
-            out[prepared.pool] = self._gat(*prepared.gat)
+        out[pool] = self._gat(table, group_rows_of_texts(table, question, chosen, contexts))
         return out
 
     def _gat(self, table: TextTable, rows: GroupRows) -> np.ndarray:
@@ -530,15 +516,3 @@ class _GraphCache:
             _LRUMap()
         )
         self.contexts: _LRUMap[str, list[tuple[tuple[str, str, str], tuple[str, str]]]] = _LRUMap()
-
-
-@dataclass
-class _Prepared:
-    """One request of `CandidateScorer` up to encoding: scores so far, the pool to score and its
-    texts (`embedding`) or its TextTable and GroupRows (`gat`)."""
-
-    out: np.ndarray
-    pool: list[int]
-    question: str
-    candidate_texts: list[str] = field(default_factory=list)
-    gat: tuple[TextTable, GroupRows] | None = None
