@@ -63,7 +63,7 @@ stage sft "$OUT/sft/final" "${PY[@]}" train/sft.py --resume --config configs/tin
 stage grpo "$OUT/grpo/episode-2/final" "${PY[@]}" train/grpo.py --resume --config configs/tiny-cpu/grpo.yaml \
     --set 'episodes=[{data: all, max_steps: 30}, {data: hard, max_steps: 15}]' --set trainer.save_steps=15 \
     --set model="$OUT/sft/final" --set dataset="$SET" "${SPLIT[@]}" --set trainer.seed=0 --set run_dir="$OUT/grpo" \
-    --set guidance_trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
+    --set guidance.trajectories="$OUT/warmup.jsonl" "${TOOL[@]}" \
     --set rollout.max_turns=6 --set rollout.max_new_tokens=320 --set rollout.max_turn_tokens=96
 
 for model in sft grpo; do

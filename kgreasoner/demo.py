@@ -181,9 +181,8 @@ class DemoConfig:
         default_factory=_recipe(
             "configs/tiny-cpu/grpo.yaml",
             episodes=[{"data": "all", "max_steps": 400}, {"data": "hard", "max_steps": 100}],
-            search_reward="hops",
-            dev_eval_steps=25,
-            dev_eval_questions=150,
+            rewards={"search_form": "hops"},
+            dev_eval={"steps": 25, "questions": 150},
             # the episodes share one AdamW state and one schedule: 25 warm-up steps (5% of the run's 500), then 1e-4
             trainer={
                 "learning_rate": 1e-4,
@@ -232,7 +231,7 @@ class DemoConfig:
         if key == "hard":
             return (
                 "hard is no longer a stage: GRPO mines its hard cases from episode 1's own groups; set "
-                "grpo.set.hard_threshold and grpo.set.hard_replay"
+                "grpo.set.hard_cases.threshold and grpo.set.hard_cases.replay"
             )
         return None
 
@@ -437,7 +436,7 @@ class Demo:
                 "split_scheme": config.split_scheme,
                 "split_seed": config.split_seed,
                 "trainer.seed": seed,
-                "guidance_trajectories": self.warmup_all_file,
+                "guidance.trajectories": self.warmup_all_file,
             },
             tool_sets + rollout_sets,
         )

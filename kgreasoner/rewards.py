@@ -189,15 +189,32 @@ def answer_reward(
     texts = completion_texts(completions, completion_text)
     if answers is None:
         raise ValueError("answer_reward needs the gold answers: a dataset column named 'answers'")
-    scores = []
-    for i, text in enumerate(texts):
-        prediction = first_answer(
-            text, resolved_answers[i] if resolved_answers is not None else None, _spans(tool_spans, i)
+    return [
+        ANSWER_SCORE
+        if is_right(
+            text,
+            answers[i],
+            resolved_answers[i] if resolved_answers is not None else None,
+            _spans(tool_spans, i),
+            answer_aliases[i] if answer_aliases is not None else None,
         )
-        gold = gold_forms(answers[i], answer_aliases[i] if answer_aliases is not None else None)
-        correct = prediction is not None and normalize_answer(prediction) in gold
-        scores.append(ANSWER_SCORE if correct else 0.0)
-    return scores
+        else 0.0
+        for i, text in enumerate(texts)
+    ]
+
+
+def is_right(
+    text: str,
+    answers: object,
+    resolved: Sequence[str] | None = None,
+    tool_spans: ToolSpans | None = None,
+    aliases: Sequence[str] | None = None,
+) -> bool:
+    """Whether a completion answers right: its first answer (`first_answer`), normalised, is one of the gold
+    answers' normalised names, aliases or ids (`gold_forms`). The answer reward, the rollout figures and the
+    dev evaluation all judge with it."""
+    prediction = first_answer(text, resolved, tool_spans)
+    return prediction is not None and normalize_answer(prediction) in gold_forms(answers, aliases)
 
 
 def total_reward(

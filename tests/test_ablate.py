@@ -147,7 +147,8 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     for name, weight in (("search", "search"), ("format", "format"), ("answer", "answer")):
         grpo = runs[f"no_{name}_reward", 0].demo.grpo.config
         assert dataclasses.asdict(grpo.rewards) == {
-            k: 0.0 if k == weight else 1.0 for k in ("search", "format", "answer")
+            **{k: 0.0 if k == weight else 1.0 for k in ("search", "format", "answer")},
+            "search_form": "hops",
         }
         assert changed(f"no_{name}_reward", "grpo") == {f"rewards.{weight}"}
         for stage in ("warmup", "model", "sft", "eval"):
@@ -161,10 +162,10 @@ def test_variant_overrides_reach_the_stages_and_nothing_else_changes(path, tmp_p
     assert changed("no_hard_cases", "grpo") == {"episodes"}
 
     # Guided groups on in full (from the warm-up's records of every training question), off in no_guided_groups.
-    assert full.demo.grpo.config.guidance == "gold"
-    assert full.demo.grpo.config.guidance_trajectories == full.demo.warmup_all_file
-    assert runs["no_guided_groups", 0].demo.grpo.config.guidance == "none"
-    assert changed("no_guided_groups", "grpo") == {"guidance"}
+    assert full.demo.grpo.config.guidance.mode == "gold"
+    assert full.demo.grpo.config.guidance.trajectories == full.demo.warmup_all_file
+    assert runs["no_guided_groups", 0].demo.grpo.config.guidance.mode == "none"
+    assert changed("no_guided_groups", "grpo") == {"guidance.mode"}
 
     # The ranking kind reaches the tool of the warm-up, GRPO and evaluation, with the ranker's text encoder.
     ctx = runs["no_context_aggregation", 0].demo

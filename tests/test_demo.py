@@ -48,8 +48,8 @@ def test_a_stage_section_changes_only_the_fields_it_names():
     changed = {"per_device_train_batch_size": 8, "max_steps": 150, "eval_steps": 50, "save_steps": 50}
     assert quick.sft.set["trainer"] == {**DemoConfig().sft.set["trainer"], **changed}
     assert quick.model.set == {"num_layers": 2, "tokenizer": {"system_prompt": False}}
-    assert quick.warmup_examples == 60 and quick.grpo.set["dev_eval_steps"] == 2
-    assert quick.grpo.set["search_reward"] == "hops"  # the default's, kept
+    assert quick.warmup_examples == 60 and quick.grpo.set["dev_eval"]["steps"] == 2
+    assert quick.grpo.set["rewards"]["search_form"] == "hops"  # the default's, kept
     tool = load_config(DemoConfig, None, ["tool.ranking=embedding"]).tool
     assert tool == {"entity_handles": True, "top_k": 10, "ranking": "embedding"}
 
@@ -178,7 +178,7 @@ def test_quick_demo_end_to_end_then_resumes_by_skipping_every_stage(tmp_path, ca
         (2, 1),
         (2, 2),
     ]
-    # Greedy dev Hits@1 before each episode and every 2 steps (dev_eval_steps).
+    # Greedy dev Hits@1 before each episode and every 2 steps (dev_eval.steps).
     assert [(r["episode"], r["step"]) for r in steps if "dev/hits1" in r] == [(1, 0), (1, 2), (1, 4), (2, 0), (2, 2)]
     # SFT learns from the first 60 training questions of the stratified order; guided groups' gold rows come
     # from every training question's trajectory.

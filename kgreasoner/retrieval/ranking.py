@@ -366,70 +366,26 @@ class CandidateScorer:
         scores = self.scores(question, candidates, kg)
         return sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
 
-    def order_batch(
-        self, requests: Sequence[tuple[str, Sequence[Candidate], KnowledgeGraph | None]]
-    ) -> list[list[int]]:
-        """`order(question, candidates, kg)` for each request, with the texts that all of them need
-        encoded in two encoder calls (questions and hub relations, then the scored candidates'
-        texts and contexts) instead of up to two per request, so that the tool calls of several
-        sessions in one step share the encoder's fixed cost. Scoring then reads the encoder's
-        cache: each order is the one `order` gives with those vectors."""
-        if self.method == "none":
-            return [self.order(question, candidates, kg) for question, candidates, kg in requests]
-        self._encode(
-            [q for q, candidates, _ in requests if candidates]
-            + [c.relation_text() for _, candidates, _ in requests if self._is_hub(candidates) for c in candidates]
-        )
-        prepared = [self._prepare(question, candidates, kg) for question, candidates, kg in requests]
-        self._encode([text for p in prepared if p is not None for text in p.texts()])
-        orders = []
-        for (_, candidates, _), p in zip(requests, prepared):
-            scores = -np.arange(len(candidates), dtype=np.float64) if p is None else self._finish(p)
-            orders.append(sorted(range(len(candidates)), key=lambda i: (-scores[i], i)))
-        return orders
-
     def scores(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None) -> np.ndarray:
         """Higher is better. `none` gives decreasing scores in KG order."""
-        prepared = self._prepare(question, candidates, kg)
-        return -np.arange(len(candidates), dtype=np.float64) if prepared is None else self._finish(prepared)
-
-    def _is_hub(self, candidates: Sequence[Candidate]) -> bool:
-        return self.rerank_pool is not None and len(candidates) > self.rerank_pool
-
-    def _prepare(self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None) -> _Prepared | None:
-        """Everything before the pool's texts are encoded (None: the candidates keep KG order)."""
         n = len(candidates)
         if n == 0 or self.method == "none":
-            return None
+            return -np.arange(n, dtype=np.float64)
         pool = list(range(n))
         out = np.zeros(n, dtype=np.float64)
-        if self._is_hub(candidates):
+        if self.rerank_pool is not None and n > self.rerank_pool:  # a hub: its pool by relation first
             relation = self._cosine(question, [c.relation_text() for c in candidates])
             pool = sorted(pool, key=lambda i: (-relation[i], i))[: self.rerank_pool]
             # Scored candidates (cosine >= -1, GAT in (0, 1)) stay above the rest (<= -2).
             out = relation - 3.0
         chosen = [candidates[i] for i in pool]
         if self.method == "embedding":
-            return _Prepared(out, pool, question, [c.text() for c in chosen])
+            out[pool] = self._cosine(question, [c.text() for c in chosen])
+            return out
         contexts = self._contexts(kg or self.kg, chosen)
         table = TextTable()
-        return _Prepared(out, pool, question, gat=(table, group_rows_of_texts(table, question, chosen, contexts)))
-
-    def _finish(self, prepared: _Prepared) -> np.ndarray:
-        out = prepared.out
-        if prepared.gat is None:
-            out[prepared.pool] = self._cosine(prepared.question, prepared.candidate_texts)
-        else:
-            out[prepared.pool] = self._gat(*prepared.gat)
+        out[pool] = self._gat(table, group_rows_of_texts(table, question, chosen, contexts))
         return out
-
-    def gat_scores(
-        self, question: str, candidates: Sequence[Candidate], kg: KnowledgeGraph | None = None
-    ) -> np.ndarray:
-        assert self.model is not None and self.encoder is not None
-        contexts = self._contexts(kg or self.kg, candidates)
-        table = TextTable()
-        return self._gat(table, group_rows_of_texts(table, question, candidates, contexts))
 
     def _gat(self, table: TextTable, rows: GroupRows) -> np.ndarray:
         assert self.model is not None and self.encoder is not None
@@ -440,14 +396,6 @@ class CandidateScorer:
         scores = self.model.score(collate([rows], embeddings)).numpy().astype(np.float64)
         self.timings.rank += time.perf_counter() - start
         return scores
-
-    def _encode(self, texts: Sequence[str]) -> None:
-        """Encode `texts` in one call, for the encoder's cache to hand out afterwards."""
-        assert self.encoder is not None
-        if texts:
-            start = time.perf_counter()
-            self.encoder.encode(list(dict.fromkeys(texts)))
-            self.timings.encode += time.perf_counter() - start
 
     def _cosine(self, question: str, texts: Sequence[str]) -> np.ndarray:
         """Cosine of the question and each text (each distinct text encoded once)."""
@@ -569,18 +517,3 @@ class _GraphCache:
             _LRUMap()
         )
         self.contexts: _LRUMap[str, list[tuple[tuple[str, str, str], tuple[str, str]]]] = _LRUMap()
-
-
-@dataclass
-class _Prepared:
-    """One request of `CandidateScorer` up to encoding: scores so far, the pool to score and its
-    texts (`embedding`) or its TextTable and GroupRows (`gat`)."""
-
-    out: np.ndarray
-    pool: list[int]
-    question: str
-    candidate_texts: list[str] = field(default_factory=list)
-    gat: tuple[TextTable, GroupRows] | None = None
-
-    def texts(self) -> list[str]:
-        return list(self.gat[0].rows) if self.gat is not None else [self.question, *self.candidate_texts]

@@ -1,4 +1,5 @@
-"""The run's final model (`choose_final: best_dev`): the warm-up or one of GRPO's saves, chosen on the whole dev split.
+"""The run's final model (`dev_eval.choose_final: best_dev`): the warm-up or one of GRPO's saves, chosen on the
+whole dev split.
 
 The candidates are the warm-up (episode 1's step 0: the model GRPO started from) and every saved step of every
 episode, each measured by greedy Hits@1 on the whole dev split (`BestKeeper`; the periodic dev curve of
@@ -33,7 +34,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from kgreasoner.training.common import generation_context, last_complete_checkpoint, save_final
+from kgreasoner.training.common import last_complete_checkpoint, save_final
+from kgreasoner.training.grpo_rollout import greedy_verdicts
 
 BEST_DIR = "best"
 BEST_RECORD = "best.json"
@@ -41,7 +43,6 @@ CHOSEN = "chosen.json"
 CANDIDATE = "candidate"
 HITS = "dev_split/hits1"
 WARMUP = (1, 0)  # (episode, step) of the model GRPO started from
-SPLIT_BATCH = 64  # questions a rank rolls out at once: a whole dev split in one batch may not fit a GPU's memory
 RULE = (
     "the highest Hits@1 on the whole dev split (the later on ties) among the warm-up and every save whose every hop "
     "count's Hits@1 is at least the warm-up's less one standard error of it, sqrt(p(1-p)/n) (0 at p = 0 or 1)"
@@ -135,69 +136,25 @@ def episode_ends(rows: list[dict]) -> dict[int, int]:
     return ends
 
 
-def split_verdicts(trainer, examples, tool, rollout) -> list[bool]:
-    """Greedy right/wrong of the trainer's current policy on each of `examples`, every rank together.
-
-    Each rank rolls out its share (every world_size-th question) inside TRL's generation context, which
-    under ZeRO-3 gathers the weights on all ranks at once; the verdicts are gathered back in order."""
-    from accelerate.utils import gather_object
-    from transformers import PreTrainedTokenizerBase
-
-    from kgreasoner.rewards import answer_reward
-    from kgreasoner.rollout.engine import RolloutEngine
-    from kgreasoner.rollout.hf_backend import HFBackend
-    from kgreasoner.rollout.types import SamplingParams
-
-    accelerator = trainer.accelerator
-    positions = list(range(len(examples)))[accelerator.process_index :: accelerator.num_processes]
-    share = [examples[i] for i in positions]
-    with generation_context(trainer) as model:
-        was_training = model.training
-        model.eval()
-        sessions = [tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in share]
-        tokenizer = trainer.processing_class
-        assert isinstance(tokenizer, PreTrainedTokenizerBase), "GRPO on text: a tokenizer"
-        engine = RolloutEngine(HFBackend(model, tokenizer), None, rollout)
-        trajectories = [
-            trajectory
-            for start in range(0, len(share), SPLIT_BATCH)
-            for trajectory in engine.run(
-                share[start : start + SPLIT_BATCH],
-                sessions[start : start + SPLIT_BATCH],
-                SamplingParams(temperature=0.0),
-            )
-        ]
-        model.train(was_training)
-    right = (
-        answer_reward(
-            [t.text for t in trajectories],
-            answers=[e.answers for e in share],
-            resolved_answers=[t.resolved_answers for t in trajectories],
-            tool_spans=[t.tool_spans for t in trajectories],
-        )
-        if share
-        else []
-    )
-    return [bool(r) for _, r in sorted(gather_object(list(zip(positions, right))))]
-
-
 class BestKeeper(TrainerCallback):
     """Measures the warm-up (episode 1's step 0) and every saved step on the whole dev split, writes each as a
     candidate row of the step log, and copies the weights of a save into `run_dir/best` when it is the run's choice
-    so far (every rank together: the evaluation and the copy are collectives under ZeRO-3)."""
+    so far (every rank together: the evaluation and the copy are collectives under ZeRO-3). Each question is
+    rolled out greedily through the run's own `rollouts` in calls of at most `batch_size` rows
+    (`grpo_rollout.greedy_verdicts`), on the backend the run trains with."""
 
-    def __init__(self, root: Path, episode: int, base: str, examples, tool, rollout, step_log) -> None:
+    def __init__(self, trainer, root: Path, episode: int, base: str, examples, rollouts, batch_size: int, step_log):
         from kgreasoner.records.sampling import hop_count
 
+        self.trainer = trainer
         self.root = root
         self.episode = episode
         self.base = base
         self.examples = examples
         self.hops = [hop_count(e) for e in examples]
-        self.tool = tool
-        self.rollout = rollout
-        self.step_log = step_log  # grpo.StepLog: `path` and `append(step, figures)`
-        self.trainer = None  # set once the trainer exists
+        self.rollouts = rollouts  # grpo_rollout.PolicyRollouts
+        self.batch_size = batch_size
+        self.step_log = step_log  # grpo_callbacks.StepLog: `path` and `append(step, figures)`
 
     def on_train_begin(self, args, state, control, **kwargs):
         from accelerate.utils import broadcast_object_list
@@ -224,8 +181,8 @@ class BestKeeper(TrainerCallback):
     def _measure(self, state) -> None:
         from accelerate.utils import broadcast_object_list
 
-        assert self.trainer is not None, "set by build_trainer"
-        row = candidate_row(split_verdicts(self.trainer, self.examples, self.tool, self.rollout), self.hops)
+        verdicts = greedy_verdicts(self.rollouts, self.trainer, self.examples, self.batch_size)
+        row = candidate_row([right for right, _ in verdicts], self.hops)
         wins = False
         if state.is_world_process_zero:
             self.step_log.append(state.global_step, row)

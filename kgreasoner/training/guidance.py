@@ -5,7 +5,7 @@ group of wrong answers, whose search and format parts alone set the advantages. 
 gold` such a group's last row is replaced by the question's warm-up trajectory (LUFFY, arXiv
 2504.14945: an off-policy expert sample mixed into failing groups), so the group holds one right
 answer and its advantage points at it. At most one row a group is replaced. The row trains with the recipe's
-fixed `gold_advantage` and stays out of its group's mean and std (`trl_internals.GuidedRowAdvantages`, which
+fixed `guidance.gold_advantage` and stays out of its group's mean and std (`trl_internals.GuidedRowAdvantages`, which
 reads the rollout's `guided` column): left to std scaling, one gold row beside 7 tied rows got 7/sqrt(8) ~ 2.47
 whatever the reward gap.
 
@@ -146,7 +146,7 @@ class GoldTrajectories:
         self.path = Path(path)
         if not self.path.is_file():
             raise ValueError(
-                f"guidance_trajectories: {self.path} is not a file (warm-up records: "
+                f"guidance.trajectories: {self.path} is not a file (warm-up records: "
                 "`warmup/all.jsonl` of data_gen.warmup)"
             )
         self.records: dict[str, Any] = {}

@@ -7,14 +7,14 @@ gold rows never count; and it is gathered over every rank in TRL's group order, 
 rollouts lie on two ranks still gives one exact row (`frontier.group_rows`).
 
 `hard_examples` reads those rows. Every record kind is eligible, 1-, 2- and 3-hop alike. A question is
-hard when its success rate `right / of` is below `hard_threshold` (1.0: any wrong rollout; 0.5: right in
+hard when its success rate `right / of` is below `hard_cases.threshold` (1.0: any wrong rollout; 0.5: right in
 fewer than half its rollouts; all-wrong questions are hard under every threshold above 0). A question
 sampled more than once (a second epoch, or a scarce hop count recycled by the stratified order) is judged
 by its last group, the policy nearest the hard episode. A question episode 1 never sampled is not hard:
 its success is unmeasured; it stays with the rest of the training questions, which the replay share
 draws from. When no question is hard, the episode trains on every training question, with a warning.
 
-Replay (`hard_replay`): TRL takes an episode's questions in dataset order, a generation batch at a time,
+Replay (`hard_cases.replay`): TRL takes an episode's questions in dataset order, a generation batch at a time,
 so `replay_order` lays the episode out batch by batch: that share of every batch comes from the rest of
 the training questions, hop counts in turn, so the hop counts the policy already answers (in the synthetic
 demo, the 1-hop questions) stay in every stretch of the episode.
@@ -69,7 +69,7 @@ def hard_examples(root: Path, number: int, train_examples: list, threshold: floa
         made_with = json.loads((folder / SUMMARY_FILE).read_text(encoding="utf-8"))["threshold"]
         if made_with != threshold:
             raise ValueError(
-                f"{folder / HARD_FILE} was mined with hard_threshold {made_with}, the recipe says {threshold}: "
+                f"{folder / HARD_FILE} was mined with hard_cases.threshold {made_with}, the recipe says {threshold}: "
                 "delete it (and the episode's checkpoints) to mine again, or set it back"
             )
         logger.info("episode %d: the hard cases mined before, %s", number, folder / HARD_FILE)
@@ -119,7 +119,7 @@ def _write_hard_set(path: Path, folder: Path, number: int, train_examples: list,
     }
     if not hard:
         logger.warning(
-            "episode %d: no question of %s had a success rate below hard_threshold %s; it trains on every "
+            "episode %d: no question of %s had a success rate below hard_cases.threshold %s; it trains on every "
             "training question",
             number,
             path,
@@ -154,9 +154,9 @@ def replay_slots(per_batch: int, share: float) -> int:
         return 0
     if per_batch < 2:
         raise ValueError(
-            f"hard_replay {share} needs at least 2 questions a generation batch, it takes {per_batch} "
+            f"hard_cases.replay {share} needs at least 2 questions a generation batch, it takes {per_batch} "
             "(per_device_train_batch_size x steps_per_generation x processes / num_generations): "
-            "raise per_device_train_batch_size or set hard_replay: 0"
+            "raise per_device_train_batch_size or set hard_cases.replay: 0"
         )
     return min(max(round(per_batch * share), 1), per_batch - 1)
 

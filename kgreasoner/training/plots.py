@@ -5,7 +5,7 @@ reward and each component (smoothed), the share of groups whose rollouts all got
 gradient), the share whose rollouts all got one answer reward (all right or all wrong: no answer signal),
 by hop count, beside the share of groups guided by a gold row, entropy, response length (model-written
 tokens), searches and correct answers per rollout by hop count, and greedy dev Hits@1 (overall and
-by hop count; `dev_eval_steps`). Given
+by hop count; `dev_eval.steps`). Given
 several runs (for example with and without hard-case sampling) their curves share the panels,
 labelled by run folder name; later episodes continue after earlier ones (dotted lines).
 """

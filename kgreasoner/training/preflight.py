@@ -41,9 +41,9 @@ optimiser, reference; DeepSpeed's gradient buffers), under ZeRO-3 the whole mode
 generation, and the KV cache of TRL's whole generation batch (per GPU: per_device_train_batch_size x
 steps_per_generation rows) at the longest rollout, with the backend's buffer growth and the copy
 a tool block runs on. Dev evaluation on hf is a phase of the same kind, beside vLLM's share when the run
-has one: the dev curve's batches of `dev_eval_batch_size` rows when the run's backend is hf (on vLLM they
-run in the engine's share), and with `choose_final: best_dev` each save's measurement on the whole dev
-split, which always runs on hf in batches of 64 rows. Episode 1's trainer and vLLM are released before a
+has one: the dev curve's batches of `dev_eval.batch_size` rows when the run's backend is hf (on vLLM they
+run in the engine's share), and with `dev_eval.choose_final: best_dev` each save's measurement on the whole dev
+split, in batches of as many rows. Episode 1's trainer and vLLM are released before a
 later episode is built, so later episodes repeat episode 1's phases (a hard episode's questions are mined
 from a file episode 1 wrote, with no model).
 Host memory: a DeepSpeed JSON that offloads to the CPU pins, per trainable parameter, the fp32 master
@@ -514,19 +514,20 @@ def estimate_memory(recipe, kind: str, args, model, gpus: int, gpu_memory: float
 
 def hf_dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
     """The batches a rank's dev evaluation rolls out on the hf backend, as (rows, what): the dev curve's
-    (`DevEval`, when the run's backend is hf; on vLLM it runs in the engine's share) and, with `choose_final:
-    best_dev`, each save's measurement on the whole dev split (`checkpoint_choice.split_verdicts`, always hf, in
-    batches of `SPLIT_BATCH`: counted whole, as a dev split of CWQ's size gives every rank more)."""
-    from kgreasoner.training.checkpoint_choice import SPLIT_BATCH
+    (`DevEval`) and, with `dev_eval.choose_final: best_dev`, each save's measurement on the whole dev split
+    (`BestKeeper`), both in calls of at most `dev_eval.batch_size` rows through the run's backend (on vLLM they
+    run in the engine's share). The whole split's calls are counted full: a dev split of CWQ's size gives every
+    rank more questions than one call takes."""
+    return _dev_rows(recipe, gpus) if recipe.dev_eval.steps and recipe.rollout_backend == "hf" else []
 
-    batches = []
-    if recipe.dev_eval_steps and recipe.rollout_backend == "hf":
-        rows = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
-        batches.append(
-            (rows, f"dev_eval_batch_size {recipe.dev_eval_batch_size}, of {recipe.dev_eval_questions} dev questions")
-        )
-    if recipe.dev_eval_steps and recipe.choose_final == "best_dev":
-        batches.append((SPLIT_BATCH, "choose_final: best_dev measures each save on the whole dev split, on hf"))
+
+def _dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
+    """The batches a rank's dev evaluation rolls out, as (rows, what), on whichever backend the run has."""
+    size = recipe.dev_eval.batch_size
+    rows = min(size, math.ceil(recipe.dev_eval.questions / gpus))
+    batches = [(rows, f"dev_eval.batch_size {size}, of {recipe.dev_eval.questions} dev questions")]
+    if recipe.dev_eval.final == "best_dev":
+        batches.append((size, f"choose_final: best_dev measures each save on the whole dev split, {size} a call"))
     return batches
 
 
@@ -621,16 +622,10 @@ def _judge(report: Report, recipe, kind: str, args, model, gpus: int, gpu_memory
                 "trainer.gradient_accumulation_steps, or trainer.steps_per_generation)"
             )
             hints.append("rollout_backend: vllm")
-        if peak == DEV_EVAL:
-            if recipe.choose_final == "best_dev":
-                hints.append(
-                    "choose_final: last (best_dev measures each save on the whole dev split on hf, which under "
-                    "ZeRO-3 gathers the whole model on every GPU)"
-                )
-            if recipe.rollout_backend == "hf":
-                hints.append(f"a smaller dev_eval_batch_size (now {recipe.dev_eval_batch_size})")
-                hints.append("rollout_backend: vllm (the dev curve then runs in vLLM's share)")
-            hints.append("dev_eval_steps: 0 (no dev evaluation)")
+        if peak == DEV_EVAL:  # on hf only: on vLLM dev evaluation runs in the engine's share
+            hints.append(f"a smaller dev_eval.batch_size (now {recipe.dev_eval.batch_size})")
+            hints.append("rollout_backend: vllm (dev evaluation then runs in vLLM's share)")
+            hints.append("dev_eval.steps: 0 (no dev evaluation)")
         if _zero_stage(_deepspeed(args)) < 3:
             hints.append("trainer.deepspeed: configs/deepspeed/zero3.json (shards weights, gradients and optimiser)")
         if not _offloaded(_deepspeed(args), "optimizer"):
@@ -708,7 +703,8 @@ def _judge_vllm(report: Report, recipe, args, model, gpus: int, gpu_memory: floa
 
 def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
     """Rows one rank hands the colocated engine at once, and where they come from: TRL's generation batch, or a
-    dev-curve batch when that is larger (the dev curve runs on vLLM when the run does)."""
+    dev batch when that is larger (dev evaluation runs on vLLM when the run does; the whole dev split's
+    measurement of `dev_eval.choose_final: best_dev` is counted in full calls, as in `hf_dev_rows`)."""
     rows = generation_rows(recipe, args, gpus)
     what = (
         f"the generation batch: trainer.per_device_train_batch_size {args.per_device_train_batch_size} x "
@@ -716,10 +712,10 @@ def vllm_rows(recipe, args, gpus: int) -> tuple[int, str]:
     )
     if "generation_batch_size" in recipe.trainer:
         what = f"the generation batch: trainer.generation_batch_size {args.generation_batch_size} / {gpus} GPUs"
-    if recipe.dev_eval_steps:
-        dev = min(recipe.dev_eval_batch_size, math.ceil(recipe.dev_eval_questions / gpus))
+    if recipe.dev_eval.steps:
+        dev = max(n for n, _ in _dev_rows(recipe, gpus))
         if dev > rows:
-            return dev, f"a dev batch: dev_eval_batch_size {recipe.dev_eval_batch_size}"
+            return dev, f"a dev batch: dev_eval.batch_size {recipe.dev_eval.batch_size}"
     return rows, what
 
 

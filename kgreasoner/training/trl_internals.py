@@ -16,7 +16,7 @@ What is here:
   its `_generate_and_score_completions` logs what TRL's importance-sampling correction of vLLM rollouts
   dropped or capped (`importance_sampling_counts`, TRL's ratio recomputed; `IMPORTANCE_SAMPLING_MODES`).
 - `GuidedRowAdvantages` (`guided_trainer_class`): `_calculate_rewards` and `_generate_and_score_completions`
-  overridden so guided rows train with the recipe's `gold_advantage`, out of their group's mean and std and of
+  overridden so guided rows train with the recipe's `guidance.gold_advantage`, out of their group's mean and std and of
   TRL's reward figures (`_metrics`, `_logs`).
 - `log_metric` / `add_metric`: TRL's per-step metric buffers (`_log_metric`, `_metrics`).
 - `vllm_engine`: the colocated `vllm.LLM` and its tensor-parallel group (`vllm_generation.llm/.tp_group`);
@@ -496,7 +496,7 @@ class GuidedRowAdvantages:
       down alike and their search and format differences shrink; its own advantage came out 7/sqrt(8) ~ 2.47
       beside 7 tied rows whatever the gap. A gold row's weight is then the recipe's, and nothing else's;
     - a guided row with a right answer (a gold row, whose record answers right; a rollout that answered right
-      after its gold prefix) gets `gold_advantage`; one without gets 0: a wrong continuation after a prefix
+      after its gold prefix) gets `guidance.gold_advantage`; one without gets 0: a wrong continuation after a prefix
       the policy did not choose is nothing to imitate, and pushing it down would punish the prefix's context;
     - TRL's `reward`, `reward_std` and `rewards/<name>/mean|std` are the policy's rows' (nanmean), and the
       guided rows' are logged apart: `guidance/gold_rows` (their number in the generation batch, every rank's)
@@ -554,6 +554,7 @@ class GuidedRowAdvantages:
         return output
 
 
-def guided_trainer_class(base):
-    """`base` (a `GRPOTrainer` class) with `GuidedRowAdvantages` before it."""
-    return type(base.__name__, (GuidedRowAdvantages, base), {})
+def guided_trainer_class(base, **settings):
+    """`base` (a `GRPOTrainer` class) with `GuidedRowAdvantages` before it, and `settings` (class attributes
+    such as `gold_advantage` and `length_chunk_rows`) in place of their defaults."""
+    return type(base.__name__, (GuidedRowAdvantages, base), settings)

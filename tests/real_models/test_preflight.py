@@ -337,43 +337,54 @@ def test_the_host_memory_a_cpu_offload_pins_is_checked_per_host(world, capsys):
     assert "WARN: host memory not checked (pass --host-memory): " + figure.format("455.0", "") in out
 
 
-def test_dev_evaluation_on_hf_is_a_phase_with_the_whole_model_gathered(world, monkeypatch, capsys):
-    """Under ZeRO-3, dev evaluation on hf gathers the whole bf16 model on every GPU beside the trainer's state and
-    vLLM's share: choose_final best_dev (dev evaluation's default) measures each save on the whole dev split that
-    way, 64 rows a batch. The 30B-A3B recipe with dev evaluation was judged by its training step (72.3 GiB) as
-    fitting; the gathered model alone adds 56.9 GiB. With choose_final last the dev curve runs in vLLM's share."""
-    recipe = CONFIGS / "qwen3-30b-a3b" / "grpo.yaml"
-    code = main(_argv(recipe, world, "--gpus", "8", "--gpu-memory", "80GiB", "--set", "dev_eval_steps=50"))
-    assert code == 1 and "per GPU (peak: dev evaluation) but a GPU has 80.0 GiB" in capsys.readouterr().err
-
+def test_dev_evaluation_runs_on_the_runs_backend(world, monkeypatch, capsys):
+    """dev_eval.choose_final best_dev (dev evaluation's default) measures each save on the whole dev split through
+    the run's own rollout backend, as the dev curve does: on the 30B-A3B recipe's vLLM it runs in the engine's share
+    (no hf phase: the recipe fits by its training step, 72.3 GiB), on hf in calls of dev_eval.batch_size rows with the
+    whole bf16 model gathered on every GPU (56.9 GiB more), which the report names as the peak."""
     from kgreasoner.training.preflight import DEV_EVAL, GIB, TRAINING
 
     _vllm_context(monkeypatch, "rollout")
-    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval_steps=50")
+    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval.steps=50")
     assert round(report.estimate.phase_total(TRAINING) / GIB, 1) == 72.3
+    assert DEV_EVAL not in report.estimate.phases and report.ok
+
+    on_hf = ("dev_eval.steps=50", "rollout_backend=hf", "dev_eval.batch_size=64", "dev_eval.questions=1000")
+    report, rows = _estimate("qwen3-30b-a3b", world, *on_hf)
     assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 30_532_122_624 * 2
     assert rows[DEV_EVAL, "hf rollout KV cache"] == 64 * (7681 + 64) * (2 * 48 * 4 * 128 * 2) * 1.5
-    assert rows[DEV_EVAL, "vLLM (colocated)"] == 0.47 * 80 * GIB
-    assert report.estimate.peak_phase == DEV_EVAL and not report.ok
-    assert "(peak: dev evaluation)" in report.problems[0]
-    assert (
-        "change one of: choose_final: last (best_dev measures each save on the whole dev split on hf"
-        in (report.problems[0])
-    )
+    assert not report.ok
 
-    report, rows = _estimate("qwen3-30b-a3b", world, "dev_eval_steps=50", "choose_final=last")
-    assert DEV_EVAL not in report.estimate.phases and report.ok
+
+def test_on_vllm_the_whole_dev_splits_calls_count_among_the_engines_rows(world):
+    """On vLLM each save's measurement on the whole dev split hands the engine dev_eval.batch_size rows a call
+    (a CWQ-sized split fills every call): 64 rows, more than the generation batch's 4 x 8 = 32 and the dev
+    sample's share of 19 (150 questions over 8 GPUs), which are what the engine takes with choose_final last."""
+    from kgreasoner.config import load_config
+    from kgreasoner.training.grpo import GRPORecipe, grpo_config
+    from kgreasoner.training.preflight import vllm_rows
+
+    for final, expected in (("best_dev", (64, "a dev batch: dev_eval.batch_size 64")), ("last", (32, None))):
+        sets = [f"dataset={world}", "dev_eval.steps=10", "dev_eval.batch_size=64", f"dev_eval.choose_final={final}"]
+        recipe = load_config(GRPORecipe, CONFIGS / "qwen3-8b" / "grpo.yaml", sets)
+        rows, what = vllm_rows(recipe, grpo_config(recipe, world / "run", recipe.episodes[0]), 8)
+        assert rows == expected[0] and (expected[1] is None or what == expected[1])
 
 
 def test_the_dev_curve_on_hf_holds_a_batch_of_dev_eval_batch_size_rows(world, monkeypatch):
     """A rank rolls out its share of the dev sample (150 questions over 8 GPUs: 19) in batches of at most
-    dev_eval_batch_size rows, beside the trainer's state and, under ZeRO-3, the whole gathered model."""
+    dev_eval.batch_size rows, beside the trainer's state and, under ZeRO-3, the whole gathered model."""
     from kgreasoner.training.preflight import DEV_EVAL
 
     _vllm_context(monkeypatch, "rollout")
     kv_row = (7681 + 64) * (2 * 36 * 8 * 128 * 2)  # Qwen3-8B: 36 layers, 8 key/value heads of 128, bf16
     for size, batch in (("32", 19), ("8", 8)):
-        overrides = ("rollout_backend=hf", "dev_eval_steps=10", "choose_final=last", f"dev_eval_batch_size={size}")
+        overrides = (
+            "rollout_backend=hf",
+            "dev_eval.steps=10",
+            "dev_eval.choose_final=last",
+            f"dev_eval.batch_size={size}",
+        )
         report, rows = _estimate("qwen3-8b", world, *overrides)
         assert rows[DEV_EVAL, "hf rollout KV cache"] == batch * kv_row * 1.5
         assert rows[DEV_EVAL, "ZeRO-3 gathered"] == 8_190_735_360 * 2

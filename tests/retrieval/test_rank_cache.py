@@ -149,8 +149,8 @@ def test_over_sparql_the_contexts_of_a_search_come_in_few_requests_and_score_as_
     assert targets == 44 and sparql.queries_sent == before + -(-targets // CONTEXT_BATCH)
     memory_scorer = CandidateScorer("gat", memory, encoder, model, max_context=1)
     assert np.allclose(
-        scorer.gat_scores("the capital?", candidates),
-        memory_scorer.gat_scores("the capital?", candidates),
+        scorer.scores("the capital?", candidates),
+        memory_scorer.scores("the capital?", candidates),
         rtol=0.0,
         atol=1e-6,
     )

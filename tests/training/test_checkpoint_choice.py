@@ -9,7 +9,7 @@ import pytest
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.training.checkpoint_choice import apply_choice, choose, episode_ends, floors, judge
-from kgreasoner.training.grpo import GRPORecipe
+from kgreasoner.training.grpo_recipe import DevEvaluation, GRPORecipe
 
 
 def _row(episode, step, hop1, hop2, n1=100, n2=100, **extra):
@@ -139,18 +139,18 @@ def test_choose_final_last_keeps_the_last_step(tmp_path):
 
 def test_choose_final_defaults_to_best_dev_with_dev_evaluation_and_refuses_it_without():
     base = ["model=m", "dataset=d", "run_dir=o"]
-    assert load_config(GRPORecipe, None, base + ["dev_eval_steps=5"]).choose_final == "best_dev"
-    assert load_config(GRPORecipe, None, base).choose_final == "last"
-    assert load_config(GRPORecipe, None, base).dev_eval_questions == 150
-    with pytest.raises(ConfigError, match="choose_final: best_dev needs dev evaluation: set dev_eval_steps"):
-        load_config(GRPORecipe, None, base + ["choose_final=best_dev"])
+    assert load_config(GRPORecipe, None, base + ["dev_eval.steps=5"]).dev_eval.final == "best_dev"
+    assert load_config(GRPORecipe, None, base).dev_eval.final == "last"
+    assert load_config(GRPORecipe, None, base).dev_eval.questions == 150
+    with pytest.raises(ConfigError, match="choose_final: best_dev needs dev evaluation: set dev_eval.steps"):
+        load_config(GRPORecipe, None, base + ["dev_eval.choose_final=best_dev"])
 
 
 def test_the_demo_measures_dev_hits_on_at_least_150_questions():
     from kgreasoner.demo import DemoConfig
 
     config = load_config(DemoConfig, Path(__file__).resolve().parents[2] / "configs" / "demo" / "full.yaml")
-    assert config.grpo.set["dev_eval_questions"] >= 150 and DemoConfig().grpo.set["dev_eval_questions"] >= 150
+    assert config.grpo.set["dev_eval"]["questions"] >= 150 and DemoConfig().grpo.set["dev_eval"]["questions"] >= 150
 
 
 TOOL = ToolConfig(entity_handles=True, top_k=5)
@@ -230,8 +230,7 @@ def test_a_grpo_run_that_only_makes_the_warm_up_worse_ends_with_the_warm_up(memo
         rollout=RolloutConfig(max_new_tokens=192, max_turn_tokens=48, max_turns=5),
         episodes=[Episode("all", max_steps=2)],
         max_questions=8,
-        dev_eval_steps=1,
-        dev_eval_questions=2,
+        dev_eval=DevEvaluation(steps=1, questions=2),
         trainer={
             "num_generations": 4,
             "per_device_train_batch_size": 8,

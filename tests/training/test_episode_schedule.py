@@ -11,6 +11,7 @@ from kgreasoner.config import ConfigError, load_config
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.grpo import Episode, GRPORecipe, train_grpo
+from kgreasoner.training.grpo_recipe import Guidance
 
 LR = 1e-3
 # linear over the run's 6 steps after 2 warm-up steps: s / 2, then (6 - s) / 4
@@ -70,8 +71,7 @@ def _recipe(model, data, gold, out) -> GRPORecipe:
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=3), Episode("all", max_steps=3)],
         max_questions=12,
-        guidance="gold",
-        guidance_trajectories=str(gold),
+        guidance=Guidance("gold", str(gold)),
         trainer={
             "num_generations": 4,
             "per_device_train_batch_size": 8,

@@ -146,6 +146,7 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
     from kgreasoner.rollout.types import RolloutConfig
     from kgreasoner.training.checkpoint_choice import choose
     from kgreasoner.training.grpo import Episode, GRPORecipe, train_grpo
+    from kgreasoner.training.grpo_recipe import DevEvaluation
 
     model, data, tool_config = warm_policy
     out = tmp_path / "run"
@@ -157,8 +158,7 @@ def test_a_frontier_episode_after_episode_one_and_the_best_dev_checkpoint_as_the
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=3), Episode("frontier", max_steps=2)],
         max_questions=24,
-        dev_eval_steps=2,
-        dev_eval_questions=12,
+        dev_eval=DevEvaluation(steps=2, questions=12),
         frontier_replay=0.25,
         trainer={
             "num_generations": 4,

@@ -180,8 +180,7 @@ def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
         out,
         episodes=[{"data": "all", "max_steps": 2}],
         trainer={"num_generations": 4, "per_device_train_batch_size": 2},
-        guidance="gold",
-        guidance_trajectories=str(trajectories),
+        guidance={"mode": "gold", "trajectories": str(trajectories)},
     )
     process = _run(config, nproc=2)
     log = process.communicate(timeout=900)[0]
@@ -221,8 +220,7 @@ def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, t
         out,
         episodes=[{"data": "all", "max_steps": 3}],
         trainer={"num_generations": 4, "per_device_train_batch_size": 2},
-        guidance="gold_prefix",
-        guidance_trajectories=str(trajectories),
+        guidance={"mode": "gold_prefix", "trajectories": str(trajectories)},
         rollout={"max_new_tokens": 160, "max_turn_tokens": 8, "max_turns": 4},
     )
     process = _run(config, nproc=2)
@@ -238,7 +236,7 @@ def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, t
 
 
 def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
-    from kgreasoner.training.grpo import StepLog
+    from kgreasoner.training.grpo_callbacks import StepLog
 
     log = StepLog(tmp_path / "steps.jsonl", episode=1)
     log.append(0, {"dev/hits1": 0.2})

@@ -17,6 +17,7 @@ from kgreasoner.config import ConfigError, load_config
 from kgreasoner.rollout.types import RolloutConfig, Trajectory, completion_tokens, sequence_tokens, trl_rollout_output
 from kgreasoner.training.common import LoraSettings
 from kgreasoner.training.grpo import Episode, GRPORecipe
+from kgreasoner.training.grpo_recipe import DevEvaluation
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 EOS = 7
@@ -324,7 +325,8 @@ def _dev_eval_rank(rank: int, port: int, recipe: GRPORecipe, queue) -> None:
         import torch.distributed as dist
         import trl.models
 
-        from kgreasoner.training.grpo import DevEval, build_trainer
+        from kgreasoner.training.grpo import build_trainer
+        from kgreasoner.training.grpo_callbacks import DevEval
 
         dataset, tool = _tool(recipe)
         trainer = build_trainer(
@@ -380,9 +382,7 @@ def test_every_rank_takes_part_in_the_dev_evaluation(tiny_checkpoint, synthetic_
         tiny_checkpoint,
         synthetic_dir,
         tmp_path / "dev",
-        dev_eval_steps=1,
-        dev_eval_questions=3,
-        dev_eval_batch_size=batch,
+        dev_eval=DevEvaluation(steps=1, questions=3, batch_size=batch),
         trainer={"ddp_timeout": 60},
     )
     context = multiprocessing.get_context("spawn")
@@ -528,18 +528,21 @@ def test_the_process_group_has_the_recipes_timeout_before_any_trainer(tiny_check
 
 
 def test_every_rank_runs_as_many_dev_batches_of_at_most_the_batch_size():
-    from kgreasoner.training.grpo import dev_batches
+    from kgreasoner.training.grpo_rollout import dev_batches
 
     assert dev_batches(5, 0, 1, 2) == [[0, 1], [2, 3], [4]]
     # seven questions on three ranks: shares of 3, 2 and 2, each in two calls, the smaller ones' last empty
     assert [dev_batches(7, rank, 3, 2) for rank in range(3)] == [[[0, 3], [6]], [[1, 4], []], [[2, 5], []]]
     assert dev_batches(2, 3, 4, 32) == [[]]  # a rank with no question still joins the one call
-    with pytest.raises(ValueError, match="dev_eval_batch_size must be >= 1, got 0"):
-        GRPORecipe(model="m", dataset="d", run_dir="o", dev_eval_batch_size=0)
+    with pytest.raises(ValueError, match="dev_eval.batch_size must be >= 1, got 0"):
+        DevEvaluation(batch_size=0)
 
 
-def _dev_trainer(recipe, count: int):
-    from kgreasoner.training.grpo import DevEval, build_trainer
+def _dev_trainer(recipe, count: int, kind=None):
+    """A real trainer whose dev curve's sample and whole dev split are the first `count` dev questions, and its
+    callback of `kind` (the dev curve's, `DevEval`, by default)."""
+    from kgreasoner.training.grpo import build_trainer
+    from kgreasoner.training.grpo_callbacks import DevEval
 
     dataset, tool = _tool(recipe)
     dev = dataset.split("dev")[:count]
@@ -549,34 +552,68 @@ def _dev_trainer(recipe, count: int):
 
         started = SimpleNamespace(use_vllm=True, vllm_generation=SimpleNamespace(mode="colocate", llm=None))
     trainer = build_trainer(
-        recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool, dev, started
+        recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool, dev, started, dev
     )
-    [callback] = [c for c in trainer.callback_handler.callbacks if isinstance(c, DevEval)]
+    [callback] = [c for c in trainer.callback_handler.callbacks if isinstance(c, kind or DevEval)]
     return trainer, callback, dev
 
 
 @pytest.mark.slow
 def test_the_dev_evaluation_rolls_out_in_calls_of_at_most_its_batch_size(tiny_checkpoint, synthetic_dir, tmp_path):
     """The hf backend on the real tiny policy: five dev questions in batches of two are three engine calls,
-    greedy, in eval mode, and every question is scored."""
+    greedy, each decoded in eval mode, and every question is scored."""
     from kgreasoner.rollout.engine import RolloutEngine
+    from kgreasoner.rollout.hf_backend import HFBackend
 
-    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval_steps=1, dev_eval_batch_size=2)
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval=DevEvaluation(steps=1, batch_size=2))
     trainer, dev, examples = _dev_trainer(recipe, 5)
-    calls, real_run = [], RolloutEngine.run
+    calls, modes, real_run, real_generate = [], [], RolloutEngine.run, HFBackend._generate
 
     def recording(engine, prompts, sessions=None, sampling=None, halt=None, prefixes=None):
-        calls.append(([p.id for p in prompts], sampling.temperature, engine.backend.model.training))
+        calls.append(([p.id for p in prompts], sampling.temperature))
         return real_run(engine, prompts, sessions, sampling, halt, prefixes)
+
+    def decoding(backend, *args):
+        modes.append(backend.model.training)
+        return real_generate(backend, *args)
 
     trainer.state.global_step = 0
     trainer.model.train()  # as TRL leaves it between steps
-    with mock.patch.object(RolloutEngine, "run", recording):
+    with mock.patch.object(RolloutEngine, "run", recording), mock.patch.object(HFBackend, "_generate", decoding):
         dev._evaluate(trainer.state)
     ids = [e.id for e in examples]
-    assert calls == [(ids[0:2], 0.0, False), (ids[2:4], 0.0, False), (ids[4:5], 0.0, False)]
+    assert calls == [(ids[0:2], 0.0), (ids[2:4], 0.0), (ids[4:5], 0.0)]
+    assert modes == [False, False, False]
     assert trainer.model.training  # put back after each call
     assert trainer._metrics["train"]["dev/hits1"] == [dev.latest[1]]
+
+
+@pytest.mark.slow
+def test_the_whole_dev_splits_measurement_rolls_out_in_calls_of_the_dev_batch_size(
+    tiny_checkpoint, synthetic_dir, tmp_path
+):
+    """dev_eval.choose_final: best_dev measures a save on the whole dev split through the run's rollouts in calls
+    of dev_eval.batch_size rows: five questions in batches of two are three greedy engine calls, each question
+    scored once in the candidate row."""
+    from kgreasoner.rollout.engine import RolloutEngine
+    from kgreasoner.training.checkpoint_choice import HITS, BestKeeper, candidates, read_rows
+
+    recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", dev_eval=DevEvaluation(steps=1, batch_size=2))
+    trainer, keeper, examples = _dev_trainer(recipe, 5, BestKeeper)
+    calls, real_run = [], RolloutEngine.run
+
+    def recording(engine, prompts, sessions=None, sampling=None, halt=None, prefixes=None):
+        calls.append(([p.id for p in prompts], sampling.temperature))
+        return real_run(engine, prompts, sessions, sampling, halt, prefixes)
+
+    trainer.state.global_step = 0
+    with mock.patch.object(RolloutEngine, "run", recording):
+        keeper._measure(trainer.state)
+    ids = [e.id for e in examples]
+    assert calls == [(ids[0:2], 0.0), (ids[2:4], 0.0), (ids[4:5], 0.0)]
+    [row] = candidates(read_rows(tmp_path / "run" / "steps.jsonl"))
+    assert sum(v for k, v in row.items() if k.startswith("dev_split/questions_hop")) == 5
+    assert 0.0 <= row[HITS] <= 1.0
 
 
 class StandInVLLM:
@@ -612,18 +649,21 @@ def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights
 ):
     """vLLM cannot run here: `StandInVLLM` stands in for the engine and small modules for `vllm`'s
     `SamplingParams` and `TokensPrompt`. The hf generation context must not be entered: under ZeRO-3 it
-    would gather the whole model beside vLLM's copy."""
+    would gather the whole model beside vLLM's copy, neither for the dev curve nor for the whole dev split's
+    measurement of a save (`dev_eval.choose_final: best_dev`), which both roll out on the engine in calls of
+    dev_eval.batch_size rows."""
     import sys
     import types
 
     import trl.models
 
+    from kgreasoner.training.checkpoint_choice import BestKeeper
+
     recipe = _recipe(
         tiny_checkpoint,
         synthetic_dir,
         tmp_path / "run",
-        dev_eval_steps=1,
-        dev_eval_batch_size=2,
+        dev_eval=DevEvaluation(steps=1, batch_size=2),
         rollout_backend="vllm",
     )
     trainer, dev, _ = _dev_trainer(recipe, 3)
@@ -647,6 +687,10 @@ def test_with_vllm_the_dev_evaluation_runs_on_the_engine_with_this_steps_weights
     assert dev.latest == (3, 0.0)
     engine.events.clear()
     dev._evaluate(trainer.state)
+    assert engine.events == [("generate", 2, [0.0]), ("generate", 1, [0.0])]
+    [keeper] = [c for c in trainer.callback_handler.callbacks if isinstance(c, BestKeeper)]
+    engine.events.clear()
+    keeper._measure(trainer.state)  # the whole dev split's measurement of a save: on the engine too
     assert engine.events == [("generate", 2, [0.0]), ("generate", 1, [0.0])]
 
 

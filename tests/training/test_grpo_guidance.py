@@ -12,7 +12,7 @@ import pytest
 from kgreasoner.config import ConfigError, load_config
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig, trl_rollout_output
-from kgreasoner.training.grpo import Episode, GRPORecipe
+from kgreasoner.training.grpo_recipe import Episode, GRPORecipe, Guidance, Rewards
 from kgreasoner.training.guidance import GoldTrajectories, RowVerdict, held, plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,25 +59,30 @@ def test_rows_that_are_not_whole_groups_are_refused():
 
 def test_guidance_options_are_checked_with_what_to_do():
     base = ["model=m", "dataset=d", "run_dir=o"]
-    with pytest.raises(ConfigError, match="guidance must be one of \\('none', 'gold', 'gold_prefix'\\), got 'expert'"):
-        load_config(GRPORecipe, None, [*base, "guidance=expert"])
+    with pytest.raises(
+        ConfigError, match="guidance.mode must be one of \\('none', 'gold', 'gold_prefix'\\), got 'expert'"
+    ):
+        load_config(GRPORecipe, None, [*base, "guidance.mode=expert"])
     for mode in ("gold", "gold_prefix"):
-        with pytest.raises(ConfigError, match=f"guidance: {mode} needs the gold trajectories: set guidance_traj"):
-            load_config(GRPORecipe, None, [*base, f"guidance={mode}"])
-    assert load_config(GRPORecipe, None, base).guidance == "none"  # off unless an ablation shows it earns its place
-    assert load_config(GRPORecipe, None, [*base, "guidance=gold", "guidance_trajectories=g.jsonl"]).guidance == "gold"
+        with pytest.raises(ConfigError, match=f"guidance.mode: {mode} needs the gold trajectories: set guidance.traj"):
+            load_config(GRPORecipe, None, [*base, f"guidance.mode={mode}"])
+    assert (
+        load_config(GRPORecipe, None, base).guidance.mode == "none"
+    )  # off unless an ablation shows it earns its place
+    chosen = load_config(GRPORecipe, None, [*base, "guidance.mode=gold", "guidance.trajectories=g.jsonl"])
+    assert chosen.guidance.mode == "gold"
 
 
 def test_gold_advantage_is_a_finite_number_at_least_zero():
     base = ["model=m", "dataset=d", "run_dir=o"]
-    assert load_config(GRPORecipe, None, base).gold_advantage == 1.0
+    assert load_config(GRPORecipe, None, base).guidance.gold_advantage == 1.0
     for bad in ("-0.5", ".inf"):
-        with pytest.raises(ConfigError, match="gold_advantage must be a finite number >= 0, got"):
-            load_config(GRPORecipe, None, [*base, f"gold_advantage={bad}"])
+        with pytest.raises(ConfigError, match="guidance.gold_advantage must be a finite number >= 0, got"):
+            load_config(GRPORecipe, None, [*base, f"guidance.gold_advantage={bad}"])
 
 
 def test_a_missing_trajectory_file_is_named(tmp_path):
-    with pytest.raises(ValueError, match=f"guidance_trajectories: {tmp_path / 'none.jsonl'} is not a file"):
+    with pytest.raises(ValueError, match=f"guidance.trajectories: {tmp_path / 'none.jsonl'} is not a file"):
         GoldTrajectories(tmp_path / "none.jsonl")
 
 
@@ -87,8 +92,8 @@ def test_the_demo_trains_with_guided_groups_from_every_training_questions_trajec
 
     demo = Demo(load_config(DemoConfig, ROOT / path), tmp_path / "out")
     recipe = demo.grpo.config
-    assert recipe.guidance == "gold"
-    assert recipe.guidance_trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
+    assert recipe.guidance.mode == "gold"
+    assert recipe.guidance.trajectories == demo.warmup_all_file == str(tmp_path / "out" / "warmup" / "all.jsonl")
 
 
 # ----------------------------------------------------------------- the gold row
@@ -281,10 +286,9 @@ def test_a_group_the_model_cannot_answer_trains_on_its_gold_row(tiny_checkpoint,
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=24, max_turn_tokens=12, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
-        search_reward=demo.search_reward,
-        guidance=demo.guidance,
-        guidance_trajectories=str(warmup_file),
-        gold_advantage=0.75,  # not the default: the row's advantage is this setting, whatever the group
+        rewards=demo.rewards,
+        # gold_advantage not the default: the row's advantage is this setting, whatever the group
+        guidance=Guidance(demo.guidance.mode, str(warmup_file), gold_advantage=0.75),
         trainer={
             "num_generations": group,
             "per_device_train_batch_size": 2 * group,
@@ -344,10 +348,8 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
         tool=tool_config,
         rollout=RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3),
         episodes=[Episode("all", max_steps=1)],
-        search_reward="hops",
-        guidance="gold",
-        guidance_trajectories=str(warmup),
-        gold_advantage=1.25,
+        rewards=Rewards(search_form="hops"),
+        guidance=Guidance("gold", str(warmup), gold_advantage=1.25),
         trainer={
             "num_generations": group,
             "per_device_train_batch_size": 4 * group,
@@ -426,8 +428,7 @@ def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_pref
         tool=TOOL,
         rollout=RolloutConfig(max_new_tokens=256, max_turn_tokens=8, max_turns=4, max_tool_tokens=4096),
         episodes=[Episode("all", max_steps=1)],
-        guidance="gold_prefix",
-        guidance_trajectories=str(warmup_file),
+        guidance=Guidance("gold_prefix", str(warmup_file)),
         trainer={
             "num_generations": generations,
             "per_device_train_batch_size": 2 * generations,

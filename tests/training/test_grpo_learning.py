@@ -185,7 +185,7 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.rollout.hf_backend import HFBackend
     from kgreasoner.rollout.types import SamplingParams
-    from kgreasoner.training.grpo import RewardWeights
+    from kgreasoner.training.grpo_recipe import Rewards
 
     _, data, tool_config = warm_policy
     torn, questions = _torn_policy(warm_policy, warm_policy_records, tmp_path)
@@ -207,7 +207,10 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
 
     trainer_rollout = RolloutConfig(max_new_tokens=96, max_turn_tokens=48, max_turns=3)
     counts = {}
-    for name, weights in (("answer reward", RewardWeights()), ("no answer reward", RewardWeights(answer=0.0))):
+    for name, weights in (
+        ("answer reward", Rewards(search_form="hops")),
+        ("no answer reward", Rewards(answer=0.0, search_form="hops")),
+    ):
         recipe = _recipe(
             warm_policy,
             tmp_path / name.replace(" ", "-"),
@@ -215,7 +218,6 @@ def test_grpo_turns_answers_the_warm_policy_gets_wrong_greedily_into_right_ones(
             rollout=trainer_rollout,
             episodes=[Episode("all", max_steps=20)],
             max_questions=None,
-            search_reward="hops",
             rewards=weights,
             trainer={"num_generations": 8, "per_device_train_batch_size": 64, "learning_rate": 3e-4, "save_steps": 20},
         )

@@ -5,6 +5,7 @@ import pytest
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.grpo import Episode, GRPORecipe, grpo_config
+from kgreasoner.training.grpo_recipe import Rewards
 
 
 def _recipe(out, **overrides) -> GRPORecipe:
@@ -61,7 +62,7 @@ def test_a_grpo_step_with_the_path_search_reward_logs_what_it_pays(world, tmp_pa
         model=str(world / "tiny"),
         dataset=str(world / "data"),
         tool=ToolConfig(entity_handles=True, top_k=5),
-        search_reward="path",
+        rewards=Rewards(search_form="path"),
         rollout=RolloutConfig(max_new_tokens=32, max_turn_tokens=16, max_turns=2),
         episodes=[Episode("all", max_steps=1)],
         trainer={
@@ -101,3 +102,36 @@ def test_a_grpo_step_with_the_path_search_reward_logs_what_it_pays(world, tmp_pa
     assert all(0.0 <= v <= 0.8 for v in paid)
     [logged] = [row for row in trainer.state.log_history if "rewards/search_reward/mean" in row]
     assert logged["rewards/search_reward/mean"] == pytest.approx(sum(paid) / len(paid))
+
+
+def test_the_rollouts_judge_an_answer_right_as_the_answer_reward_pays_it():
+    """One judge (`rewards.is_right`): the rollout figures, the guided groups and dev evaluation
+    (`right_answers` on trajectories) call right exactly the rows the answer reward pays, as TRL hands it the
+    dataset's answer forms and the rollout's resolved answers and tool spans."""
+    from kgreasoner.records.schema import Answer, QAExample, TopicEntity
+    from kgreasoner.rewards import answer_reward
+    from kgreasoner.rollout.types import Trajectory
+    from kgreasoner.training.grpo_rollout import right_answers
+
+    paris = QAExample(
+        "q", "the capital of France?", (TopicEntity("m.fr", "France"),), (Answer("m.p", "Paris", ("City of Light",)),)
+    )
+
+    def row(text: str, resolved: list[str]) -> Trajectory:
+        return Trajectory(0, [1], [2], [1], [-0.1], text, [], "answer", resolved_answers=resolved)
+
+    rows = [
+        row("<answer>paris</answer>", ["paris"]),  # normalised
+        row("<answer>E1</answer>", ["City of Light"]),  # a handle the session resolved to an alias
+        row("<answer>Lyon</answer>", ["Lyon"]),
+        row("<answer>Paris</answer>", []),  # the session found no answer: the text is not read again
+    ]
+    right = right_answers(rows, [paris] * len(rows))
+    paid = answer_reward(
+        [t.text for t in rows],
+        answers=[Answer("m.p", "Paris", ("City of Light",)).surface_forms()] * len(rows),
+        resolved_answers=[t.resolved_answers for t in rows],
+        tool_spans=[t.tool_spans for t in rows],
+    )
+    assert right == [True, True, False, False]
+    assert [p > 0 for p in paid] == right

@@ -14,7 +14,7 @@ import pytest
 from kgreasoner.retrieval.tool import ToolConfig
 from kgreasoner.rollout.types import RolloutConfig
 from kgreasoner.training.frontier import GroupLog, read_groups
-from kgreasoner.training.grpo import Episode, GRPORecipe
+from kgreasoner.training.grpo_recipe import Episode, GRPORecipe, Guidance, HardCases
 from kgreasoner.training.hard_cases import hard_examples, replay_order, replay_slots, select_hard
 
 TOOL = ToolConfig(entity_handles=True, top_k=5)
@@ -112,7 +112,9 @@ def test_a_missing_groups_file_and_a_changed_threshold_are_refused_by_name(tmp_p
     (tmp_path / "episode-2").mkdir()
     (tmp_path / "episode-2" / "hard_cases.jsonl").write_text('{"id": "q"}\n')
     (tmp_path / "episode-2" / "hard_cases.json").write_text('{"threshold": 0.5}\n')
-    with pytest.raises(ValueError, match=r"hard_cases.jsonl was mined with hard_threshold 0.5, the recipe says 1.0"):
+    with pytest.raises(
+        ValueError, match=r"hard_cases.jsonl was mined with hard_cases.threshold 0.5, the recipe says 1.0"
+    ):
         hard_examples(tmp_path, 2, [], 1.0)
 
 
@@ -133,8 +135,7 @@ def test_no_question_below_the_threshold_trains_the_episode_on_every_question(tm
 @pytest.mark.parametrize(
     ("key", "value", "also"),
     [
-        ("hard_cases", "hard.jsonl", "the mined set is saved in episode-<k>/hard_cases.jsonl"),
-        ("hard_case_trajectories", "all.jsonl", "guided groups take their gold rows from guidance_trajectories"),
+        ("hard_case_trajectories", "all.jsonl", "guided groups take their gold rows from guidance.trajectories"),
         ("hard_case_quantile", 0.5, ""),
     ],
 )
@@ -147,8 +148,24 @@ def test_the_settings_of_warm_up_model_mining_are_refused_naming_the_new_ones(ke
         load_config(GRPORecipe, path)
     assert str(refused.value) == (
         f"{path}: {key} is no longer a setting: hard cases are mined from the policy's own groups in episode 1, "
-        "not from the warm-up model: set hard_threshold (a question is hard below this success rate) and "
-        "hard_replay (the share of every batch from the other questions)" + (f"; {also}" if also else "")
+        "not from the warm-up model: set hard_cases.threshold (a question is hard below this success rate) and "
+        "hard_cases.replay (the share of every batch from the other questions)" + (f"; {also}" if also else "")
+    )
+
+
+def test_a_hard_cases_file_is_refused_naming_the_groups_settings(tmp_path):
+    """`hard_cases:` once named a file of mined questions; it is now the group of the mining's settings."""
+    from kgreasoner.config import ConfigError, load_config
+
+    path = tmp_path / "grpo.yaml"
+    path.write_text("model: m\ndataset: d\nrun_dir: o\nhard_cases: hard.jsonl\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(GRPORecipe, path)
+    assert str(refused.value) == (
+        f"{path}: hard_cases is now a mapping ({{threshold, replay}}), no longer a file: hard cases are mined from "
+        "the policy's own groups in episode 1, not from the warm-up model: set hard_cases.threshold (a question is "
+        "hard below this success rate) and hard_cases.replay (the share of every batch from the other questions); "
+        "the mined set is saved in episode-<k>/hard_cases.jsonl"
     )
 
 
@@ -160,11 +177,11 @@ def test_the_demos_hard_stage_is_refused_naming_the_grpo_settings(tmp_path):
         load_config(DemoConfig, None, ["hard.set.quantile=0.5"])
     assert str(refused.value) == (
         "defaults: hard is no longer a stage: GRPO mines its hard cases from episode 1's own groups; set "
-        "grpo.set.hard_threshold and grpo.set.hard_replay"
+        "grpo.set.hard_cases.threshold and grpo.set.hard_cases.replay"
     )
     config = load_config(DemoConfig, None, ["grpo.set.hard_case_quantile=0.5"])  # checked with the stage's recipe
     with pytest.raises(
-        ConfigError, match="demo stage grpo: .*hard_case_quantile is no longer a setting: .*set hard_thr"
+        ConfigError, match="demo stage grpo: .*hard_case_quantile is no longer a setting: .*set hard_cases.thr"
     ):
         Demo(config, tmp_path / "out")
 
@@ -175,7 +192,9 @@ def test_the_demos_hard_stage_is_refused_naming_the_grpo_settings(tmp_path):
 def test_replay_slots_are_the_share_of_a_batch_to_the_nearest_at_least_one_and_never_all():
     assert [replay_slots(n, 0.25) for n in (2, 3, 4, 8, 16)] == [1, 1, 1, 2, 4]
     assert replay_slots(4, 0.9) == 3 and replay_slots(8, 0.0) == 0 and replay_slots(1, 0.0) == 0
-    with pytest.raises(ValueError, match="hard_replay 0.25 needs at least 2 questions a generation batch, it takes 1"):
+    with pytest.raises(
+        ValueError, match="hard_cases.replay 0.25 needs at least 2 questions a generation batch, it takes 1"
+    ):
         replay_slots(1, 0.25)
 
 
@@ -215,10 +234,16 @@ def test_a_batch_too_small_for_the_replay_share_is_refused_before_episode_one(
     # one question a generation batch: no room for a hard case beside a replayed one
     trainer = {"num_generations": 2, "per_device_train_batch_size": 2, "report_to": [], "beta": 0.0}
     recipe = _recipe(tiny_checkpoint, synthetic_dir, tmp_path / "run", trainer=trainer)
-    with pytest.raises(ValueError, match="hard_replay 0.25 needs at least 2 questions a generation batch, it takes 1"):
+    with pytest.raises(
+        ValueError, match="hard_cases.replay 0.25 needs at least 2 questions a generation batch, it takes 1"
+    ):
         train_grpo(recipe)
     assert not (tmp_path / "run" / "episode-1").exists()
-    train_grpo(_recipe(tiny_checkpoint, synthetic_dir, tmp_path / "hard only", trainer=trainer, hard_replay=0.0))
+    train_grpo(
+        _recipe(
+            tiny_checkpoint, synthetic_dir, tmp_path / "hard only", trainer=trainer, hard_cases=HardCases(replay=0.0)
+        )
+    )
     assert (tmp_path / "hard only" / "episode-2" / "final" / "config.json").is_file()
 
 
@@ -238,7 +263,7 @@ def test_trls_sampler_hands_the_hard_episode_its_batches(order, tiny_checkpoint,
         synthetic_dir,
         tmp_path / "run",
         order=order,
-        hard_replay=0.5,
+        hard_cases=HardCases(replay=0.5),
         trainer={"num_generations": 2, "per_device_train_batch_size": 8, "report_to": [], "beta": 0.0},
     )
     dataset = load_dataset(str(synthetic_dir))
@@ -286,7 +311,7 @@ def guided_run(tiny_checkpoint, synthetic_dir, tmp_path_factory):
             progress=False,
         )
     )
-    fields = {"guidance": "gold", "guidance_trajectories": str(trajectories)}
+    fields = {"guidance": Guidance("gold", str(trajectories))}
     train_grpo(_recipe(tiny_checkpoint, synthetic_dir, root / "run", **fields))
     return root / "run", fields
 

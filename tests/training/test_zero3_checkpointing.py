@@ -64,8 +64,8 @@ def test_generation_turns_checkpointing_back_on_with_the_runs_kwargs(tiny_checkp
 
     from kgreasoner.data import load_dataset, open_dataset_kg
     from kgreasoner.retrieval.tool import KGSearchTool, ToolConfig
-    from kgreasoner.training.checkpoint_choice import split_verdicts
     from kgreasoner.training.grpo import build_trainer
+    from kgreasoner.training.grpo_rollout import PolicyRollouts, greedy_verdicts
 
     recipe = GRPORecipe(
         model=str(tiny_checkpoint),
@@ -106,7 +106,7 @@ def test_generation_turns_checkpointing_back_on_with_the_runs_kwargs(tiny_checkp
     try:
         trainer.train()
         assert checkpointing_kwargs() == [{"use_reentrant": True}] * len(trainer.model.model.layers)
-        split_verdicts(trainer, dataset.split("dev")[:2], tool, recipe.rollout)
+        greedy_verdicts(PolicyRollouts("hf", recipe.rollout, tool), trainer, dataset.split("dev")[:2], 2)
         assert checkpointing_kwargs() == [{"use_reentrant": True}] * len(trainer.model.model.layers)
     finally:
         trl.models.unwrap_model_for_generation = real
