@@ -11,8 +11,10 @@ fits `ToolSession` (all in `kgreasoner.rollout.types`). Backends are imported fr
 from kgreasoner.rollout.engine import RolloutEngine
 from kgreasoner.rollout.types import (
     ENDED_REASONS,
+    ERROR_KINDS,
     FINISH_REASONS,
     Backend,
+    ErrorKind,
     RolloutConfig,
     RowState,
     SamplingParams,
@@ -34,8 +36,10 @@ from kgreasoner.rollout.types import (
 
 __all__ = [
     "ENDED_REASONS",
+    "ERROR_KINDS",
     "FINISH_REASONS",
     "Backend",
+    "ErrorKind",
     "RolloutConfig",
     "RolloutEngine",
     "RowState",

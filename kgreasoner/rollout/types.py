@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 from kgreasoner.data.gold_chains import SearchStep
 from kgreasoner.data.schema import TopicEntity
@@ -35,7 +35,19 @@ if TYPE_CHECKING:
 
 FINISH_REASONS = ("answer", "eos", "max_tokens", "max_turns", "error")
 """Why a row stopped: `</answer>` written; end-of-sequence token; a token limit (per turn or in
-total); a `</search>` beyond `max_turns` tool calls; a malformed call or a failing backend/tool."""
+total); a `</search>` beyond `max_turns` tool calls; a malformed call, a bad prompt, a failing backend
+or the caller's halt rule (`Trajectory.error_kind` says which)."""
+
+ErrorKind = Literal["prompt", "backend", "halt", "format", "tool"]
+"""What went wrong in a row, by whose fault (`Trajectory.error_kind`):
+- `prompt`: the prompt could not be built or tokenised; the row never ran (empty completion);
+- `backend`: a generation request failed, or the backend returned without finishing the row;
+- `halt`: the caller's stop rule (`RolloutEngine.run(..., halt=...)`) ended the row;
+- `format`: the model wrote a malformed call (`</search>` without `<search>` in its turn);
+- `tool`: a tool call raised or timed out (`ToolCall.error` `tool_exception` / `tool_timeout`); the row
+  went on with the error sentence in its block, so it may end in any way. The first four end the row
+  with finish reason `error`; `tool` is reported only when none of them did."""
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 
 
 @dataclass
@@ -181,6 +193,8 @@ class Trajectory:
     finish_reason: str
     error: str | None = None
     """A sentence saying what went wrong when finish_reason is `error`."""
+    error_kind: ErrorKind | None = None
+    """What went wrong, by whose fault (`ErrorKind`); None when nothing did."""
     answers: list[str] = field(default_factory=list)
     """The parts of the first model-written `<answer>` block (`A | B` -> [A, B])."""
     resolved_answers: list[str] = field(default_factory=list)
@@ -229,6 +243,7 @@ class Trajectory:
             "text": self.text,
             "finish_reason": self.finish_reason,
             "error": self.error,
+            "error_kind": self.error_kind,
             "answers": self.answers,
             "resolved_answers": self.resolved_answers,
             "tool_spans": [list(span) for span in self.tool_spans],
@@ -422,6 +437,8 @@ class RowState:
         self.finish_reason: str | None = None
         """One of `FINISH_REASONS` once the row has ended; None while it runs."""
         self.error: str | None = None
+        self.error_kind: ErrorKind | None = None
+        """Set with finish reason `error`: whose fault it was."""
         self.ended_with_eos = False
         self.prefix_tokens = 0
         """Completion ids written from a given prefix (its turns and tool blocks), before any sampled one."""
@@ -430,9 +447,10 @@ class RowState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def finish(self, reason: str, error: str | None = None) -> None:
+    def finish(self, reason: str, error: str | None = None, kind: ErrorKind | None = None) -> None:
+        """End the row (a second call changes nothing); `error` and `kind` go with finish reason `error`."""
         if self.finish_reason is None:
-            self.finish_reason, self.error = reason, error
+            self.finish_reason, self.error, self.error_kind = reason, error, kind
 
 
 class StepDriver(Protocol):
