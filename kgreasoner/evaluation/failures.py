@@ -164,6 +164,9 @@ class RecordingSession:
     def shown_entities(self) -> list[tuple[str, str]]:
         return self.session.shown_entities()
 
+    def label_of(self, entity: str) -> str | None:
+        return self.session.label_of(entity)
+
     def trace(self, trajectory: Any) -> dict[str, Any]:
         """The trajectory's summary with the search record (`shown` per call, `entities`)."""
         summary: dict[str, Any] = trajectory.summary()

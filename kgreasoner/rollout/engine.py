@@ -298,13 +298,11 @@ class RolloutEngine:
             error: str | None
             if result is None:
                 error, text = failure or ("tool_exception", "The search failed.")
-                entity, backtracked, edges = None, False, 0
+                entity, backtracked, edges = None, False, []
             else:
                 text, error, entity = result.text, result.error, result.entity
-                backtracked, edges = bool(result.backtracked), len(result.edges)
-                ends = [
-                    end for e in result.edges for end in ((e.subject, e.subject_label), (e.object, e.object_label))
-                ]
+                backtracked, edges = bool(result.backtracked), list(result.edges)
+                ends = [end for e in edges for end in ((e.subject, e.subject_label), (e.object, e.object_label))]
             ids: list[int] = []
             if self.text_only:
                 block, truncated = format_tool_block(text), False
@@ -320,6 +318,14 @@ class RolloutEngine:
             row.turn_ids = []
             # After a cut, an entity counts as shown only while its label is still in the block.
             shown = tuple(dict.fromkeys(e for e, label in ends if not truncated or printable(label) in text))
+            num_edges = len(edges)
+            if truncated:
+                edges = [e for e in edges if printable(e.subject_label) in text and printable(e.object_label) in text]
+            label = None if entity is None or row.session is None else row.session.label_of(entity)
+            labels = {} if label is None or entity is None else {entity: label}
+            for e in edges:
+                labels.setdefault(e.subject, e.subject_label)
+                labels.setdefault(e.object, e.object_label)
             row.tool_calls.append(
                 ToolCall(
                     query=query,
@@ -327,11 +333,13 @@ class RolloutEngine:
                     error=error,
                     entity=entity,
                     backtracked=backtracked,
-                    num_edges=edges,
+                    num_edges=num_edges,
                     truncated=truncated,
                     num_tokens=len(ids),
                     seconds=seconds,
                     shown=shown,
+                    edges=tuple(edges),
+                    labels=labels,
                 )
             )
         return inserted

@@ -33,6 +33,8 @@ from kgreasoner.rollout.constraints import RowConstraint
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from kgreasoner.kg.base import Edge
+
 FINISH_REASONS = ("answer", "eos", "max_tokens", "max_turns", "error")
 """Why a row stopped: `</answer>` written; end-of-sequence token; a token limit (per turn or in
 total); a `</search>` beyond `max_turns` tool calls; a malformed call, a bad prompt, a failing backend
@@ -163,6 +165,12 @@ class ToolCall:
     shown: tuple[str, ...] = ()
     """Ids of the entities in the triples the block shows (both ends of each edge, mediators too);
     after a cut, only those whose label is still in `text`."""
+    edges: tuple[Edge, ...] = ()
+    """The triples the block shows, as the tool returned them; after a cut, those whose two ends'
+    labels are both still in `text`."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Label by id of the searched entity (`ToolSession.label_of`) and of both ends of each of `edges`:
+    what a caller reports of the call without asking the KG again."""
 
     @property
     def returned_triples(self) -> bool:
@@ -354,10 +362,11 @@ class TextOutput:
 class ToolSession(Protocol):
     """One question's search tool, as the engine drives it: the real one is `retrieval.tool.SearchSession`.
 
-    The engine opens one per row (or takes the caller's), calls `call` at each `</search>`, reads
-    `shown_entities` when constrained decoding opens a span, and `resolve_answer` once, on the row's
-    first answer block. Any class with these three methods fits; one that subclasses `ToolSession`
-    inherits the documented defaults of the last two and writes `call` only.
+    The engine opens one per row (or takes the caller's), calls `call` at each `</search>` and
+    `label_of` after it, reads `shown_entities` when constrained decoding opens a span, and
+    `resolve_answer` once, on the row's first answer block. Any class with these four methods fits;
+    one that subclasses `ToolSession` inherits the documented defaults of the last three and writes
+    `call` only.
     """
 
     @abstractmethod
@@ -382,6 +391,11 @@ class ToolSession(Protocol):
         constrained decoding lets a `<search>` or `<answer>` name besides the prompt's topic names.
         Default: none (only the topic names of a QA-example prompt are allowed)."""
         return []
+
+    def label_of(self, entity: str) -> str | None:
+        """The label the session knows `entity` by (a topic entity's given name, else as a call showed it):
+        the searched entity's `ToolCall.labels` entry. Default: None (the entry is left out)."""
+        return None
 
 
 class SessionSource(Protocol):
