@@ -5,16 +5,16 @@ category: the first rule that holds. Correct answers get none (`failure` is null
 records of methods whose traces lack the record (the pipeline baselines); the summary counts
 those wrong answers as `uncategorised`.
 
-The search record (`RecordingSession.trace`, written by the kgreasoner method): the trajectory
+The search record (`search_trace`, written by the kgreasoner method): the trajectory
 summary (`text`, `finish_reason`, `error`, `answers` as written, `tool_calls` with `query`,
 `error`, `entity`, `backtracked`) plus
-- per tool call, `shown`: the triples it showed as `[from, relation, to]` steps read from the
-  searched side (`^rel` for an edge walked backwards, as gold paths write it; a mediator
-  candidate gives two steps, the second one from the mediator). A tool block the engine cut
-  keeps the steps whose target (handle and label) is printed in the part the model read; a call
-  that failed (exception, timeout) showed nothing;
-- `entities`: `[id, handle, label]` of the topic entities and every entity shown, in order of
-  appearance (handle "" when handles are off).
+- per tool call, `shown`: the triples it showed (its `ToolCall.edges`) as `[from, relation, to]`
+  steps read from the searched side (`^rel` for an edge walked backwards, as gold paths write it; a
+  mediator candidate gives two steps, the second one from the mediator). A tool block the engine cut
+  keeps the triples whose two labels are printed in the part the model read; a call that failed
+  (exception, timeout) showed nothing;
+- `entities`: `[id, handle, label]` of the topic entities and every entity shown (the calls'
+  `ToolCall.labels`), in order of appearance (handle "" when handles are off).
 
 The model's path. The calls are replayed as a walk; each search moves the model to the entity
 the tool resolved:
@@ -76,23 +76,25 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kgreasoner.kg.base import KnowledgeGraph, execute_path
 from kgreasoner.protocol import (
     SEARCH_CLOSE,
     THINK_OPEN,
     TRIPLES_CLOSE,
-    ToolResult,
     check_format,
     is_handle,
     last_open_search,
-    printable,
     split_relation_filter,
     split_search_query,
 )
 from kgreasoner.records.normalize import normalize_answer
 from kgreasoner.records.schema import QAExample, TopicEntity
+
+if TYPE_CHECKING:
+    from kgreasoner.retrieval.tool import SearchSession
+    from kgreasoner.rollout.types import Trajectory
 
 CATEGORIES = (
     "wrong_relation",
@@ -116,67 +118,31 @@ TITLES = {
 }
 
 LIMIT_REASONS = ("max_turns", "max_tokens")
-LOST_CALLS = ("tool_exception", "tool_timeout", "no_session")
-"""Engine-side call failures: the model was shown an error sentence, no triples."""
 
 TRACE_FIELDS = ("text", "finish_reason", "answers", "tool_calls", "entities")
 
 Relations = tuple[str, ...]
 
 
-class RecordingSession:
-    """A search session that also keeps what each call showed, by entity id, for `trace`.
-
-    Used by the rollout engine like the session it wraps (a `ToolSession`; answers and shown entities
-    are the wrapped session's). One slot per `call`, taken before the call runs, so slots stay aligned
-    with the engine's tool calls even when a call raises or times out.
-    """
-
-    def __init__(
-        self, tool: Any, question: str, topic_entities: Sequence[TopicEntity], example_id: str | None = None
-    ) -> None:
-        self.session = tool.session(question, list(topic_entities), example_id=example_id)
-        self._entities: dict[str, str] = {}
-        for topic in topic_entities:
-            self._entities.setdefault(topic.id, topic.name or tool.kg.label(topic.id))
-        self._shown: list[list[list[str]] | None] = []
-
-    def call(self, query: str) -> ToolResult:
-        slot = len(self._shown)
-        self._shown.append(None)
-        result = self.session.call(query)
+def search_trace(
+    trajectory: Trajectory, session: SearchSession, topic_entities: Sequence[TopicEntity]
+) -> dict[str, Any]:
+    """The trajectory's summary with the search record (module docstring): `shown` per call from its
+    `ToolCall.edges`, `entities` from the topic entities and the calls' `ToolCall.labels`, with the
+    handles of `session`, the row's session."""
+    summary: dict[str, Any] = trajectory.summary()
+    labels = {topic.id: session.label_of(topic.id) or topic.name for topic in topic_entities}
+    for call, record in zip(trajectory.tool_calls, summary["tool_calls"]):
+        for entity, label in call.labels.items():
+            labels.setdefault(entity, label)
         steps: list[list[str]] = []
-        for edge in result.edges:
-            for entity, label in ((edge.subject, edge.subject_label), (edge.object, edge.object_label)):
-                self._entities.setdefault(entity, label)
+        for edge in call.edges:
             step = [edge.subject if edge.direction == "out" else edge.object, edge.path_relation, edge.neighbor]
             if step not in steps:  # a mediator's first edge comes once per candidate beyond it
                 steps.append(step)
-        self._shown[slot] = steps
-        return result
-
-    def resolve_answer(self, text: str) -> list[str]:
-        return self.session.resolve_answer(text)
-
-    def shown_entities(self) -> list[tuple[str, str]]:
-        return self.session.shown_entities()
-
-    def trace(self, trajectory: Any) -> dict[str, Any]:
-        """The trajectory's summary with the search record (`shown` per call, `entities`)."""
-        summary: dict[str, Any] = trajectory.summary()
-        for index, (call, record) in enumerate(zip(trajectory.tool_calls, summary["tool_calls"])):
-            steps = self._shown[index] if index < len(self._shown) else None
-            if steps is None or call.error in LOST_CALLS:
-                steps = []
-            elif call.truncated:
-                steps = [s for s in steps if self._display(s[2]) in call.text]
-            record["shown"] = steps
-        summary["entities"] = [[e, self.session.handle_of(e), label] for e, label in self._entities.items()]
-        return summary
-
-    def _display(self, entity: str) -> str:
-        handle, label = self.session.handle_of(entity), printable(self._entities.get(entity, entity))
-        return f"{handle} {label}" if handle else label
+        record["shown"] = steps
+    summary["entities"] = [[e, session.handle_of(e), label] for e, label in labels.items()]
+    return summary
 
 
 def has_search_record(trace: Any) -> bool:

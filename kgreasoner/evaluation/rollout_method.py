@@ -6,7 +6,7 @@ answers are the session-resolved ones (handles become labels). Costs per questio
 (what the model reads); `completion_tokens` = model-written tokens; `kg_queries` = tool calls.
 Format-valid is the protocol's strict `check_format`. With an OpenAI-compatible endpoint the
 text backend is used; it returns no token ids, so token counts stay 0 there. The trace is the
-trajectory's summary with the search record the failure categories read (`failures.RecordingSession`).
+trajectory's summary with the search record the failure categories read (`failures.search_trace`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgreasoner.baselines.base import Method, MethodResult
-from kgreasoner.evaluation.failures import RecordingSession
+from kgreasoner.evaluation.failures import search_trace
 from kgreasoner.llm import rollout_backend
 from kgreasoner.llm.clients import MeteredLLM
 from kgreasoner.protocol import check_format
@@ -47,7 +47,7 @@ class KGReasonerMethod(Method):
 
     def answer_batch(self, examples: Sequence[QAExample]) -> list[MethodResult]:
         results = []
-        sessions = [RecordingSession(self.tool, e.question, e.topic_entities, e.id) for e in examples]
+        sessions = [self.tool.session(e.question, list(e.topic_entities), example_id=e.id) for e in examples]
         for trajectory in self.engine.run(list(examples), sessions=sessions, sampling=self.sampling):
             usage = {
                 "llm_calls": trajectory.num_tool_calls + 1,
@@ -58,7 +58,9 @@ class KGReasonerMethod(Method):
                 MethodResult(
                     answers=list(trajectory.resolved_answers),
                     format_valid=check_format(trajectory.text, trajectory.tool_spans).valid,
-                    trace=sessions[trajectory.index].trace(trajectory),
+                    trace=search_trace(
+                        trajectory, sessions[trajectory.index], examples[trajectory.index].topic_entities
+                    ),
                     kg_queries=trajectory.num_tool_calls,
                     usage=usage,
                 )

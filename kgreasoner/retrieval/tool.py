@@ -387,6 +387,11 @@ class SearchSession:
         """(handle or "", label as printed) of every entity shown so far (topic entities first), in order."""
         return [(self._handles.get(e, ""), printable(label)) for e, label in self._labels.items()]
 
+    def label_of(self, entity: str) -> str | None:
+        """The entity's label in this session: a topic entity's given name, else as a call showed it;
+        None when it was never shown."""
+        return self._labels.get(entity)
+
     def handle_of(self, entity: str) -> str:
         """The entity's handle in this session ("" when handles are off or it was never shown)."""
         return self._handles.get(entity, "")

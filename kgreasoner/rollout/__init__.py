@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from kgreasoner.rollout.engine import RolloutEngine
     from kgreasoner.rollout.types import (
         ENDED_REASONS,
+        ERROR_KINDS,
         FINISH_REASONS,
         Backend,
+        ErrorKind,
         RolloutConfig,
         RowState,
         SamplingParams,
@@ -42,6 +44,8 @@ else:
         __name__,
         {
             "ENDED_REASONS": "kgreasoner.rollout.types",
+            "ERROR_KINDS": "kgreasoner.rollout.types",
+            "ErrorKind": "kgreasoner.rollout.types",
             "FINISH_REASONS": "kgreasoner.rollout.types",
             "Backend": "kgreasoner.rollout.types",
             "RolloutConfig": "kgreasoner.rollout.types",
@@ -67,8 +71,10 @@ else:
 
 __all__ = [
     "ENDED_REASONS",
+    "ERROR_KINDS",
     "FINISH_REASONS",
     "Backend",
+    "ErrorKind",
     "RolloutConfig",
     "RolloutEngine",
     "RowState",

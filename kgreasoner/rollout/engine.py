@@ -20,8 +20,12 @@ one `Trajectory` per prompt. The engine owns everything that is the same for eve
   concurrently when `tool_workers > 0`, each with a timeout.
 - Limits and finish reasons: `answer` (`</answer>` written), `eos`, `max_tokens` (turn or total
   budget of model tokens), `max_turns` (a `</search>` beyond `max_turns` calls; the tool is not
-  called), `error` (a `</search>` with no `<search>` in its turn, a backend or tool failure).
-  Malformed output ends a row with its reason; nothing the model writes raises.
+  called), `error` (a `</search>` with no `<search>` in its turn, a bad prompt, a backend failure or
+  the caller's stop rule). Malformed output ends a row with its reason; nothing the model writes raises.
+  `Trajectory.error_kind` says whose fault an error was (`types.ErrorKind`), so a caller maps it to
+  its own answer (a server's HTTP status) without wrapping the backend or the sessions.
+- A bad prompt (one that cannot be built or tokenised) fails its own row: the row ends at once with
+  finish reason `error`, error kind `prompt` and no completion, and the batch's other rows run.
 - A caller's stop rule (`run(..., halt=...)`, e.g. a serving deadline): `halt(row_index)` is asked
   after every token a row is given (`step` and `turn` backends), when a `turn` or `text` backend's
   turn comes back (before its output or error is read: a turn that outlived the rule, or a request
@@ -106,6 +110,8 @@ if TYPE_CHECKING:
 
 TRUNCATION_NOTE = "[{count} more lines cut: tool output limit]"
 NO_SESSION_TEXT = "The search tool is not available in this rollout."
+ENGINE_TOOL_ERRORS = ("tool_exception", "tool_timeout")
+"""`ToolCall.error` of a call that raised or overran `tool_timeout`: the row's error kind is then `tool`."""
 
 
 @runtime_checkable
@@ -195,17 +201,19 @@ class RolloutEngine:
             self._check_prefixes(prefixes, len(prompts))
         sampling = sampling or SamplingParams()
         rows = [self._new_row(i, p, None if sessions is None else sessions[i]) for i, p in enumerate(prompts)]
+        runnable = [row for row in rows if row.error_kind != "prompt"]
         self._halt = halt
         try:
             for row, turns in zip(rows, prefixes or ()):
-                self._write_prefix(row, turns)
+                if row.error_kind != "prompt":
+                    self._write_prefix(row, turns)
             # a turn backend shared by a tensor-parallel group joins the group's turns even with no rows
             if isinstance(self.backend, TurnBackend):
-                self._turn_loop(self.backend, rows, sampling)
-            elif rows and isinstance(self.backend, StepBackend):
-                self.backend.generate(self, rows, sampling)
-            elif rows and isinstance(self.backend, TextBackend):
-                self._text_loop(self.backend, rows, sampling)
+                self._turn_loop(self.backend, runnable, sampling)
+            elif runnable and isinstance(self.backend, StepBackend):
+                self.backend.generate(self, runnable, sampling)
+            elif runnable and isinstance(self.backend, TextBackend):
+                self._text_loop(self.backend, runnable, sampling)
         finally:
             self._halt = None
         return [self._trajectory(row) for row in rows]
@@ -280,7 +288,7 @@ class RolloutEngine:
                 continue
             query = last_open_search(self._turn_text(row))
             if query is None:
-                row.finish("error", f"{SEARCH_CLOSE} without a {SEARCH_OPEN} in the same turn")
+                row.finish("error", f"{SEARCH_CLOSE} without a {SEARCH_OPEN} in the same turn", "format")
             else:
                 calls.append((row, query))
         results = self._call_tools(calls)
@@ -290,13 +298,11 @@ class RolloutEngine:
             error: str | None
             if result is None:
                 error, text = failure or ("tool_exception", "The search failed.")
-                entity, backtracked, edges = None, False, 0
+                entity, backtracked, edges = None, False, []
             else:
                 text, error, entity = result.text, result.error, result.entity
-                backtracked, edges = bool(result.backtracked), len(result.edges)
-                ends = [
-                    end for e in result.edges for end in ((e.subject, e.subject_label), (e.object, e.object_label))
-                ]
+                backtracked, edges = bool(result.backtracked), list(result.edges)
+                ends = [end for e in edges for end in ((e.subject, e.subject_label), (e.object, e.object_label))]
             ids: list[int] = []
             if self.text_only:
                 block, truncated = format_tool_block(text), False
@@ -312,6 +318,14 @@ class RolloutEngine:
             row.turn_ids = []
             # After a cut, an entity counts as shown only while its label is still in the block.
             shown = tuple(dict.fromkeys(e for e, label in ends if not truncated or printable(label) in text))
+            num_edges = len(edges)
+            if truncated:
+                edges = [e for e in edges if printable(e.subject_label) in text and printable(e.object_label) in text]
+            label = None if entity is None or row.session is None else row.session.label_of(entity)
+            labels = {} if label is None or entity is None else {entity: label}
+            for e in edges:
+                labels.setdefault(e.subject, e.subject_label)
+                labels.setdefault(e.object, e.object_label)
             row.tool_calls.append(
                 ToolCall(
                     query=query,
@@ -319,11 +333,13 @@ class RolloutEngine:
                     error=error,
                     entity=entity,
                     backtracked=backtracked,
-                    num_edges=edges,
+                    num_edges=num_edges,
                     truncated=truncated,
                     num_tokens=len(ids),
                     seconds=seconds,
                     shown=shown,
+                    edges=tuple(edges),
+                    labels=labels,
                 )
             )
         return inserted
@@ -359,7 +375,14 @@ class RolloutEngine:
 
     # ----------------------------------------------------------------- rows
     def _new_row(self, index: int, prompt: Prompt, session: ToolSession | None) -> RowState:
-        prompt_text, prompt_ids = self.prompt_of(prompt)
+        try:
+            prompt_text, prompt_ids = self.prompt_of(prompt)
+        except Exception as err:  # a tokenizer may raise anything on text it refuses; the prompt is at fault
+            row = RowState(index, [], "", session, None)
+            row.finish(
+                "error", f"the prompt cannot be built or tokenised ({type(err).__name__}: {str(err)[:200]})", "prompt"
+            )
+            return row
         example = _example_fields(prompt)
         if session is None and self.tool is not None and example is not None:
             session = self.tool.session(example[0], example[1])
@@ -408,13 +431,16 @@ class RolloutEngine:
         message = self._halt(row.index)
         if message is None:
             return False
-        row.finish("error", message)
+        row.finish("error", message, "halt")
         return True
 
     def _trajectory(self, row: RowState) -> Trajectory:
         if row.finish_reason is None:
-            row.finish("error", "the backend returned without finishing this row")
+            row.finish("error", "the backend returned without finishing this row", "backend")
         finish_reason = row.finish_reason or "error"
+        error_kind = row.error_kind
+        if error_kind is None and any(call.error in ENGINE_TOOL_ERRORS for call in row.tool_calls):
+            error_kind = "tool"
         if self.text_only:
             text, spans = row.text, list(row.tool_ranges)
         else:
@@ -441,6 +467,7 @@ class RolloutEngine:
             tool_calls=row.tool_calls,
             finish_reason=finish_reason,
             error=row.error,
+            error_kind=error_kind,
             answers=parsed.answers,
             resolved_answers=resolved,
             tool_spans=spans,
@@ -587,7 +614,7 @@ class RolloutEngine:
                 if self._halted(row):
                     continue
                 if output.error is not None:
-                    row.finish("error", output.error)
+                    row.finish("error", output.error, "backend")
                     continue
                 for token, logprob in zip(output.token_ids, output.logprobs):
                     if self.accept(row, token, logprob):
@@ -605,7 +632,7 @@ class RolloutEngine:
     def _text_loop(self, backend: TextBackend, rows: list[RowState], sampling: SamplingParams) -> None:
         """One backend call per turn for all active rows, by text (OpenAI-compatible endpoints)."""
         turn = 0
-        active = list(rows)
+        active = [row for row in rows if not row.finished]
         while active:
             budgets = [self.turn_budget(row) for row in active]
             outputs = backend.complete_text(
@@ -616,7 +643,7 @@ class RolloutEngine:
                 if self._halted(row):
                     continue
                 if output.error is not None:
-                    row.finish("error", output.error)
+                    row.finish("error", output.error, "backend")
                     continue
                 text, stop = _cut_at_stop(output.text)
                 row.text += text

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 from kgreasoner.data.gold_chains import SearchStep
 from kgreasoner.protocol import ToolResult, split_answers
@@ -32,9 +32,23 @@ from kgreasoner.rollout.constraints import RowConstraint
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
+    from kgreasoner.records.edges import Edge
+
 FINISH_REASONS = ("answer", "eos", "max_tokens", "max_turns", "error")
 """Why a row stopped: `</answer>` written; end-of-sequence token; a token limit (per turn or in
-total); a `</search>` beyond `max_turns` tool calls; a malformed call or a failing backend/tool."""
+total); a `</search>` beyond `max_turns` tool calls; a malformed call, a bad prompt, a failing backend
+or the caller's halt rule (`Trajectory.error_kind` says which)."""
+
+ErrorKind = Literal["prompt", "backend", "halt", "format", "tool"]
+"""What went wrong in a row, by whose fault (`Trajectory.error_kind`):
+- `prompt`: the prompt could not be built or tokenised; the row never ran (empty completion);
+- `backend`: a generation request failed, or the backend returned without finishing the row;
+- `halt`: the caller's stop rule (`RolloutEngine.run(..., halt=...)`) ended the row;
+- `format`: the model wrote a malformed call (`</search>` without `<search>` in its turn);
+- `tool`: a tool call raised or timed out (`ToolCall.error` `tool_exception` / `tool_timeout`); the row
+  went on with the error sentence in its block, so it may end in any way. The first four end the row
+  with finish reason `error`; `tool` is reported only when none of them did."""
+ERROR_KINDS: tuple[ErrorKind, ...] = get_args(ErrorKind)
 
 
 @dataclass
@@ -150,6 +164,12 @@ class ToolCall:
     shown: tuple[str, ...] = ()
     """Ids of the entities in the triples the block shows (both ends of each edge, mediators too);
     after a cut, only those whose label is still in `text`."""
+    edges: tuple[Edge, ...] = ()
+    """The triples the block shows, as the tool returned them; after a cut, those whose two ends'
+    labels are both still in `text`."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Label by id of the searched entity (`ToolSession.label_of`) and of both ends of each of `edges`:
+    what a caller reports of the call without asking the KG again."""
 
     @property
     def returned_triples(self) -> bool:
@@ -180,6 +200,8 @@ class Trajectory:
     finish_reason: str
     error: str | None = None
     """A sentence saying what went wrong when finish_reason is `error`."""
+    error_kind: ErrorKind | None = None
+    """What went wrong, by whose fault (`ErrorKind`); None when nothing did."""
     answers: list[str] = field(default_factory=list)
     """The parts of the first model-written `<answer>` block (`A | B` -> [A, B])."""
     resolved_answers: list[str] = field(default_factory=list)
@@ -228,6 +250,7 @@ class Trajectory:
             "text": self.text,
             "finish_reason": self.finish_reason,
             "error": self.error,
+            "error_kind": self.error_kind,
             "answers": self.answers,
             "resolved_answers": self.resolved_answers,
             "tool_spans": [list(span) for span in self.tool_spans],
@@ -338,10 +361,11 @@ class TextOutput:
 class ToolSession(Protocol):
     """One question's search tool, as the engine drives it: the real one is `retrieval.tool.SearchSession`.
 
-    The engine opens one per row (or takes the caller's), calls `call` at each `</search>`, reads
-    `shown_entities` when constrained decoding opens a span, and `resolve_answer` once, on the row's
-    first answer block. Any class with these three methods fits; one that subclasses `ToolSession`
-    inherits the documented defaults of the last two and writes `call` only.
+    The engine opens one per row (or takes the caller's), calls `call` at each `</search>` and
+    `label_of` after it, reads `shown_entities` when constrained decoding opens a span, and
+    `resolve_answer` once, on the row's first answer block. Any class with these four methods fits;
+    one that subclasses `ToolSession` inherits the documented defaults of the last three and writes
+    `call` only.
     """
 
     @abstractmethod
@@ -366,6 +390,11 @@ class ToolSession(Protocol):
         constrained decoding lets a `<search>` or `<answer>` name besides the prompt's topic names.
         Default: none (only the topic names of a QA-example prompt are allowed)."""
         return []
+
+    def label_of(self, entity: str) -> str | None:
+        """The label the session knows `entity` by (a topic entity's given name, else as a call showed it):
+        the searched entity's `ToolCall.labels` entry. Default: None (the entry is left out)."""
+        return None
 
 
 class SessionSource(Protocol):
@@ -421,6 +450,8 @@ class RowState:
         self.finish_reason: str | None = None
         """One of `FINISH_REASONS` once the row has ended; None while it runs."""
         self.error: str | None = None
+        self.error_kind: ErrorKind | None = None
+        """Set with finish reason `error`: whose fault it was."""
         self.ended_with_eos = False
         self.prefix_tokens = 0
         """Completion ids written from a given prefix (its turns and tool blocks), before any sampled one."""
@@ -429,9 +460,10 @@ class RowState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def finish(self, reason: str, error: str | None = None) -> None:
+    def finish(self, reason: str, error: str | None = None, kind: ErrorKind | None = None) -> None:
+        """End the row (a second call changes nothing); `error` and `kind` go with finish reason `error`."""
         if self.finish_reason is None:
-            self.finish_reason, self.error = reason, error
+            self.finish_reason, self.error, self.error_kind = reason, error, kind
 
 
 class StepDriver(Protocol):

@@ -14,9 +14,11 @@ their own:
   deadline also bounds each upstream call (`kgreasoner.records.http.deadline`): a call still
   running when it passes is abandoned and its connection closed, not waited for.
 - here: each request gets its own `SearchSession` (handles, explored tree, shown triples), created
-  for it and dropped with it, so concurrent requests never see each other's searches; backend
-  failures (an unreachable generation server) are told apart from malformed model output: the
-  first is the server's fault (HTTP 502), the second a normal answer with finish reason `error`.
+  for it and dropped with it, so concurrent requests never see each other's searches. A failed row
+  is told apart by its trajectory's `error_kind`: a prompt the tokenizer refuses is that request's
+  fault (HTTP 422, naming the field), a backend failure (an unreachable generation server) the
+  server's (HTTP 502), the deadline's stop rule a timeout (HTTP 504), and malformed model output a
+  normal answer with finish reason `error`. Each request of a batch fails on its own; the rest run.
   The backend comes from `kgreasoner.llm.open_backend`.
 """
 
@@ -30,24 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
-from kgreasoner.kg.base import KGError, KnowledgeGraph
+from kgreasoner.kg.base import KnowledgeGraph
 from kgreasoner.llm.spec import SPEC_FORMS, describe_forms, parse_llm_spec
 from kgreasoner.records import http
 from kgreasoner.records.schema import TopicEntity
 from kgreasoner.retrieval.tool import KGSearchTool
-from kgreasoner.rollout import (
-    Backend,
-    RolloutConfig,
-    RolloutEngine,
-    SamplingParams,
-    TextBackend,
-    TextOutput,
-    Trajectory,
-    TurnBackend,
-    TurnOutput,
-)
+from kgreasoner.rollout import Backend, RolloutConfig, RolloutEngine, TextBackend, ToolCall, Trajectory, TurnBackend
 from kgreasoner.rollout.engine import ExampleDict
 from kgreasoner.serving.batching import Batcher
 from kgreasoner.serving.config import ServeConfig
@@ -55,7 +47,6 @@ from kgreasoner.serving.deadlines import TIMEOUT_ERROR, Deadlines
 from kgreasoner.serving.validation import AnswerOptions, AnswerRequest, RequestError, RequestValidator
 
 logger = logging.getLogger(__name__)
-_Output = TypeVar("_Output", TurnOutput, TextOutput)
 
 ENGINE_CACHE = 8
 """Rollout engines kept per worker thread for distinct (max_turns, max_new_tokens) requests; building one is cheap."""
@@ -72,7 +63,8 @@ class Answered:
     backend_error: str | None = None
     batch_size: int = 1
     refused: RequestError | None = None
-    """Set when the request was refused on its own in the worker (its prompt could not be tokenised)."""
+    """Set when the request was refused on its own in the worker (its prompt could not be tokenised);
+    the trajectory is then None."""
 
 
 def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
@@ -94,65 +86,6 @@ def open_backend(config: ServeConfig) -> tuple[Any, str, Callable[[], None]]:
         raise FileNotFoundError(f"llm: {err}") from err
 
 
-class _RecordingTurns(TurnBackend):
-    """Passes every call to the real turn backend and notes which rows' generation requests failed."""
-
-    def __init__(self, inner: TurnBackend, failures: dict[int, str]) -> None:
-        self._inner, self._failures = inner, failures
-        self.tokenizer, self.eos_token_ids = inner.tokenizer, inner.eos_token_ids
-        self.supports_constraints = inner.supports_constraints
-
-    def complete(
-        self,
-        prompts: Sequence[list[int]],
-        budgets: Sequence[int],
-        sampling: SamplingParams,
-        turn: int,
-        indices: Sequence[int],
-        regexes: Sequence[str] | None = None,
-    ) -> list[TurnOutput]:
-        outputs = self._inner.complete(prompts, budgets, sampling, turn, indices, regexes)
-        return _note_failures(self._failures, indices, outputs)
-
-    def group_active(self, active: bool) -> bool:
-        return self._inner.group_active(active)
-
-
-class _RecordingText(TextBackend):
-    """Passes every call to the real text backend and notes which rows' generation requests failed."""
-
-    def __init__(self, inner: TextBackend, failures: dict[int, str]) -> None:
-        self._inner, self._failures = inner, failures
-        self.tokenizer = inner.tokenizer
-
-    def complete_text(
-        self,
-        prompts: Sequence[str],
-        budgets: Sequence[int],
-        sampling: SamplingParams,
-        turn: int,
-        indices: Sequence[int],
-    ) -> list[TextOutput]:
-        outputs = self._inner.complete_text(prompts, budgets, sampling, turn, indices)
-        return _note_failures(self._failures, indices, outputs)
-
-
-def _note_failures(failures: dict[int, str], indices: Sequence[int], outputs: list[_Output]) -> list[_Output]:
-    for index, output in zip(indices, outputs):
-        if output.error is not None:
-            failures[index] = output.error
-    return outputs
-
-
-def _recording(backend: Backend, failures: dict[int, str]) -> Backend:
-    """`backend`, noting its failed generation requests in `failures` (a step backend makes none)."""
-    if isinstance(backend, TurnBackend):
-        return _RecordingTurns(backend, failures)
-    if isinstance(backend, TextBackend):
-        return _RecordingText(backend, failures)
-    return backend
-
-
 def backend_kind(backend: Backend) -> str:
     """The backend's kind as the server reports it: step, turn or text."""
     return "text" if isinstance(backend, TextBackend) else "turn" if isinstance(backend, TurnBackend) else "step"
@@ -165,15 +98,14 @@ def is_remote(backend: Backend) -> bool:
 
 
 class _Runner:
-    """One thread's rollout engines, and the failed generation requests of the batch it runs.
+    """One thread's rollout engines.
 
     An engine holds the stop rule of the batch it runs, so concurrent batches (a generation
     server's requests run side by side) each need their own: every worker thread has a runner.
     """
 
     def __init__(self, backend: Backend, tool: KGSearchTool) -> None:
-        self.failures: dict[int, str] = {}
-        self._backend = _recording(backend, self.failures)
+        self._backend = backend
         self._tool = tool
         self._engines: collections.OrderedDict[tuple[int, int], RolloutEngine] = collections.OrderedDict()
 
@@ -323,7 +255,6 @@ class AnswerService:
             limit = requests[todo[0]].deadline if self.remote and len(todo) == 1 else None
             with self._run_lock, http.deadline(limit):
                 engine = runner.engine(requests[todo[0]].rollout)
-                todo = [i for i in todo if not self._refuse_untokenisable(engine, requests[i], results, i)]
                 examples: list[ExampleDict] = [
                     {"question": requests[i].question, "topic_entities": list(requests[i].topic_entities)}
                     for i in todo
@@ -334,53 +265,27 @@ class AnswerService:
                     {row: deadline for row, i in enumerate(todo) if (deadline := requests[i].deadline) is not None},
                     self.config.request_timeout,
                 )
-                runner.failures.clear()
-                trajectories = (
-                    engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines) if todo else []
-                )
-                failures = dict(runner.failures)
+                trajectories = engine.run(examples, sessions, requests[todo[0]].sampling, halt=deadlines)
             end = time.monotonic()
-            for row, (i, trajectory) in enumerate(zip(todo, trajectories)):
+            ran = sum(t.error_kind != "prompt" for t in trajectories)
+            for i, trajectory in zip(todo, trajectories):
+                request = requests[i]
+                if trajectory.error_kind == "prompt":
+                    refusal = _refusal(engine, request, trajectory)
+                    logger.warning("request %s refused: its prompt could not be tokenised (%s)", request.id, refusal)
+                    results[i] = Answered(request, None, end - request.arrived, refused=refusal)
+                    continue
                 results[i] = Answered(
-                    requests[i],
+                    request,
                     trajectory,
-                    end - requests[i].arrived,
-                    timed_out=row in deadlines.timed_out,
-                    backend_error=failures.get(row),
-                    batch_size=len(todo),
+                    end - request.arrived,
+                    timed_out=trajectory.error_kind == "halt",
+                    backend_error=trajectory.error if trajectory.error_kind == "backend" else None,
+                    batch_size=ran,
                 )
-            if self._on_batch is not None and todo:
-                self._on_batch(len(todo), end - start)
+            if self._on_batch is not None and ran:
+                self._on_batch(ran, end - start)
         return [r for r in results if r is not None]
-
-    def _refuse_untokenisable(self, engine: RolloutEngine, request: AnswerRequest, results: list, i: int) -> bool:
-        """Tokenise one request's prompt alone; a failure refuses that request instead of failing its batch.
-
-        `prepare` already rejects text that is not valid Unicode; this catches whatever else a
-        tokenizer refuses, so one request never takes down the rest of its batch.
-        """
-        try:
-            # One more tokenisation of the prompt per request, small beside its generation.
-            engine.prompt_of({"question": request.question, "topic_entities": list(request.topic_entities)})
-            return False
-        except Exception as err:  # any tokenizer error: this request's text is at fault, not the batch
-            field = "question"
-            for j, topic in enumerate(request.topic_entities):
-                try:
-                    engine.encode(topic.name)
-                except Exception:
-                    field = f"topic_entities[{j}].name"
-                    break
-            logger.warning("request %s refused: its prompt could not be tokenised (%s)", request.id, err)
-            results[i] = Answered(
-                request,
-                None,
-                time.monotonic() - request.arrived,
-                refused=RequestError(
-                    field, f"cannot be tokenised by the model's tokenizer ({type(err).__name__}: {str(err)[:200]})"
-                ),
-            )
-            return True
 
     # ----------------------------------------------------------------- output
     def record(self, answered: Answered) -> dict[str, Any]:
@@ -411,7 +316,6 @@ class AnswerService:
             )
             return record
         tokens = not self.text_only  # text backends return no token ids to count
-        names = {t.id: t.name for t in request.topic_entities}
         record.update(
             {
                 "answers": list(trajectory.resolved_answers),
@@ -419,7 +323,7 @@ class AnswerService:
                 "finish_reason": trajectory.finish_reason,
                 "error": trajectory.error,
                 "trajectory": trajectory.text,
-                "searches": [self._search_record(call, names) for call in trajectory.tool_calls],
+                "searches": [_search_record(call) for call in trajectory.tool_calls],
                 "usage": {
                     "prompt_tokens": len(trajectory.prompt_ids) if tokens else None,
                     "completion_tokens": trajectory.num_model_tokens if tokens else None,
@@ -434,31 +338,36 @@ class AnswerService:
         )
         return record
 
-    def _label(self, entity: str | None, names: dict[str, str]) -> str | None:
-        """A searched entity's label: the request's own name for a topic, else the KG's.
 
-        The trajectory is finished by now; a KG that went down after generation costs the
-        record this label (None, logged), never the trajectory.
-        """
-        if entity is None:
-            return None
-        if entity in names:
-            return names[entity]
+def _search_record(call: ToolCall) -> dict[str, Any]:
+    """One search of an answer's `searches`; the searched entity's label is the one the call carried
+    (a topic entity's name as the request gave it), so a KG that went down after generation costs nothing."""
+    return {
+        "query": call.query,
+        "entity": call.entity,
+        "label": None if call.entity is None else call.labels.get(call.entity),
+        "backtrack": call.backtracked,
+        "error": call.error,
+        "num_triples": call.num_edges,
+        "truncated": call.truncated,
+        "text": call.text,
+        "seconds": round(call.seconds, 6),
+    }
+
+
+def _refusal(engine: RolloutEngine, request: AnswerRequest, trajectory: Trajectory) -> RequestError:
+    """The refusal of a request whose prompt the engine could not tokenise, naming the field at fault.
+
+    Only a failed prompt is tokenised again, field by field: `prepare` already rejects text that is
+    not valid Unicode, so this names whatever else the tokenizer refuses.
+    """
+    fields = [("question", request.question)]
+    fields += [(f"topic_entities[{j}].name", topic.name) for j, topic in enumerate(request.topic_entities)]
+    for field, text in fields:
         try:
-            return self.kg.label(entity)
-        except KGError as err:
-            logger.warning("label of %r left out of a finished answer: %s", entity, err)
-            return None
-
-    def _search_record(self, call: Any, names: dict[str, str]) -> dict[str, Any]:
-        return {
-            "query": call.query,
-            "entity": call.entity,
-            "label": self._label(call.entity, names),
-            "backtrack": call.backtracked,
-            "error": call.error,
-            "num_triples": call.num_edges,
-            "truncated": call.truncated,
-            "text": call.text,
-            "seconds": round(call.seconds, 6),
-        }
+            engine.encode(text)
+        except Exception as err:  # any tokenizer error: this field's text is at fault
+            return RequestError(
+                field, f"cannot be tokenised by the model's tokenizer ({type(err).__name__}: {str(err)[:200]})"
+            )
+    return RequestError("question", str(trajectory.error))

@@ -3,7 +3,7 @@ search tool and harness record, over a small in-memory KG."""
 
 import pytest
 
-from kgreasoner.evaluation.failures import RecordingSession, classify_failure, has_search_record, summarize_failures
+from kgreasoner.evaluation.failures import classify_failure, has_search_record, search_trace, summarize_failures
 from kgreasoner.evaluation.harness import evaluate_method, make_record
 from kgreasoner.evaluation.report import RunInfo, render_markdown, summarize
 from kgreasoner.evaluation.rollout_method import KGReasonerMethod
@@ -520,14 +520,30 @@ def test_a_filtered_search_is_judged_by_its_name_part():
     }
 
 
-def test_truncated_tool_block_keeps_only_what_the_model_read():
+def test_a_cut_tool_block_counts_only_the_triples_its_call_kept():
+    """The trace reads what each call showed from its `ToolCall`: after a cut, the one triple the block kept."""
     tool = KGSearchTool(KG, ToolConfig())
-    session = RecordingSession(tool, MAYOR.question, MAYOR.topic_entities)
+    session = tool.session(MAYOR.question, list(MAYOR.topic_entities))
     result = session.call("Utah")
     first_line = result.text.split("\n")[0]
-    assert first_line == "(Utah, contains, Provo)"
+    assert first_line == "(Utah, contains, Provo)" and len(result.edges) == 7
     cut = first_line + "\n[4 more lines cut: tool output limit]"
     text = "<think> " + S.format("Utah") + f"\n<triples>\n{cut}\n</triples>\n" + A.format("Salt Lake City")
+    kept = result.edges[0]
+    call = ToolCall(
+        "Utah",
+        cut,
+        None,
+        "m.utah",
+        False,
+        len(result.edges),
+        True,
+        0,
+        0.0,
+        shown=("m.utah", "m.provo"),
+        edges=(kept,),
+        labels={"m.utah": "Utah", "m.provo": "Provo"},
+    )
     trajectory = Trajectory(
         index=0,
         prompt_ids=[],
@@ -535,13 +551,14 @@ def test_truncated_tool_block_keeps_only_what_the_model_read():
         env_mask=[],
         logprobs=[],
         text=text,
-        tool_calls=[ToolCall("Utah", cut, None, "m.utah", False, len(result.edges), True, 0, 0.0)],
+        tool_calls=[call],
         finish_reason="answer",
         answers=["Salt Lake City"],
         resolved_answers=["Salt Lake City"],
     )
-    trace = session.trace(trajectory)
+    trace = search_trace(trajectory, session, MAYOR.topic_entities)
     assert trace["tool_calls"][0]["shown"] == [["m.utah", "contains", "m.provo"]]
+    assert trace["entities"] == [["m.utah", "", "Utah"], ["m.provo", "", "Provo"]]
     assert classify_failure(MAYOR, trace, correct=False, kg=KG) == {
         "category": "answer_not_in_context",
         "detail": {"answer": "Salt Lake City"},

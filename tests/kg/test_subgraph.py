@@ -7,7 +7,7 @@ import pytest
 
 from kgreasoner.baselines.oracle import OracleMethod
 from kgreasoner.data import load_dataset, open_dataset_kg
-from kgreasoner.evaluation.failures import RecordingSession, classify_failure
+from kgreasoner.evaluation.failures import classify_failure
 from kgreasoner.kg import KGError, MemoryKG, open_kg
 from kgreasoner.kg.subgraph import SubgraphKG
 from kgreasoner.records.schema import Answer, QAExample, TopicEntity
@@ -143,8 +143,8 @@ def test_evaluation_and_oracle_open_the_questions_graph(kg):
         gold_paths=(("people.person.sibling_s", "people.sibling_relationship.sibling"),),
         split="train",
     )
-    recording = RecordingSession(tool, example.question, example.topic_entities, example.id)
-    assert [e.neighbor for e in recording.call("Justin Bieber").edges] == ["m.0gxnnwc", "Jaxon Bieber", "Canada"]
+    session = tool.session(example.question, list(example.topic_entities), example_id=example.id)
+    assert [e.neighbor for e in session.call("Justin Bieber").edges] == ["m.0gxnnwc", "Jaxon Bieber", "Canada"]
     result = OracleMethod(tool).answer(example)
     assert (result.answers, result.trace["recall"], result.trace["answers_total"]) == (["Jaxon Bieber"], 1.0, 1)
     # A wrong answer that the gold path reaches in this question's graph (the failure categories

@@ -118,6 +118,9 @@ class ScriptedSession:
     def shown_entities(self) -> list[tuple[str, str]]:
         return list(self._shown)
 
+    def label_of(self, entity: str) -> str | None:
+        return entity  # the table's names are their own ids
+
 
 class ScriptedLogits:
     """A test-only logits processor that forces a scripted token sequence per row.

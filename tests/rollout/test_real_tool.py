@@ -176,3 +176,43 @@ def test_a_call_records_the_entities_its_block_shows_and_none_a_cut_removed(spec
     assert call.truncated and 0 < len(kept) < 30
     assert call.shown == ("m.utah", *(f"m.c{i}" for i in range(len(kept))))
     assert trajectory.search_record == [{"entity": "m.utah", "shown": list(call.shown)}]
+
+
+def test_a_call_carries_the_edges_and_labels_it_showed(special_tokenizer, tiny_model):
+    tool = _tool(handles=True)
+    reference = tool.session(EXAMPLE.question, list(EXAMPLE.topic_entities)).call("E1")
+    script = "<think> <search>E1</search><search>Utah</search><search>Erin</search></think><answer>E2</answer>"
+    engine = RolloutEngine(
+        HFBackend(
+            tiny_model(special_tokenizer), special_tokenizer, [ScriptedLogits({0: _encode(special_tokenizer, script)})]
+        ),
+        tool,
+        RolloutConfig(max_turn_tokens=64),
+    )
+    [trajectory] = engine.run([EXAMPLE])
+    shown, exhausted, unknown = trajectory.tool_calls
+    assert shown.edges == tuple(reference.edges) and len(shown.edges) == 2
+    assert shown.labels == {"m.utah": "Utah", "m.mtz": "Mountain Time Zone", "m.slc": "Salt Lake City"}
+    # a call that showed no triple still names the entity it searched, by the session's label
+    assert (exhausted.error, exhausted.edges, exhausted.labels) == ("exhausted", (), {"m.utah": "Utah"})
+    assert (unknown.error, unknown.entity, unknown.edges, unknown.labels) == ("unknown_entity", None, (), {})
+
+
+def test_a_cut_block_carries_the_edges_whose_lines_it_kept(special_tokenizer, tiny_model):
+    many = MemoryKG.from_triples(
+        [("m.utah", "county", f"m.c{i}") for i in range(30)],
+        {"m.utah": "Utah", **{f"m.c{i}": f"County{i}x" for i in range(30)}},
+    )
+    script = _encode(special_tokenizer, "<think> <search>Utah</search>")
+    engine = RolloutEngine(
+        HFBackend(tiny_model(special_tokenizer), special_tokenizer, [ScriptedLogits({0: script})]),
+        KGSearchTool(many, ToolConfig(top_k=30)),
+        RolloutConfig(max_turns=1, max_turn_tokens=64, max_tool_tokens=120),
+    )
+    [call] = engine.run([EXAMPLE])[0].tool_calls
+    kept = [line for line in call.text.split("\n") if line.startswith("(")]
+    assert call.truncated and call.num_edges == 30 and 0 < len(kept) < 30
+    assert [(e.subject, e.relation, e.object) for e in call.edges] == [
+        ("m.utah", "county", f"m.c{i}") for i in range(len(kept))
+    ]
+    assert call.labels == {"m.utah": "Utah", **{f"m.c{i}": f"County{i}x" for i in range(len(kept))}}

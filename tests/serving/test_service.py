@@ -15,7 +15,9 @@ import uvicorn
 
 from kgreasoner.cli import main
 from kgreasoner.config import from_dict
+from kgreasoner.kg.base import KGError
 from kgreasoner.records.schema import TopicEntity
+from kgreasoner.rollout import RolloutEngine
 from kgreasoner.serving.answer import render_trace
 from kgreasoner.serving.app import create_app
 from kgreasoner.serving.config import ServeConfig
@@ -90,7 +92,7 @@ def test_a_deadline_stops_generation_mid_row(service, dataset):
         "error",
         "generation stopped: the request timeout (0.5 s) passed",
     )
-    assert len(trajectory.completion_ids) == 1 and deadlines.timed_out == {0}  # stopped at its first token
+    assert len(trajectory.completion_ids) == 1 and trajectory.error_kind == "halt"  # stopped at its first token
     # The stop rule belongs to that run only: the next one runs to its end.
     [trajectory] = engine.run(
         [{"question": example.question, "topic_entities": list(example.topic_entities)}],
@@ -430,3 +432,55 @@ def test_an_upstream_that_writes_a_huge_search_gets_the_tool_s_refusal(synthetic
     )
     assert search["text"] in turns[1]  # what the model reads next
     assert record["answers"] == [example.topic_entities[0].name]
+
+
+def test_a_search_s_label_comes_from_the_call_not_from_the_kg_after_generation(
+    synthetic_dir, dataset, openai_server, monkeypatch
+):
+    """The model searches the topic, then an entity the first search showed; a KG whose label lookups fail
+    once generation is over still gets both labels into the record, as the tool showed them."""
+    example = dataset.examples[0]
+    scripted = iter(
+        [("<think> <search>E1", "</search>"), ("<search>E2", "</search>"), ("</think>\n<answer>E2", "</answer>")]
+    )
+
+    def completions(request):
+        text, stop = next(scripted)
+        return 200, {"choices": [{"text": text, "finish_reason": "stop", "stop_reason": stop}]}
+
+    stub = openai_server(completions)
+    config = from_dict(ServeConfig, {**SERVE_CONFIG, "llm": f"openai:{stub.base_url}#tiny", "kg": str(synthetic_dir)})
+    service = AnswerService.open(config)
+    try:
+        [answered] = service.answer([service.prepare(example.question, [{"id": example.topic_entities[0].id}])])
+        topic, neighbour = [call.entity for call in answered.trajectory.tool_calls]
+        label = service.kg.label(neighbour)
+
+        def down(entity):
+            raise KGError("the knowledge graph went down")
+
+        monkeypatch.setattr(service.kg, "label", down)
+        record = service.record(answered)
+    finally:
+        service.close()
+    assert topic == example.topic_entities[0].id and neighbour != topic
+    assert [(s["entity"], s["label"], s["error"]) for s in record["searches"]] == [
+        (topic, example.topic_entities[0].name, None),
+        (neighbour, label, None),
+    ]
+
+
+def test_each_prompt_of_a_batch_is_tokenised_once(service, dataset, monkeypatch):
+    examples = dataset.examples[:3]
+    requests = [service.prepare(e.question, [{"id": e.topic_entities[0].id}]) for e in examples]
+    encoded: list[str] = []
+    encode = RolloutEngine.encode
+
+    def counting(engine, text):
+        encoded.append(text)
+        return encode(engine, text)
+
+    monkeypatch.setattr(RolloutEngine, "encode", counting)
+    results = service.answer(requests)
+    assert [r.refused for r in results] == [None] * 3
+    assert [sum(e.question in text for text in encoded) for e in examples] == [1, 1, 1]
