@@ -84,12 +84,15 @@ def from_dict(cls: type[T], data: dict[str, Any], source: str = "config") -> T:
         raise ConfigError(f"{source}: expected a mapping for {cls.__name__}, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
+    # a config says where a misplaced key belongs, and what a key that changed form takes now, all in one
+    # message, so a file in an old form is put right in one pass
+    hint = getattr(cls, "misplaced_key", None)
+    moved = [message for message in map(hint, unknown) if message] if hint else []
+    old_forms = getattr(cls, "old_forms", None)
+    moved += old_forms(data) if old_forms else []
+    if moved:
+        raise ConfigError(f"{source}: {'; '.join(moved)}")
     if unknown:
-        # a recipe that passes a section through to another config says where a misplaced key belongs
-        hint = getattr(cls, "misplaced_key", None)
-        moved = [message for message in map(hint, unknown) if message] if hint else []
-        if moved:
-            raise ConfigError(f"{source}: {'; '.join(moved)}")
         raise ConfigError(f"{source}: unknown key(s) {unknown} for {cls.__name__}; known: {sorted(fields)}")
     hints = typing.get_type_hints(cls)
     kwargs = {}

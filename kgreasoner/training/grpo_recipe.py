@@ -297,6 +297,11 @@ class GRPORecipe(TrainerPassthrough):
             return f"{key} is now {MOVED_KEYS[key]}"
         return super().misplaced_key(key)
 
+    @classmethod
+    def old_forms(cls, data: dict[str, Any]) -> list[str]:
+        """`kgreasoner.config.from_dict`'s hint for a group key given the single value it held before."""
+        return [GROUP_WAS[key] for key in GROUP_WAS if key in data and not isinstance(data[key], dict)]
+
     model: str = field(metadata={"help": "the SFT warm-up checkpoint (directory or hub name)"})
     dataset: str = field(metadata={"help": "dataset folder (kb.tsv + questions.jsonl) or benchmark name (PQ-2H, ...)"})
     run_dir: str = field(

@@ -79,6 +79,18 @@ def test_a_recipe_in_the_old_flat_form_is_refused_naming_each_new_key(tmp_path):
     assert str(refused.value) == f"{path}: " + "; ".join(moved)
 
 
+def test_the_old_tiny_recipe_is_refused_in_one_message_naming_every_new_key(tmp_path):
+    """guidance: gold beside guidance_trajectories, as the shipped tiny recipe read: both in one error."""
+    path = tmp_path / "grpo.yaml"
+    path.write_text("model: m\ndataset: d\nrun_dir: o\nguidance: gold\nguidance_trajectories: all.jsonl\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(GRPORecipe, path)
+    assert str(refused.value) == (
+        f"{path}: guidance_trajectories is now guidance.trajectories; "
+        "guidance is now a mapping: its mode is guidance.mode (guidance: {mode: gold})"
+    )
+
+
 def test_an_old_guidance_mode_is_refused_naming_its_new_key(tmp_path):
     path = tmp_path / "grpo.yaml"
     path.write_text("model: m\ndataset: d\nrun_dir: o\nguidance: gold\n")
