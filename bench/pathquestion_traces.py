@@ -104,7 +104,7 @@ def count(folder: Path, relation_format: str) -> TraceCounts:
         raise ValueError(f"{run_path}: missing {', '.join(missing)}")
     # a dataset whose examples carry their split ("given") ignores scheme and seed
     scheme = run["split_scheme"] if run["split_scheme"] in SCHEMES else SCHEMES[0]
-    dataset = load_dataset(run["dataset"], split=run["split"], scheme=scheme, seed=run["seed"] or 0)
+    dataset = load_dataset(run["dataset"], split=run["split"], split_scheme=scheme, seed=run["seed"] or 0)
     gold = {e.id: e.gold_paths[0] for e in dataset.examples if e.gold_paths}
     counts = TraceCounts()
     path = folder / "kgreasoner.jsonl"

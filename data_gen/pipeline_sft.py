@@ -245,7 +245,9 @@ def run(config: PipelineSFTConfig) -> dict[str, Any]:
     from kgreasoner.data import load_dataset, open_dataset_kg
 
     started = time.perf_counter()
-    dataset = load_dataset(config.dataset, scheme=config.split_scheme, seed=config.split_seed, root=config.data_root)
+    dataset = load_dataset(
+        config.dataset, split_scheme=config.split_scheme, seed=config.split_seed, root=config.data_root
+    )
     kg = open_dataset_kg(dataset)
     method = build_method(config, kg)
     tokenizer = None

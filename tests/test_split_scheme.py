@@ -37,7 +37,7 @@ def unsplit(tmp_path_factory) -> str:
 
 
 def _split_ids(data: str, scheme: str, seed: int) -> list[str]:
-    return sorted(e.id for e in load_dataset(data, scheme=scheme, seed=seed).split("test"))
+    return sorted(e.id for e in load_dataset(data, split_scheme=scheme, seed=seed).split("test"))
 
 
 def _run_cli(argv: list[str]) -> None:

@@ -93,7 +93,7 @@ class Dataset:
 def load_dataset(
     name_or_path: str | Path,
     split: str | None = None,
-    scheme: str = DEFAULT_SPLIT_SCHEME,
+    split_scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     root: str | Path | None = None,
 ) -> Dataset:
@@ -102,8 +102,8 @@ def load_dataset(
     `split` keeps only that split's examples; `root` is the data root (or the benchmark's own
     folder) for named benchmarks, instead of the default lookup of `find_data_dir`.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"split scheme must be one of {SCHEMES}, got {scheme!r}")
+    if split_scheme not in SCHEMES:
+        raise ValueError(f"split_scheme must be one of {SCHEMES}, got {split_scheme!r}")
     if split is not None and split not in SPLIT_NAMES:
         raise ValueError(f"split must be one of {SPLIT_NAMES}, got {split!r}")
     key = str(name_or_path).strip().lower()
@@ -113,7 +113,7 @@ def load_dataset(
             "use load_datasets() for all of them, or name one set"
         )
     dataset = _load_unsplit(name_or_path, root, split)
-    dataset = _with_splits(dataset, scheme, seed)
+    dataset = _with_splits(dataset, split_scheme, seed)
     if split is not None:
         dataset.examples = dataset.split(split)
     return dataset
@@ -122,7 +122,7 @@ def load_dataset(
 def load_datasets(
     name_or_path: str | Path,
     split: str | None = None,
-    scheme: str = DEFAULT_SPLIT_SCHEME,
+    split_scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     root: str | Path | None = None,
 ) -> list[Dataset]:
@@ -131,7 +131,7 @@ def load_datasets(
     Each set is split on its own, so its examples keep their own source, KB and split.
     """
     names = GROUPS.get(str(name_or_path).strip().lower(), (name_or_path,))
-    return [load_dataset(name, split=split, scheme=scheme, seed=seed, root=root) for name in names]
+    return [load_dataset(name, split=split, split_scheme=split_scheme, seed=seed, root=root) for name in names]
 
 
 def open_dataset_kg(dataset: Dataset) -> KnowledgeGraph:

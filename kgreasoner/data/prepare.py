@@ -56,7 +56,7 @@ def source_name(source: str) -> str:
 def prepare_dataset(
     source: str,
     out_dir: str | Path,
-    scheme: str = DEFAULT_SPLIT_SCHEME,
+    split_scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     root: str | Path | None = None,
     search: PathSearch = DEFAULT_SEARCH,
@@ -65,10 +65,10 @@ def prepare_dataset(
     """Write the dataset folder (see the module docstring); returns the summary written to prepare.json.
 
     `strict` turns the warnings of `check_questions` into errors."""
-    if scheme not in SCHEMES:
-        raise ValueError(f"split scheme must be one of {SCHEMES}, got {scheme!r}")
+    if split_scheme not in SCHEMES:
+        raise ValueError(f"split_scheme must be one of {SCHEMES}, got {split_scheme!r}")
     name = source_name(source)
-    dataset = load_dataset(name, scheme=scheme, seed=seed, root=root)
+    dataset = load_dataset(name, split_scheme=split_scheme, seed=seed, root=root)
     if dataset.kb_path is None:
         raise ValueError(
             f"{source!r} has no KB file: the data stage needs a dataset folder with kb.tsv "
@@ -84,7 +84,7 @@ def prepare_dataset(
     kg.close()
     split_scheme, split_seed = dataset.split_scheme, dataset.seed
     if paths.derived and split_scheme != "given":
-        examples = assign_splits([e.with_split("") for e in examples], scheme, seed)
+        examples = assign_splits([e.with_split("") for e in examples], split_scheme, seed)
     out.mkdir(parents=True, exist_ok=True)
     kb_name = "kb.nt" if dataset.kb_path.suffix == ".nt" else "kb.tsv"
     # Files an earlier run wrote from another source would be read with this one's: remove them.

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     names = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not names:
         raise ValueError("--methods names no method")
-    datasets = load_datasets(args.dataset, split=args.split, scheme=args.split_scheme, seed=args.seed)
+    datasets = load_datasets(args.dataset, split=args.split, split_scheme=args.split_scheme, seed=args.seed)
     if len(datasets) > 1 and args.kg:
         raise ValueError(f"--dataset {args.dataset} holds {len(datasets)} sets with their own KBs; drop --kg")
     llm = open_llm(args.llm, config.max_tokens, config.batch_size, config.workers or 8) if args.llm else None

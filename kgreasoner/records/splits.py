@@ -39,7 +39,7 @@ def group_key(example: QAExample) -> tuple[Hashable, ...]:
 
 def assign_splits(
     examples: Sequence[QAExample],
-    scheme: str = DEFAULT_SPLIT_SCHEME,
+    split_scheme: str = DEFAULT_SPLIT_SCHEME,
     seed: int = 0,
     ratios: tuple[float, float, float] = (0.8, 0.1, 0.1),
 ) -> list[QAExample]:
@@ -49,13 +49,13 @@ def assign_splits(
     and cuts the shuffled sequence at the ratio boundaries, each group going where its middle
     falls, so sizes are within about half a group of the ratios.
     """
-    if scheme not in SCHEMES:
-        raise ValueError(f"split scheme must be one of {SCHEMES}, got {scheme!r}")
+    if split_scheme not in SCHEMES:
+        raise ValueError(f"split_scheme must be one of {SCHEMES}, got {split_scheme!r}")
     _check_ratios(ratios)
     n = len(examples)
     rng = random.Random(seed)
     labels = [""] * n
-    if scheme == "random":
+    if split_scheme == "random":
         order = list(range(n))
         rng.shuffle(order)
         n_dev, n_test = round(n * ratios[1]), round(n * ratios[2])

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    dataset = load_dataset(args.data, split=args.split, scheme=args.split_scheme, seed=args.seed)
+    dataset = load_dataset(args.data, split=args.split, split_scheme=args.split_scheme, seed=args.seed)
     kg = open_dataset_kg(dataset)
     ratio = None if args.negative_ratio < 0 else args.negative_ratio
     count = write_jsonl(label_groups(kg, dataset.examples, ratio, args.seed), args.out)

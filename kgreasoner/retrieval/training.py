@@ -219,7 +219,9 @@ class _Splits:
 
 
 def _load(config: RankerTrainConfig) -> _Splits:
-    dataset = load_dataset(config.data, scheme=config.split_scheme, seed=config.split_seed, root=config.data_root)
+    dataset = load_dataset(
+        config.data, split_scheme=config.split_scheme, seed=config.split_seed, root=config.data_root
+    )
     kg = open_dataset_kg(dataset)
 
     def cap(examples: list[QAExample], n: int | None) -> list[QAExample]:

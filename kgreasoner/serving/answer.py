@@ -252,7 +252,7 @@ def _inputs(args: argparse.Namespace, config: Any) -> tuple[list[tuple[str, dict
         return items[: args.limit], None
     from kgreasoner.data import load_dataset, open_dataset_kg
 
-    dataset = load_dataset(args.dataset, split=args.split, scheme=args.split_scheme, seed=args.seed)
+    dataset = load_dataset(args.dataset, split=args.split, split_scheme=args.split_scheme, seed=args.seed)
     examples = dataset.examples[: args.limit]
     items = [
         (

@@ -289,7 +289,7 @@ def _questions(recipe: GRPORecipe):
     from kgreasoner.records.sampling import stratified_order
     from kgreasoner.retrieval.tool import KGSearchTool
 
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     train_examples = dataset.split("train")[: recipe.max_questions]
     if not train_examples:
         raise ValueError(f"dataset {recipe.dataset!r} has no training questions")

@@ -292,7 +292,7 @@ def _check_data(recipe, kind: str, report: Report) -> None:
         else:
             from kgreasoner.data import load_dataset
 
-            dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+            dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
             train = dataset.split("train")[: recipe.max_questions]
             where = f"dataset {recipe.dataset!r}"
     except (OSError, ValueError) as err:

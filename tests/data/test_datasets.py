@@ -89,11 +89,11 @@ def question(i, split=None):
 
 def test_folder_without_splits_gets_a_seeded_split_and_its_kg(tmp_path):
     folder = write_folder(tmp_path / "tiny", [question(i) for i in range(20)])
-    dataset = load_dataset(folder, scheme="random", seed=1)
+    dataset = load_dataset(folder, split_scheme="random", seed=1)
     assert (dataset.name, dataset.kb_path, dataset.names_path) == ("tiny", folder / "kb.tsv", folder / "names.tsv")
     assert (dataset.split_scheme, dataset.seed) == ("random", 1)
     assert [len(dataset.split(s)) for s in ("train", "dev", "test")] == [16, 2, 2]
-    assert [e.id for e in load_dataset(folder, split="test", scheme="random", seed=1)] == [
+    assert [e.id for e in load_dataset(folder, split="test", split_scheme="random", seed=1)] == [
         e.id for e in dataset.split("test")
     ]
     kg = open_dataset_kg(dataset)
@@ -103,7 +103,7 @@ def test_folder_without_splits_gets_a_seeded_split_and_its_kg(tmp_path):
 
 def test_given_splits_are_kept_and_partial_ones_refused(tmp_path):
     folder = write_folder(tmp_path / "given", [question(0, "test"), question(1, "train")], names=False)
-    dataset = load_dataset(folder, scheme="grouped")
+    dataset = load_dataset(folder, split_scheme="grouped")
     assert (dataset.split_scheme, dataset.seed, dataset.names_path) == ("given", None, None)
     assert [e.split for e in dataset] == ["test", "train"]
     write_folder(folder, [question(0, "test"), question(1)])
@@ -114,7 +114,7 @@ def test_given_splits_are_kept_and_partial_ones_refused(tmp_path):
 def test_jsonl_file_and_bad_inputs(tmp_path):
     path = tmp_path / "qs.jsonl"
     path.write_text("\n".join(json.dumps(question(i)) for i in range(10)), encoding="utf-8")
-    dataset = load_dataset(path, scheme="grouped")
+    dataset = load_dataset(path, split_scheme="grouped")
     assert (dataset.name, dataset.kb_path, dataset.split_scheme) == ("qs", None, "grouped")
     assert len({e.split for e in dataset}) == 1  # one (topic, path) group: one side
     with pytest.raises(ValueError, match="has no KB file"):
@@ -123,8 +123,8 @@ def test_jsonl_file_and_bad_inputs(tmp_path):
         load_dataset(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"'nope' is neither a known dataset \(PQ-2H, .*cwq"):
         load_dataset("nope")
-    with pytest.raises(ValueError, match="split scheme must be one of"):
-        load_dataset(path, scheme="topic")
+    with pytest.raises(ValueError, match="split_scheme must be one of"):
+        load_dataset(path, split_scheme="topic")
     with pytest.raises(ValueError, match="split must be one of"):
         load_dataset(path, split="validation")
     with pytest.raises(ValueError, match=r"use load_datasets\(\)"):
@@ -133,7 +133,7 @@ def test_jsonl_file_and_bad_inputs(tmp_path):
 
 @pytest.mark.pathquestion
 def test_pathquestion_loads_as_four_sets_each_with_its_kb(pathquestion_dir):
-    datasets = load_datasets("pathquestion", scheme="grouped", root=pathquestion_dir)
+    datasets = load_datasets("pathquestion", split_scheme="grouped", root=pathquestion_dir)
     assert [d.name for d in datasets] == list(PATHQUESTION_SETS)
     assert [d.kb_path.name for d in datasets] == ["2H-kb.txt", "3H-kb.txt", "PQL2-KB.txt", "PQL3-KB.txt"]
     for dataset in datasets:

@@ -139,7 +139,7 @@ def test_prepare_a_folder_without_paths_or_splits(tmp_path):
             del record["gold_paths"], record["hops"], record["split"]
             handle.write(json.dumps(record) + "\n")
 
-    summary = prepare_dataset(str(bare), tmp_path / "out", scheme="grouped", seed=0)
+    summary = prepare_dataset(str(bare), tmp_path / "out", split_scheme="grouped", seed=0)
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == ["kb.tsv", "names.tsv", "prepare.json", "questions.jsonl"]
     assert json.loads((out / "prepare.json").read_text()) == summary

@@ -53,7 +53,7 @@ def test_the_gpu_recipes_are_these():
 @pytest.mark.parametrize("recipe_path", GPU_RECIPES)
 def test_recipe_dataset_has_training_questions_its_kg_answers(data_root, recipe_path):
     recipe = load_config(GRPORecipe, ROOT / recipe_path)
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     train = dataset.split("train")
     assert [e.id for e in train] == ["WebQTrn-0_6a4b9d1ba3dbe0fa4f1f0a9e0e7d7f33"]
     assert dataset.split_scheme == "given"

@@ -86,7 +86,7 @@ def test_overlap_stats_counts_test_questions_seen_in_train():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"scheme": "by_topic"}, "split scheme must be one of"),
+        ({"split_scheme": "by_topic"}, "split_scheme must be one of"),
         ({"ratios": (0.8, 0.1)}, "ratios must be three non-negative numbers"),
         ({"ratios": (0.8, 0.3, -0.1)}, "ratios must be three non-negative numbers"),
         ({"ratios": (0.8, 0.1, 0.2)}, "summing to 1, got (0.8, 0.1, 0.2)"),
@@ -100,8 +100,8 @@ def test_bad_arguments(kwargs, message):
 
 @pytest.mark.pathquestion
 def test_pq2h_random_overlaps_heavily_grouped_not_at_all(pathquestion_dir):
-    random_split = load_dataset("PQ-2H", scheme="random", root=pathquestion_dir)
-    grouped = load_dataset("PQ-2H", scheme="grouped", root=pathquestion_dir)
+    random_split = load_dataset("PQ-2H", split_scheme="random", root=pathquestion_dir)
+    grouped = load_dataset("PQ-2H", split_scheme="grouped", root=pathquestion_dir)
     assert (random_split.split_scheme, grouped.split_scheme) == ("random", "grouped")
     assert sizes(random_split.examples) == [1526, 191, 191]
     random_stats, grouped_stats = overlap_stats(random_split.examples), overlap_stats(grouped.examples)

@@ -67,7 +67,7 @@ def generated(synthetic, tmp_path_factory):
         config = make_config(method, synthetic, out / f"{method}.jsonl", "dev_examples=10")
         summary = run(config)
         data[method] = (read_warmup(config.output), summary, config)
-    dataset = load_dataset(synthetic, scheme="grouped")
+    dataset = load_dataset(synthetic, split_scheme="grouped")
     return data, dataset, open_dataset_kg(dataset)
 
 

@@ -497,7 +497,7 @@ def test_python_dash_m_runs_the_package_command_line(tmp_path):
 
 def test_pathquestion_trajectories_reach_gold_answers(tmp_path):
     try:
-        dataset = load_dataset("PQ-2H", scheme="random", seed=0)
+        dataset = load_dataset("PQ-2H", split_scheme="random", seed=0)
     except FileNotFoundError as err:
         pytest.skip(f"PathQuestion is not installed (looked in $KGREASONER_DATA and ../shared/data): {err}")
     kg = open_dataset_kg(dataset)

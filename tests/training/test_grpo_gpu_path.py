@@ -129,7 +129,7 @@ def _tool(recipe):
     from kgreasoner.data import load_dataset, open_dataset_kg
     from kgreasoner.retrieval.tool import KGSearchTool
 
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     return dataset, KGSearchTool(open_dataset_kg(dataset), recipe.tool)
 
 

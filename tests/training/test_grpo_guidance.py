@@ -116,7 +116,7 @@ def _tool(dataset_dir):
     from kgreasoner.data import load_dataset, open_dataset_kg
     from kgreasoner.retrieval.tool import KGSearchTool
 
-    dataset = load_dataset(str(dataset_dir), scheme="grouped", seed=0)
+    dataset = load_dataset(str(dataset_dir), split_scheme="grouped", seed=0)
     return dataset, KGSearchTool(open_dataset_kg(dataset), TOOL)
 
 
@@ -358,7 +358,7 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
             "beta": 0.0,
         },
     )
-    dataset = load_dataset(str(data), scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(str(data), split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     tool = KGSearchTool(open_dataset_kg(dataset), tool_config)
     gold = GoldTrajectories(warmup)
     train = [e for e in dataset.split("train") if e.id in gold]

@@ -53,7 +53,7 @@ def test_three_steps_change_the_weights_and_log_every_reward(warm_policy, tmp_pa
 def test_tool_tokens_get_no_gradient(warm_policy, tmp_path):
     model, data, _ = warm_policy
     recipe = _recipe(warm_policy, tmp_path / "grad")
-    dataset = load_dataset(str(data), scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(str(data), split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     examples = dataset.split("train")[:12]
     from kgreasoner.data import open_dataset_kg
 
@@ -92,7 +92,7 @@ def test_the_lm_head_scores_only_where_the_loss_reads_and_nothing_changes_there(
 
     model, data, _ = warm_policy
     recipe = _recipe(warm_policy, tmp_path / "scored")
-    dataset = load_dataset(str(data), scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(str(data), split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     from kgreasoner.data import open_dataset_kg
 
     tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)

@@ -41,7 +41,7 @@ def _trainer(recipe: GRPORecipe):
     from kgreasoner.retrieval.tool import KGSearchTool
     from kgreasoner.training.grpo import build_trainer
 
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)
     examples = dataset.split("train")[: recipe.max_questions]
     return build_trainer(recipe, 1, recipe.episodes[0], examples, recipe.model, tool)

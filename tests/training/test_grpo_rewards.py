@@ -73,7 +73,7 @@ def test_a_grpo_step_with_the_path_search_reward_logs_what_it_pays(world, tmp_pa
             "save_steps": 1,
         },
     )
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     examples = {e.id: e for e in dataset.split("train")[:8]}
     tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)
     trainer = build_trainer(recipe, 1, recipe.episodes[0], list(examples.values()), recipe.model, tool)

@@ -86,7 +86,7 @@ def test_the_step_log_carries_the_share_trls_correction_dropped(tiny_checkpoint,
         importance_sampling="token_mask",
         trainer={"num_generations": 2, "per_device_train_batch_size": 8, "report_to": [], "beta": 0.0},
     )
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)
     trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:8], recipe.model, tool)
     assert trainer.vllm_importance_sampling_mode == "token_mask"

@@ -89,7 +89,7 @@ def test_grpo_under_the_gpu_recipe_without_deepspeed_keeps_float32_masters_and_c
         ],
     )
     assert recipe.setting("bf16") and recipe.setting("learning_rate") == 1e-6
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     tool = KGSearchTool(open_dataset_kg(dataset), ToolConfig(entity_handles=True, top_k=5))
     trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:2], recipe.model, tool)
     assert {p.dtype for p in trainer.model.parameters()} == {torch.float32}

@@ -85,7 +85,7 @@ def test_generation_turns_checkpointing_back_on_with_the_runs_kwargs(tiny_checkp
             "activation_checkpointing_kwargs": {"use_reentrant": True},
         },
     )
-    dataset = load_dataset(recipe.dataset, scheme=recipe.split_scheme, seed=recipe.split_seed)
+    dataset = load_dataset(recipe.dataset, split_scheme=recipe.split_scheme, seed=recipe.split_seed)
     tool = KGSearchTool(open_dataset_kg(dataset), recipe.tool)
     trainer = build_trainer(recipe, 1, recipe.episodes[0], dataset.split("train")[:4], recipe.model, tool)
     real, calls = trl.models.unwrap_model_for_generation, []
