@@ -16,9 +16,9 @@ plus a replay share of the rest; `kgreasoner.training.frontier`). Questions come
 stratified order (`order`, `kgreasoner.records.sampling.balanced_order`): hop counts take turns,
 so every batch of a few questions holds multi-hop questions and short chains alike.
 
-Guided groups (`guidance: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
+Guided groups (`guidance.mode: gold`, `kgreasoner.training.guidance`): a group whose rollouts hold no right
 answer trains on its question's gold warm-up trajectory in place of its last rollout, an off-policy row
-with exact ids and masks; the groups are planned whole over every rank's rows. With `guidance: gold_prefix`
+with exact ids and masks; the groups are planned whole over every rank's rows. With `guidance.mode: gold_prefix`
 that row is rolled out again from the gold trajectory's first h - 1 search turns (no loss on them). A guided
 row trains with the fixed advantage `guidance.gold_advantage` when it answers right (0 when not), and stays out of its
 group's mean and std (`trl_internals.GuidedRowAdvantages`).
@@ -293,6 +293,12 @@ def _questions(recipe: GRPORecipe):
     train_examples = dataset.split("train")[: recipe.max_questions]
     if not train_examples:
         raise ValueError(f"dataset {recipe.dataset!r} has no training questions")
+    if recipe.dev_eval.steps and not dataset.split("dev"):
+        # else no dev curve is drawn and the final choice falls back to the last weights, unsaid
+        raise ValueError(
+            f"dataset {recipe.dataset!r} has no dev questions, which dev_eval measures on: give it a dev split, "
+            "or set dev_eval.steps: 0 and dev_eval.choose_final: last"
+        )
     tool = KGSearchTool(_open_kg(recipe, dataset), recipe.tool)
     dev_examples: list[Any] = []
     if recipe.dev_eval.steps:

@@ -27,7 +27,7 @@ wrong: 0.0 (the expert's certainty) would scale the row by the policy's probabil
 gold trajectory, about 0, and the default `sequence_mask` mode would drop it. So the gold row
 trains with the on-policy ratio, as if the current policy had sampled it.
 
-With `guidance: gold_prefix` (BREAD, arXiv 2506.17211) the planned row is instead rolled out again by the
+With `guidance.mode: gold_prefix` (BREAD, arXiv 2506.17211) the planned row is instead rolled out again by the
 policy from a prefix of the gold trajectory: its completion starts with the record's first h - 1 search
 turns (h: the question's hop count) and the session's tool block after each, all with env_mask 0 (no
 loss; logprob 0.0, which TRL masks out with them), and the model writes the rest with the real engine

@@ -196,7 +196,7 @@ def test_a_group_split_over_two_ranks_gets_one_gold_row(grpo_world, tmp_path):
 
 @pytest.mark.slow
 def test_gold_prefix_guided_rows_with_a_group_split_over_two_ranks(grpo_world, tmp_path):
-    """`guidance: gold_prefix` on two ranks of two rows, one group of four a step: the planned row is rank 1's
+    """`guidance.mode: gold_prefix` on two ranks of two rows, one group of four a step: the planned row is rank 1's
     second, so only rank 1 has a row to roll out after its gold prefix, and rank 0 joins that second
     generation with none (what ZeRO-3's gathered weights need; here, on CPU, the test shows such an empty call
     runs). Every multi-hop group is guided (the untrained model answers nothing), no 1-hop group is."""
@@ -261,3 +261,24 @@ def test_step_log_keeps_each_step_once_across_a_restart_and_a_resume(tmp_path):
     ]
     StepLog(tmp_path / "steps.jsonl", episode=2).truncate_after(0)  # a later episode's fresh start keeps episode 1
     assert len((tmp_path / "steps.jsonl").read_text().splitlines()) == 4
+
+
+def test_dev_evaluation_on_data_without_dev_questions_is_refused_naming_the_settings(tmp_path):
+    """Without the refusal the run would draw no dev curve and keep its last weights, saying nothing."""
+    from data_gen.synthetic import write_synthetic
+    from kgreasoner.training.grpo import _questions
+    from kgreasoner.training.grpo_recipe import DevEvaluation
+
+    data = write_synthetic(tmp_path / "data", seed=0, num_entities=300, num_questions=60)
+    rows = [json.loads(line) for line in (data / "questions.jsonl").read_text().splitlines()]
+    no_dev = [{**row, "split": "train" if row["split"] == "dev" else row["split"]} for row in rows]
+    (data / "questions.jsonl").write_text("".join(json.dumps(row) + "\n" for row in no_dev))
+    recipe = GRPORecipe(model="m", dataset=str(data), run_dir=str(tmp_path / "o"), dev_eval=DevEvaluation(steps=5))
+    with pytest.raises(ValueError) as refused:
+        _questions(recipe)
+    assert str(refused.value) == (
+        f"dataset {str(data)!r} has no dev questions, which dev_eval measures on: give it a dev split, "
+        "or set dev_eval.steps: 0 and dev_eval.choose_final: last"
+    )
+    train, _, dev, split = _questions(GRPORecipe(model="m", dataset=str(data), run_dir=str(tmp_path / "o")))
+    assert len(train) == len([r for r in no_dev if r["split"] == "train"]) and dev == split == []

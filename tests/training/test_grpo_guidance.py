@@ -411,7 +411,7 @@ def test_gold_rows_train_with_gold_advantage_and_the_policys_rows_with_trls_adva
 def test_a_group_the_model_cannot_answer_trains_on_a_rollout_after_its_gold_prefix(
     tiny_checkpoint, synthetic_dir, warmup_file, tmp_path
 ):
-    """`guidance: gold_prefix` with the untrained tiny model, which answers nothing: the 3-hop group's last row is
+    """`guidance.mode: gold_prefix` with the untrained tiny model, which answers nothing: the 3-hop group's last row is
     rolled out again after its gold record's first two search turns, and TRL trains on it with tool_mask 0 on
     those turns and their blocks and 1 on what the model sampled after them. The 1-hop group is not guided."""
     import dataclasses
