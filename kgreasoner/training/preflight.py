@@ -527,7 +527,9 @@ def _dev_rows(recipe, gpus: int) -> list[tuple[int, str]]:
     rows = min(size, math.ceil(recipe.dev_eval.questions / gpus))
     batches = [(rows, f"dev_eval.batch_size {size}, of {recipe.dev_eval.questions} dev questions")]
     if recipe.dev_eval.final == "best_dev":
-        batches.append((size, f"dev_eval.choose_final: best_dev measures each save on the whole dev split, {size} a call"))
+        batches.append(
+            (size, f"dev_eval.choose_final: best_dev measures each save on the whole dev split, {size} a call")
+        )
     return batches
 
 
